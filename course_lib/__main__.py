@@ -1,0 +1,5 @@
+"""``python -m course_lib ...``: see course_lib/cli.py."""
+
+from course_lib.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""The schedule IR: what every device runs, in order, as plain data.
+
+A pipeline schedule is a list of actions per device. Each action says *which stage*, *what kind of
+work* and *which micro-batch*, written the way torch.distributed.pipelining writes it: ``2F0`` is
+stage 2, forward, micro-batch 0. The simulator, both engines, the plots and the assignments all read
+this one representation.
+
+Kinds of work (the same letters PyTorch uses):
+
+- ``F``: forward of one micro-batch through one stage.
+- ``B``: full backward (input gradient and weight gradient together).
+- ``I``: backward for the input gradient only (what the Zero Bubble paper calls "B").
+- ``W``: backward for the weight gradient only (needs the matching ``I`` first).
+
+Try it::
+
+    from course_lib.schedules.ir import Action
+    Action.parse("2F0")   # Action(stage=2, kind=Kind.F, microbatch=0)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Kind(str, Enum):
+    F = "F"  # forward
+    B = "B"  # full backward: input grad + weight grad
+    I = "I"  # noqa: E741  backward, input grad only (Zero Bubble's "B")
+    W = "W"  # backward, weight grad only (Zero Bubble's "W")
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_ACTION_RE = re.compile(r"^\s*(\d+)\s*([FBIW])\s*(\d+)\s*$")
+
+
+@dataclass(frozen=True, order=True)
+class Action:
+    """One unit of work: run `kind` for `microbatch` on pipeline `stage`."""
+
+    stage: int
+    kind: Kind
+    microbatch: int
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.kind.value}{self.microbatch}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Action":
+        """Parse PyTorch's notation, e.g. ``"2F0"`` or ``"1W3"``."""
+        match = _ACTION_RE.match(text)
+        if not match:
+            raise ValueError(
+                f"cannot read action {text!r}: expected <stage><kind><micro-batch> with kind one of "
+                "F (forward), B (full backward), I (input-grad backward), W (weight-grad backward), "
+                "for example '2F0'"
+            )
+        return cls(int(match.group(1)), Kind(match.group(2)), int(match.group(3)))
+
+
+@dataclass
+class Schedule:
+    """Per-device ordered actions, plus where each stage lives.
+
+    ``orders[d]`` is the list of actions device ``d`` runs, in that order. ``stage_to_device[s]`` says
+    which device holds stage ``s``; with virtual stages (interleaving) a device holds several.
+    ``split_backward`` is True when backward is written as I + W instead of B.
+    """
+
+    name: str
+    n_stages: int
+    n_microbatches: int
+    orders: list[list[Action]]
+    stage_to_device: list[int]
+    split_backward: bool = False
+    notes: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def n_devices(self) -> int:
+        return len(self.orders)
+
+    @property
+    def stages_per_device(self) -> int:
+        return self.n_stages // max(self.n_devices, 1)
+
+    def device_of(self, stage: int) -> int:
+        return self.stage_to_device[stage]
+
+    def stages_of(self, device: int) -> list[int]:
+        return [s for s, d in enumerate(self.stage_to_device) if d == device]
+
+    def actions(self) -> list[Action]:
+        """Every action of every device (device 0 first)."""
+        return [a for order in self.orders for a in order]
+
+    def to_text(self) -> str:
+        """One line per device, PyTorch notation: ``device 0: 0F0 0F1 0B0 ...``."""
+        width = len(str(self.n_devices - 1))
+        return "\n".join(
+            f"device {d:>{width}}: " + " ".join(str(a) for a in order)
+            for d, order in enumerate(self.orders)
+        )
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+
+def loop_placement(n_stages: int, n_devices: int) -> list[int]:
+    """Stage s on device s % n_devices: Megatron's and PyTorch's placement for interleaving."""
+    return [s % n_devices for s in range(n_stages)]
+
+
+def dependencies(action: Action, n_stages: int, split_backward: bool) -> list[Action]:
+    """The actions that must finish before `action` may start.
+
+    Data flows forward through stages and gradients flow backward:
+    ``F(s, m)`` needs ``F(s-1, m)``; a backward of stage s needs its own forward and the input
+    gradient from stage s+1; ``W(s, m)`` needs ``I(s, m)``.
+    """
+    s, m = action.stage, action.microbatch
+    grad_kind = Kind.I if split_backward else Kind.B
+    if action.kind is Kind.F:
+        return [Action(s - 1, Kind.F, m)] if s > 0 else []
+    if action.kind in (Kind.B, Kind.I):
+        deps = [Action(s, Kind.F, m)]
+        if s < n_stages - 1:
+            deps.append(Action(s + 1, grad_kind, m))
+        return deps
+    return [Action(s, Kind.I, m)]  # Kind.W

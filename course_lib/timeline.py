@@ -1,0 +1,157 @@
+"""Timeline: what each device did, and when. Every chart and every bubble figure is read off one.
+
+A Timeline is made by the simulator (cost model only), by the local engine (measured compute times,
+simulated concurrency and links) or by the distributed engine (wall clock of real processes). It
+always carries its ``source`` so a figure can say which one it shows; never present a simulated
+number as a measurement.
+
+    tl.makespan            # seconds from the first start to the last end
+    tl.bubble_fraction     # idle share of all device-time: 1 - busy / (devices * makespan)
+    tl.peak_inflight(d)    # most micro-batches whose activations device d held at once
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from course_lib.schedules.ir import Action, Kind
+
+SIMULATED = "simulated"
+MEASURED_COMPUTE = "measured compute + simulated links"
+MEASURED = "measured"
+SOURCES = (SIMULATED, MEASURED_COMPUTE, MEASURED)
+
+
+@dataclass(frozen=True)
+class Span:
+    """Device `device` ran `action` from `start` to `end` (seconds)."""
+
+    device: int
+    action: Action
+    start: float
+    end: float
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """The output of `action` travelled from `src_device` to `dst_device` (activation or gradient)."""
+
+    src_device: int
+    dst_device: int
+    action: Action
+    start: float
+    end: float
+    nbytes: int = 0
+
+
+@dataclass
+class Timeline:
+    source: str
+    n_devices: int
+    spans: list[Span]
+    transfers: list[Transfer] = field(default_factory=list)
+    schedule_name: str = ""
+    # bytes of activations one micro-batch keeps alive on each stage (index = stage); optional
+    activation_bytes: list[int] | None = None
+    notes: dict[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"unknown timeline source {self.source!r}; expected one of {SOURCES}")
+
+    # ---- time -------------------------------------------------------------------------------
+    @property
+    def start(self) -> float:
+        return min((s.start for s in self.spans), default=0.0)
+
+    @property
+    def end(self) -> float:
+        return max((s.end for s in self.spans), default=0.0)
+
+    @property
+    def makespan(self) -> float:
+        return self.end - self.start
+
+    def spans_of(self, device: int) -> list[Span]:
+        return sorted((s for s in self.spans if s.device == device), key=lambda s: s.start)
+
+    def busy(self, device: int) -> float:
+        return sum(s.duration for s in self.spans if s.device == device)
+
+    def idle(self, device: int) -> float:
+        return self.makespan - self.busy(device)
+
+    def idle_fraction(self, device: int) -> float:
+        return self.idle(device) / self.makespan if self.makespan > 0 else 0.0
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Idle share of the step, GPipe's convention: (p-1)/(m+p-1) for equal costs."""
+        total = self.n_devices * self.makespan
+        if total <= 0:
+            return 0.0
+        return 1.0 - sum(s.duration for s in self.spans) / total
+
+    # ---- memory -----------------------------------------------------------------------------
+    def holding_intervals(self, device: int) -> dict[tuple[int, int], tuple[float, float]]:
+        """(stage, micro-batch) -> (start, end) during which `device` keeps its activations: from
+        the start of its forward to the end of its last backward piece (B, or W when split)."""
+        begin: dict[tuple[int, int], float] = {}
+        finish: dict[tuple[int, int], float] = {}
+        for s in self.spans:
+            if s.device != device:
+                continue
+            key = (s.action.stage, s.action.microbatch)
+            if s.action.kind is Kind.F:
+                begin[key] = s.start
+            else:
+                finish[key] = max(finish.get(key, s.end), s.end)
+        return {k: (t, finish.get(k, self.end)) for k, t in begin.items()}
+
+    def _peak(self, device: int, weight) -> int:
+        events = []
+        for key, (t0, t1) in self.holding_intervals(device).items():
+            events += [(t0, weight(key)), (t1, -weight(key))]
+        # at equal times free before allocating: finishing one backward and starting the next
+        # forward at the same instant does not hold both
+        level = peak = 0
+        for _, delta in sorted(events, key=lambda e: (e[0], e[1])):
+            level += delta
+            peak = max(peak, level)
+        return peak
+
+    def peak_inflight(self, device: int) -> int:
+        """Most micro-batches (per stage held) whose activations `device` kept at once."""
+        return self._peak(device, lambda key: 1)
+
+    def peak_activation_bytes(self, device: int) -> int | None:
+        """Peak bytes of stashed activations on `device` (None if activation sizes are unknown)."""
+        if self.activation_bytes is None:
+            return None
+        sizes = self.activation_bytes
+        return self._peak(device, lambda key: sizes[key[0]])
+
+    # ---- summaries --------------------------------------------------------------------------
+    def summary(self) -> dict[str, object]:
+        """Plain-data summary, the shape the CLI's --json prints."""
+        return {
+            "source": self.source,
+            "schedule": self.schedule_name,
+            "makespan": self.makespan,
+            "bubble_fraction": self.bubble_fraction,
+            "per_device": [
+                {
+                    "device": d,
+                    "busy": self.busy(d),
+                    "idle": self.idle(d),
+                    "idle_fraction": self.idle_fraction(d),
+                    "peak_inflight_microbatches": self.peak_inflight(d),
+                    "peak_activation_bytes": self.peak_activation_bytes(d),
+                }
+                for d in range(self.n_devices)
+            ],
+        }
