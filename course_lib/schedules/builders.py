@@ -198,3 +198,38 @@ register(
     "pipedream-flush",
     "oneFoneB",
 )
+
+
+def _register_more() -> None:
+    # imported here because those modules are separate lessons, and they import nothing from this one
+    from course_lib.schedules.interleaved import interleaved_1f1b
+    from course_lib.schedules.zero_bubble import zb_h1
+
+    register(
+        ScheduleInfo(
+            "interleaved-1f1b",
+            interleaved_1f1b,
+            "1F1B with v stages per device (stage s on device s % p): bubble divided by v, "
+            "v times the point-to-point traffic",
+            "any p >= 1, v >= 1; m a multiple of max(1, m // p) "
+            "(PyTorch's rule; Megatron: m a multiple of p)",
+            torch_class="ScheduleInterleaved1F1B",
+            uses_virtual=True,
+        ),
+        "interleaved",
+        "virtual-pipeline",
+    )
+    register(
+        ScheduleInfo(
+            "zb-h1",
+            zb_h1,
+            "Zero Bubble H1: backward split into I (input grad) and W (weight grad); W fills 1F1B's "
+            "gaps, same peak memory as 1F1B",
+            "any p >= 1, m >= 1 (bubble one third of 1F1B's when T_F = T_I = T_W and m >= p)",
+        ),
+        "zbh1",
+        "zero-bubble-h1",
+    )
+
+
+_register_more()

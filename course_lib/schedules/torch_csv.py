@@ -1,0 +1,106 @@
+"""Read and write torch.distributed.pipelining's schedule CSV: one row per rank, one action per cell.
+
+PyTorch's ``_dump_csv`` / ``_load_csv`` (compute-only format) write each rank's ``pipeline_order`` as
+a CSV row with Python's default ``csv`` dialect: cells like ``0F0``, ``1B3``, ``2I1``, ``2W1``; an idle
+step (``None`` in PyTorch) is an empty cell; lines end in ``\\r\\n``. We write the same, so a schedule
+built here loads in PyTorch (``schedule._load_csv(path)``) and a schedule dumped there loads here.
+
+Try it::
+
+    from course_lib.schedules.builders import build_schedule
+    from course_lib.schedules.torch_csv import to_csv_text, from_csv_text
+    text = to_csv_text(build_schedule("gpipe", 2, 3))
+    print(text)                       # 0F0,0F1,0F2,0B0,0B1,0B2  /  1F0,...
+    print(from_csv_text(text))
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+
+from course_lib.errors import CourseError
+from course_lib.schedules.ir import Action, Kind, Schedule, loop_placement
+
+# PyTorch cells that are not compute: FSDP (UNSHARD/RESHARD), gradient reduction, communication.
+_OTHER_RE = re.compile(r"^\d+(UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)\d*$")
+
+
+def to_csv_text(schedule: Schedule) -> str:
+    """The schedule as PyTorch's compute-only CSV text (one row per device)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)  # default dialect, exactly as torch's _dump_csv
+    for order in schedule.orders:
+        writer.writerow([str(action) for action in order])
+    return buffer.getvalue()
+
+
+def write_csv(schedule: Schedule, path: str | Path) -> None:
+    """Write `schedule` to `path` in PyTorch's compute-only CSV format."""
+    with open(path, "w", newline="") as f:
+        f.write(to_csv_text(schedule))
+
+
+def from_csv_text(
+    text: str,
+    name: str = "from-csv",
+    n_microbatches: int | None = None,
+    n_stages: int | None = None,
+    ignore_non_compute: bool = False,
+) -> Schedule:
+    """Parse PyTorch's CSV text into a Schedule.
+
+    Empty cells (PyTorch's idle steps) are skipped. Stage placement is read off the rows: a stage
+    lives on the device whose row holds its actions (a stage no row mentions is put on device
+    ``stage % p``). `n_microbatches` and `n_stages` default to what the actions mention; pass them to
+    check a schedule against the sizes it should have. Non-compute cells such as ``0REDUCE_GRAD`` or
+    ``1SEND_F0`` are an error unless `ignore_non_compute` is True, which drops them.
+    """
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows:
+        raise CourseError("the CSV text is empty; expected one row of actions per device, e.g. '0F0,0B0'")
+    orders: list[list[Action]] = []
+    for device, row in enumerate(rows):
+        order = []
+        for column, cell in enumerate(row):
+            cell = cell.strip()
+            if not cell:
+                continue  # an idle step
+            if _OTHER_RE.match(cell):
+                if ignore_non_compute:
+                    continue
+                raise CourseError(
+                    f"row {device}, column {column}: {cell!r} is not a compute action; this reader "
+                    "takes compute-only CSVs (F, B, I, W), pass ignore_non_compute=True to drop such cells"
+                )
+            try:
+                order.append(Action.parse(cell))
+            except ValueError as err:
+                raise CourseError(f"row {device}, column {column}: {err}") from None
+        orders.append(order)
+
+    actions = [a for order in orders for a in order]
+    n_devices = len(orders)
+    if n_stages is None:
+        n_stages = max((a.stage + 1 for a in actions), default=n_devices)
+    if n_microbatches is None:
+        n_microbatches = max((a.microbatch + 1 for a in actions), default=1)
+    placement = loop_placement(n_stages, n_devices)
+    placed: set[int] = set()
+    for device, order in enumerate(orders):
+        for action in order:
+            if action.stage < n_stages and action.stage not in placed:
+                placement[action.stage] = device
+                placed.add(action.stage)
+    split = any(a.kind in (Kind.I, Kind.W) for a in actions)
+    return Schedule(name, n_stages, n_microbatches, orders, placement, split_backward=split)
+
+
+def read_csv(path: str | Path, **kwargs) -> Schedule:
+    """Read a PyTorch schedule CSV file; keyword arguments as for :func:`from_csv_text`."""
+    with open(path, newline="") as f:
+        text = f.read()
+    kwargs.setdefault("name", Path(path).stem)
+    return from_csv_text(text, **kwargs)

@@ -1,0 +1,234 @@
+"""Is this schedule runnable? The validator checks a Schedule and explains what is wrong, in words.
+
+Students' hand-written schedules go through here, so every message says which action, on which
+device, and why. Three kinds of problem are found:
+
+1. bookkeeping: every (stage, micro-batch) needs its F and its B (or I and W) exactly once, on the
+   device that holds the stage; nothing unknown, nothing twice;
+2. wrong kind: B in a schedule that splits backward into I + W, or the other way round;
+3. deadlock: the devices' orders are *executed* (a device runs its next action once what that action
+   needs, per ``ir.dependencies``, has run); if they get stuck, each stuck device is named with the
+   action it can never run and exactly which action it waits for, and where that one is stuck.
+
+Try it::
+
+    from course_lib.schedules.builders import build_schedule
+    from course_lib.schedules.validate import check, validate, execution_order
+    s = build_schedule("1f1b", 4, 8)
+    validate(s)                       # silent: the schedule is fine
+    s.orders[1][2], s.orders[1][3] = s.orders[1][3], s.orders[1][2]   # swap 1F2 and 1B0
+    print("\\n".join(check(s)))      # explains the deadlock this causes
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from course_lib.errors import CourseError
+from course_lib.schedules.ir import Action, Kind, Schedule, dependencies
+
+
+class ScheduleError(CourseError):
+    """The schedule cannot run as written; ``problems`` lists every reason found."""
+
+    def __init__(self, schedule_name: str, problems: list[str]):
+        self.problems = problems
+        shown = problems[:12]
+        more = f"\n  ... and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
+        super().__init__(
+            f"schedule {schedule_name!r} has {len(problems)} problem(s):\n  - " + "\n  - ".join(shown) + more
+        )
+
+
+def describe(action: Action) -> str:
+    """``2B0 (stage 2's backward for micro-batch 0)``: the action and what it means."""
+    what = {
+        Kind.F: "forward",
+        Kind.B: "backward",
+        Kind.I: "input gradient",
+        Kind.W: "weight gradient",
+    }[action.kind]
+    joiner = "of" if action.kind is Kind.F else "for"
+    return f"{action} (stage {action.stage}'s {what} {joiner} micro-batch {action.microbatch})"
+
+
+def _expected_kinds(schedule: Schedule) -> tuple[Kind, ...]:
+    return (Kind.F, Kind.I, Kind.W) if schedule.split_backward else (Kind.F, Kind.B)
+
+
+def _bookkeeping(schedule: Schedule) -> list[str]:
+    problems: list[str] = []
+    p, n_stages, m = schedule.n_devices, schedule.n_stages, schedule.n_microbatches
+    if len(schedule.stage_to_device) != n_stages:
+        problems.append(
+            f"stage_to_device has {len(schedule.stage_to_device)} entries but the schedule has "
+            f"{n_stages} stages; it needs one device per stage"
+        )
+    for stage, device in enumerate(schedule.stage_to_device):
+        if not 0 <= device < p:
+            problems.append(
+                f"stage {stage} is placed on device {device}, but there are only devices 0..{p - 1}"
+            )
+    kinds = _expected_kinds(schedule)
+    seen: dict[Action, list[tuple[int, int]]] = defaultdict(list)  # action -> [(device, position)]
+    for device, order in enumerate(schedule.orders):
+        for position, action in enumerate(order):
+            seen[action].append((device, position))
+            if not 0 <= action.stage < n_stages:
+                problems.append(
+                    f"device {device} runs {action}, but stage {action.stage} does not exist "
+                    f"(stages are 0..{n_stages - 1})"
+                )
+                continue
+            if not 0 <= action.microbatch < m:
+                problems.append(
+                    f"device {device} runs {action}, but micro-batch {action.microbatch} does not exist "
+                    f"(m={m}, so micro-batches are 0..{m - 1})"
+                )
+            if action.kind not in kinds:
+                if schedule.split_backward:
+                    why = "this schedule splits backward into I (input gradient) and W (weight gradient)"
+                else:
+                    why = "this schedule uses full backwards B; I and W need split_backward=True"
+                problems.append(f"device {device} runs {action}, a {action.kind.value} action, but {why}")
+            home = (
+                schedule.stage_to_device[action.stage]
+                if action.stage < len(schedule.stage_to_device)
+                else None
+            )
+            if home is not None and home != device:
+                problems.append(
+                    f"{action} is in device {device}'s order, but stage {action.stage} lives on device "
+                    f"{home}; only the device holding a stage's weights can run it"
+                )
+    for action, places in seen.items():
+        if len(places) > 1:
+            where = ", ".join(f"device {d} position {i}" for d, i in places)
+            problems.append(
+                f"{action} appears {len(places)} times ({where}); each action must run exactly once"
+            )
+    for stage in range(n_stages):
+        home = schedule.stage_to_device[stage] if stage < len(schedule.stage_to_device) else "?"
+        for kind in kinds:
+            for mb in range(m):
+                action = Action(stage, kind, mb)
+                if action not in seen:
+                    problems.append(
+                        f"{describe(action)} is missing: device {home} holds stage {stage} "
+                        "and must run it once"
+                    )
+    return problems
+
+
+def _run(schedule: Schedule) -> tuple[set[Action], list[int]]:
+    """Execute the orders greedily; return what ran and where each device stopped (its position)."""
+    done: set[Action] = set()
+    position = [0] * schedule.n_devices
+    progress = True
+    while progress:
+        progress = False
+        for device, order in enumerate(schedule.orders):
+            while position[device] < len(order):
+                action = order[position[device]]
+                needs = dependencies(action, schedule.n_stages, schedule.split_backward)
+                if not all(n in done for n in needs):
+                    break
+                done.add(action)
+                position[device] += 1
+                progress = True
+    return done, position
+
+
+def _deadlock(schedule: Schedule) -> list[str]:
+    done, position = _run(schedule)
+    stuck = [d for d, order in enumerate(schedule.orders) if position[d] < len(order)]
+    if not stuck:
+        return []
+    where: dict[Action, tuple[int, int]] = {}
+    for device, order in enumerate(schedule.orders):
+        for i, action in enumerate(order):
+            where.setdefault(action, (device, i))
+    problems = []
+    waits_on: dict[int, int | None] = {}
+    for device in stuck:
+        action = schedule.orders[device][position[device]]
+        reasons = []
+        waits_on[device] = None
+        for need in dependencies(action, schedule.n_stages, schedule.split_backward):
+            if need in done:
+                continue
+            if need not in where:
+                reasons.append(f"it needs {describe(need)}, which no device runs")
+                continue
+            other, i = where[need]
+            waits_on[device] = other
+            blocker = schedule.orders[other][position[other]]
+            if other == device:
+                reasons.append(
+                    f"it needs {describe(need)}, which this same device runs only later in its order"
+                )
+            elif blocker == need:
+                reasons.append(
+                    f"it needs {describe(need)}, which device {other} cannot run yet either "
+                    f"(see device {other})"
+                )
+            else:
+                reasons.append(
+                    f"it needs {describe(need)}, which device {other} runs only after {blocker}, "
+                    f"where device {other} is stuck"
+                )
+        problems.append(f"deadlock: device {device} is stuck at {action}: " + "; ".join(reasons))
+    cycle = _find_cycle(waits_on)
+    if cycle:
+        problems.append(
+            "deadlock: devices wait on each other in a circle: "
+            + " -> ".join(f"device {d}" for d in cycle)
+            + "; none of them can ever move"
+        )
+    return problems
+
+
+def _find_cycle(waits_on: dict[int, int | None]) -> list[int]:
+    for start in waits_on:
+        path, device = [], start
+        while device is not None and device not in path:
+            path.append(device)
+            device = waits_on.get(device)
+        if device is not None and device != path[-1]:
+            return path[path.index(device) :] + [device]
+    return []
+
+
+def check(schedule: Schedule) -> list[str]:
+    """Every problem with `schedule`, as sentences; an empty list means it is valid."""
+    return _bookkeeping(schedule) + _deadlock(schedule)
+
+
+def validate(schedule: Schedule) -> None:
+    """Raise ScheduleError listing every problem, or return quietly if the schedule is valid."""
+    problems = check(schedule)
+    if problems:
+        raise ScheduleError(schedule.name, problems)
+
+
+def execution_order(schedule: Schedule) -> list[Action]:
+    """One valid global order of all actions, for an engine that runs them one at a time.
+
+    Devices take turns (device 0, 1, ..., p-1, then again); on its turn a device runs its next action
+    if what that action needs has already run. The schedule is validated first.
+    """
+    validate(schedule)
+    done: set[Action] = set()
+    position = [0] * schedule.n_devices
+    result: list[Action] = []
+    remaining = sum(len(order) for order in schedule.orders)
+    while len(result) < remaining:
+        for device, order in enumerate(schedule.orders):
+            if position[device] == len(order):
+                continue
+            action = order[position[device]]
+            if all(n in done for n in dependencies(action, schedule.n_stages, schedule.split_backward)):
+                done.add(action)
+                result.append(action)
+                position[device] += 1
+    return result
