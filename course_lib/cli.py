@@ -16,6 +16,7 @@ from course_lib.errors import CourseError
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("course_lib.train_cli", "train the toy transformer (reference or pipelined)"),
+    "schedule": ("course_lib.schedules.cli", "print a schedule's per-device orders (text or PyTorch CSV)"),
 }
 
 

@@ -1,0 +1,64 @@
+"""``python -m course_lib schedule``: print a schedule's per-device orders (text or PyTorch CSV).
+
+Try::
+
+    python -m course_lib schedule --schedule 1f1b --stages 4 --microbatches 8
+    python -m course_lib schedule --schedule Interleaved1F1B --stages 2 --microbatches 4 --virtual 2
+    python -m course_lib schedule --schedule gpipe --stages 2 --microbatches 3 --format torch-csv
+    python -m course_lib schedule --list
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from course_lib.errors import require
+from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
+from course_lib.schedules.torch_csv import to_csv_text
+from course_lib.schedules.validate import validate
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--schedule", help="naive, gpipe, 1f1b, interleaved-1f1b, zb-h1 (or PyTorch's class names)"
+    )
+    parser.add_argument(
+        "--stages", type=int, help="P: pipeline devices (ranks); with --virtual V, P*V stages"
+    )
+    parser.add_argument("--microbatches", type=int, help="M: micro-batches per step")
+    parser.add_argument(
+        "--virtual",
+        type=int,
+        default=None,
+        help="V: stages per device (interleaved only; default 2 there, else 1)",
+    )
+    parser.add_argument("--format", choices=("text", "torch-csv"), default="text", help="output format")
+    parser.add_argument("--list", action="store_true", help="list the schedules and their constraints")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        for info in SCHEDULES.values():
+            alias = f" (PyTorch: {info.torch_class})" if info.torch_class else ""
+            print(f"{info.name}{alias}: {info.description}\n    constraints: {info.constraints}")
+        return 0
+    require(args.schedule is not None, "--schedule is required (or --list to see the choices)")
+    require(
+        args.stages is not None, "--stages is required: the number of pipeline devices P, e.g. --stages 4"
+    )
+    require(
+        args.microbatches is not None, "--microbatches is required: M micro-batches, e.g. --microbatches 8"
+    )
+    info = SCHEDULES[resolve_name(args.schedule)]
+    virtual = args.virtual if args.virtual is not None else (2 if info.uses_virtual else 1)
+    schedule = build_schedule(info.name, args.stages, args.microbatches, virtual)
+    validate(schedule)  # builders are tested, but say so loudly if one ever produces a broken order
+    if args.format == "torch-csv":
+        sys.stdout.write(to_csv_text(schedule))
+        return 0
+    placement = f", v={virtual} stages per device ({schedule.n_stages} stages)" if info.uses_virtual else ""
+    sizes = f"p={schedule.n_devices} devices, m={schedule.n_microbatches} micro-batches"
+    print(f"# {schedule.name}: {sizes}{placement}")
+    print(schedule.to_text())
+    return 0
