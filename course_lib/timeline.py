@@ -62,25 +62,42 @@ class Timeline:
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
             raise ValueError(f"unknown timeline source {self.source!r}; expected one of {SOURCES}")
+        self._index_cache: tuple[int, dict[int, list[Span]], float, float] | None = None
+
+    def _index(self) -> tuple[dict[int, list[Span]], float, float]:
+        """Spans grouped per device (sorted by start), first start, last end. Rebuilt when spans
+        are added, so asking for every device's figures stays linear in the number of spans."""
+        cache = self._index_cache
+        if cache is None or cache[0] != len(self.spans):
+            by_device: dict[int, list[Span]] = {d: [] for d in range(self.n_devices)}
+            for s in self.spans:
+                by_device.setdefault(s.device, []).append(s)
+            for spans in by_device.values():
+                spans.sort(key=lambda s: s.start)
+            start = min((s.start for s in self.spans), default=0.0)
+            end = max((s.end for s in self.spans), default=0.0)
+            cache = self._index_cache = (len(self.spans), by_device, start, end)
+        return cache[1], cache[2], cache[3]
 
     # ---- time -------------------------------------------------------------------------------
     @property
     def start(self) -> float:
-        return min((s.start for s in self.spans), default=0.0)
+        return self._index()[1]
 
     @property
     def end(self) -> float:
-        return max((s.end for s in self.spans), default=0.0)
+        return self._index()[2]
 
     @property
     def makespan(self) -> float:
         return self.end - self.start
 
     def spans_of(self, device: int) -> list[Span]:
-        return sorted((s for s in self.spans if s.device == device), key=lambda s: s.start)
+        """Device `device`'s spans, earliest first."""
+        return list(self._index()[0].get(device, []))
 
     def busy(self, device: int) -> float:
-        return sum(s.duration for s in self.spans if s.device == device)
+        return sum(s.duration for s in self._index()[0].get(device, []))
 
     def idle(self, device: int) -> float:
         return self.makespan - self.busy(device)
@@ -102,9 +119,7 @@ class Timeline:
         the start of its forward to the end of its last backward piece (B, or W when split)."""
         begin: dict[tuple[int, int], float] = {}
         finish: dict[tuple[int, int], float] = {}
-        for s in self.spans:
-            if s.device != device:
-                continue
+        for s in self._index()[0].get(device, []):
             key = (s.action.stage, s.action.microbatch)
             if s.action.kind is Kind.F:
                 begin[key] = s.start

@@ -1,0 +1,214 @@
+"""The simulator against the closed-form results of the papers (see shared FACTS.md), plus links.
+
+Grid: p in 1..16 and m in 1..64, sampled (edges included) so the file runs in a few seconds.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from course_lib.errors import CourseError
+from course_lib.links import Link
+from course_lib.schedules.builders import build_schedule
+from course_lib.schedules.ir import Action, Kind, Schedule, dependencies
+from course_lib.simulator import StageCosts, _dependency_keys, simulate, uniform_costs
+from course_lib.timeline import MEASURED_COMPUTE, SIMULATED
+
+PS = [1, 2, 3, 4, 5, 8, 11, 16]
+MS = [1, 2, 3, 4, 7, 8, 16, 31, 64]
+GRID = [(p, m) for p in PS for m in MS]
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+def test_idle_fraction_equals_gpipe_formula(name):
+    # equal costs, free links: idle share of the step = (p-1)/(m+p-1), on every device and overall
+    for p, m in GRID:
+        tl = simulate(build_schedule(name, p, m), uniform_costs(1.0, 1.0, 1.0))
+        expected = (p - 1) / (m + p - 1)
+        assert tl.bubble_fraction == pytest.approx(expected, abs=1e-12), (name, p, m)
+        for d in range(p):
+            assert tl.idle_fraction(d) == pytest.approx(expected, abs=1e-12), (name, p, m, d)
+        assert tl.makespan == pytest.approx((m + p - 1) * 3.0)  # f + (b + w) = 3 per micro-batch
+
+
+def test_formula_holds_for_unequal_forward_and_backward():
+    tl = simulate(build_schedule("1f1b", 6, 10), StageCosts(f=1.0, b=1.5, w=0.5))
+    assert tl.bubble_fraction == pytest.approx(5 / 15)
+    assert tl.makespan == pytest.approx(15 * 3.0)
+
+
+@pytest.mark.parametrize("v", [2, 3, 4])
+def test_interleaved_idle_is_one_over_v_of_1f1b(v):
+    # each device does the same total work: its v virtual stages cost 1/v of a full stage each
+    for p in [2, 3, 4, 8, 16]:
+        for m in [p, 2 * p, 4 * p]:
+            one = simulate(build_schedule("1f1b", p, m), uniform_costs(1.0, 1.0, 1.0))
+            inter = simulate(
+                build_schedule("interleaved-1f1b", p, m, virtual=v), uniform_costs(1 / v, 1 / v, 1 / v)
+            )
+            for d in range(p):
+                assert inter.busy(d) == pytest.approx(one.busy(d))
+                assert inter.idle(d) == pytest.approx(one.idle(d) / v), (p, m, v, d)
+
+
+def test_interleaved_with_fewer_microbatches_than_devices_does_not_get_the_full_gain():
+    # recorded, not a law: with m < p the warm-up cannot fill the pipe and the 1/v gain shrinks
+    p, m, v = 8, 4, 2
+    one = simulate(build_schedule("1f1b", p, m))
+    inter = simulate(build_schedule("interleaved-1f1b", p, m, virtual=v), uniform_costs(0.5, 0.5, 0.5))
+    assert one.idle(0) == pytest.approx(21.0)
+    assert inter.idle(0) == pytest.approx(16.5)  # not 10.5
+
+
+def test_zb_h1_has_one_third_of_1f1b_idle_time():
+    for p in [2, 3, 4, 5, 8, 16]:
+        for m in [p, p + 1, 2 * p, 64]:
+            one = simulate(build_schedule("1f1b", p, m), uniform_costs(1.0, 1.0, 1.0))
+            zb = simulate(build_schedule("zb-h1", p, m), uniform_costs(1.0, 1.0, 1.0))
+            for d in range(p):
+                assert one.idle(d) == pytest.approx(3 * (p - 1))  # (p-1)(T_F + T_B + T_W)
+                assert zb.idle(d) == pytest.approx(one.idle(d) / 3), (p, m, d)  # (p-1)(T_F + T_B - T_W)
+
+
+def test_1f1b_holds_at_most_p_where_gpipe_holds_m():
+    for p, m in GRID:
+        one = simulate(build_schedule("1f1b", p, m))
+        gp = simulate(build_schedule("gpipe", p, m))
+        assert one.peak_inflight(0) == min(p, m), (p, m)
+        assert gp.peak_inflight(0) == m, (p, m)
+        for d in range(p):
+            assert one.peak_inflight(d) == min(p - d, m)
+
+
+def test_peak_activation_bytes_follow_inflight_count():
+    tl = simulate(build_schedule("gpipe", 3, 5), activation_bytes=100)
+    assert tl.activation_bytes == [100, 100, 100]
+    assert [tl.peak_activation_bytes(d) for d in range(3)] == [500, 500, 500]
+    tl = simulate(build_schedule("1f1b", 3, 5), activation_bytes=[10, 20], stash_bytes=[7, 8, 9])
+    assert [tl.peak_activation_bytes(d) for d in range(3)] == [21, 16, 9]
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 8, 16])
+@pytest.mark.parametrize("m", [1, 4, 16])
+def test_link_latency_adds_at_least_2_p_minus_1_latencies_to_gpipe(p, m):
+    latency = 0.7
+    free = simulate(build_schedule("gpipe", p, m))
+    slow = simulate(build_schedule("gpipe", p, m), links=Link(latency_s=latency))
+    assert slow.makespan >= free.makespan + 2 * (p - 1) * latency - 1e-9
+    # GPipe with equal costs: exactly the fill and the drain each cross p-1 links once
+    assert slow.makespan == pytest.approx(free.makespan + 2 * (p - 1) * latency)
+
+
+def test_one_slow_boundary_among_free_ones():
+    links = [Link(), Link(latency_s=5.0), Link()]
+    tl = simulate(build_schedule("gpipe", 4, 2), links=links)
+    assert tl.makespan == pytest.approx(simulate(build_schedule("gpipe", 4, 2)).makespan + 10.0)
+
+
+def test_bandwidth_serialises_messages_but_latency_pipelines():
+    # p=2, f=1: device 0 finishes 0F0 at 1 and 0F1 at 2; each activation needs 3 s on the wire.
+    link = Link(latency_s=10.0, bandwidth_Bps=100.0)
+    tl = simulate(build_schedule("gpipe", 2, 2), StageCosts(f=1.0, b=1.0, w=0.0), 300, link)
+    fwd = sorted((t for t in tl.transfers if t.action.kind is Kind.F), key=lambda t: t.start)
+    assert [(t.start, t.end) for t in fwd] == [(1.0, 14.0), (4.0, 17.0)]  # 2nd waits for the wire
+    starts = {str(s.action): s.start for s in tl.spans}
+    assert starts["1F0"] == 14.0 and starts["1F1"] == 17.0  # not 14 + 13: latency overlapped
+    assert all(t.nbytes == 300 for t in tl.transfers)
+    assert len(tl.transfers) == 4  # 2 activations forward, 2 gradients back
+
+
+def test_opposite_directions_do_not_share_a_wire():
+    link = Link(latency_s=0.0, bandwidth_Bps=1.0)
+    tl = simulate(build_schedule("1f1b", 2, 4), StageCosts(f=1.0, b=1.0, w=0.0), 1, link)
+    by_wire: dict[tuple[int, int], list] = {}
+    for t in tl.transfers:
+        by_wire.setdefault((t.src_device, t.dst_device), []).append(t)
+    for transfers in by_wire.values():  # within one direction no two messages overlap on the wire
+        transfers.sort(key=lambda t: t.start)
+        for a, b in zip(transfers, transfers[1:], strict=False):
+            assert b.start >= a.start + 1.0 - 1e-12
+    assert set(by_wire) == {(0, 1), (1, 0)}
+
+
+def test_same_device_dependencies_are_free():
+    # p=1 with 2 virtual stages: stage 0 -> stage 1 never leaves device 0, so the link is not used
+    s = build_schedule("interleaved-1f1b", 1, 4, virtual=2)
+    tl = simulate(s, activation_bytes=10**9, links=Link(latency_s=100.0, bandwidth_Bps=1.0))
+    assert tl.makespan == pytest.approx(simulate(s).makespan)
+    assert tl.transfers == []
+
+
+def test_send_overlaps_compute():
+    # the sender does not wait for its message: device 0's forwards run back to back
+    tl = simulate(build_schedule("gpipe", 2, 3), links=Link(latency_s=50.0))
+    d0 = [s for s in tl.spans_of(0) if s.action.kind is Kind.F]
+    assert [(s.start, s.end) for s in d0] == [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0)]
+
+
+def test_per_stage_costs_and_slowest_stage_sets_the_pace():
+    f = [1.0, 1.0, 3.0, 1.0]
+    tl = simulate(build_schedule("gpipe", 4, 16), StageCosts(f=f, b=f, w=0.0))
+    assert tl.makespan >= 16 * (3.0 + 3.0)
+    assert tl.busy(2) == pytest.approx(16 * 6.0)
+    assert min(range(4), key=tl.idle) == 2  # the slow stage is never starved
+
+
+def test_deadlock_names_device_and_action():
+    orders = [
+        [Action(0, Kind.F, 0), Action(0, Kind.B, 0)],
+        [Action(1, Kind.B, 0), Action(1, Kind.F, 0)],  # backward before its own forward
+    ]
+    bad = Schedule("hand-written", 2, 1, orders, [0, 1])
+    with pytest.raises(CourseError) as err:
+        simulate(bad)
+    text = str(err.value)
+    assert "device 1" in text and "1B0" in text and "deadlock" in text
+
+
+def test_cross_device_deadlock():
+    orders = [
+        [Action(0, Kind.F, 0), Action(0, Kind.B, 0), Action(0, Kind.F, 1), Action(0, Kind.B, 1)],
+        [Action(1, Kind.F, 1), Action(1, Kind.B, 1), Action(1, Kind.F, 0), Action(1, Kind.B, 0)],
+    ]
+    with pytest.raises(CourseError, match="device 0"):
+        simulate(Schedule("crossed", 2, 2, orders, [0, 1]))
+
+
+def test_bad_inputs_say_what_is_wrong():
+    s = build_schedule("1f1b", 4, 4)
+    with pytest.raises(CourseError, match="3 entries but the schedule has 4 stages"):
+        simulate(s, StageCosts(f=[1, 2, 3]))
+    with pytest.raises(CourseError, match="2 entries but the schedule has 3 stage boundaries"):
+        simulate(s, links=[Link(), Link()])
+    with pytest.raises(CourseError, match="must be finite and >= 0"):
+        simulate(s, StageCosts(w=-1.0))
+    moved = build_schedule("1f1b", 2, 2)
+    moved.orders[0].append(moved.orders[1].pop())
+    with pytest.raises(CourseError, match="lives on device 1"):
+        simulate(moved)
+    with pytest.raises(CourseError, match="unknown timeline source"):
+        simulate(s, source="guessed")
+
+
+def test_integer_dependencies_match_ir():
+    for name, p, m, v in [("1f1b", 3, 4, 1), ("zb-h1", 3, 4, 1), ("interleaved-1f1b", 2, 4, 2)]:
+        s = build_schedule(name, p, m, virtual=v)
+        for a in s.actions():
+            k = (a.microbatch * s.n_stages + a.stage) * 4 + "FBIW".index(a.kind.value)
+            decoded = [
+                divmod(key >> 2, s.n_stages) + (key & 3,)
+                for key in _dependency_keys(k, s.n_stages, s.split_backward)
+            ]
+            ours = [Action(stage, Kind("FBIW"[kind]), mb) for mb, stage, kind in decoded]
+            assert ours == dependencies(a, s.n_stages, s.split_backward), (name, a)
+
+
+def test_timeline_carries_source_and_summary():
+    tl = simulate(build_schedule("1f1b", 3, 6), source=MEASURED_COMPUTE)
+    assert tl.source == MEASURED_COMPUTE
+    tl = simulate(build_schedule("1f1b", 3, 6))
+    assert tl.source == SIMULATED
+    summary = tl.summary()
+    assert summary["source"] == SIMULATED and summary["makespan"] == pytest.approx(24.0)
+    assert [d["peak_inflight_microbatches"] for d in summary["per_device"]] == [3, 2, 1]
+    assert all(d["busy"] + d["idle"] == pytest.approx(24.0) for d in summary["per_device"])
