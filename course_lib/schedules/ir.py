@@ -50,7 +50,7 @@ class Action:
         return f"{self.stage}{self.kind.value}{self.microbatch}"
 
     @classmethod
-    def parse(cls, text: str) -> "Action":
+    def parse(cls, text: str) -> Action:
         """Parse PyTorch's notation, e.g. ``"2F0"`` or ``"1W3"``."""
         match = _ACTION_RE.match(text)
         if not match:
@@ -101,8 +101,7 @@ class Schedule:
         """One line per device, PyTorch notation: ``device 0: 0F0 0F1 0B0 ...``."""
         width = len(str(self.n_devices - 1))
         return "\n".join(
-            f"device {d:>{width}}: " + " ".join(str(a) for a in order)
-            for d, order in enumerate(self.orders)
+            f"device {d:>{width}}: " + " ".join(str(a) for a in order) for d, order in enumerate(self.orders)
         )
 
     def __str__(self) -> str:

@@ -1,0 +1,157 @@
+"""The reference trainer: one device, the whole model, gradient accumulation over m micro-batches.
+
+This is the ground truth. Every pipeline engine and every schedule must give the same loss and the
+same gradients as ``accumulate_gradients`` here (the tests check it).
+
+    from course_lib.reference import TrainConfig, train
+    result = train(TrainConfig(steps=50))       # result.losses, result.val_loss_start, ...
+
+Synchronous training: the m micro-batches of a batch each add their gradient (scaled by 1/m, so the
+sum is the gradient of the batch's mean loss), and the optimizer steps once per batch, after all of
+them. That is what GPipe and 1F1B compute too; only the order of the work differs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+from tqdm.auto import tqdm
+
+from course_lib.data import Corpus, check_microbatches, load_corpus, split_microbatches
+from course_lib.devices import resolve_device
+from course_lib.errors import require
+from course_lib.model import ModelConfig, ToyGPT, build_model, count_parameters, lm_loss
+
+
+@dataclass
+class TrainConfig:
+    n_layers: int = 80
+    d_model: int = 32
+    n_heads: int = 4
+    seq_len: int = 64
+    batch_size: int = 16
+    microbatches: int = 4
+    steps: int = 150
+    lr: float = 3e-3
+    seed: int = 0
+    eval_batches: int = 4  # held-out batches averaged for val loss
+    data_path: str | None = None  # None: the corpus shipped in data/
+    device: str = "cpu"  # cpu, cuda, cuda:N or auto (see course_lib/devices.py)
+
+    def check(self) -> None:
+        """All bad input is refused here, before a model is built or data is read."""
+        require(self.n_layers >= 1, f"layers must be >= 1, got {self.n_layers}")
+        require(self.steps >= 0, f"steps must be >= 0, got {self.steps}")
+        require(self.lr > 0, f"learning rate must be > 0, got {self.lr}")
+        require(self.seq_len >= 1, f"sequence length must be >= 1, got {self.seq_len}")
+        check_microbatches(self.batch_size, self.microbatches)
+        resolve_device(self.device)
+        ModelConfig(n_layers=self.n_layers, d_model=self.d_model, n_heads=self.n_heads, seq_len=self.seq_len)
+
+    def model_config(self, vocab_size: int) -> ModelConfig:
+        return ModelConfig(
+            n_layers=self.n_layers,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            vocab_size=vocab_size,
+            seq_len=self.seq_len,
+        )
+
+
+@dataclass
+class TrainResult:
+    losses: list[float]  # training loss per step (mean over the batch)
+    val_loss_start: float
+    val_loss_end: float
+    step_times_s: list[float]
+    n_layers: int
+    n_params: int
+    config: dict = field(default_factory=dict)
+
+    @property
+    def step_time_s(self) -> float:
+        return statistics.median(self.step_times_s) if self.step_times_s else 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "losses": self.losses,
+            "val_loss_start": self.val_loss_start,
+            "val_loss_end": self.val_loss_end,
+            "step_time_s": self.step_time_s,
+            "n_layers": self.n_layers,
+            "n_params": self.n_params,
+            "config": self.config,
+        }
+
+
+def accumulate_gradients(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, m: int) -> float:
+    """Forward and backward m micro-batches one after another, summing gradients.
+
+    Returns the batch's mean loss. Gradients end up equal (up to float rounding) to those of one
+    backward pass over the whole batch.
+    """
+    total = 0.0
+    for xm, ym in split_microbatches(x, y, m):
+        loss = lm_loss(model(xm), ym) / m  # 1/m: the sum over micro-batches is the batch mean
+        loss.backward()
+        total += loss.item()
+    return total
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, corpus: Corpus, cfg: TrainConfig) -> float:
+    """Mean held-out loss over a fixed set of batches (same batches every call)."""
+    gen = torch.Generator().manual_seed(cfg.seed + 12345)
+    device = resolve_device(cfg.device)
+    losses = []
+    for _ in range(cfg.eval_batches):
+        x, y = corpus.batch("val", cfg.batch_size, cfg.seq_len, gen)
+        x, y = x.to(device), y.to(device)
+        losses.append(lm_loss(model(x), y).item())
+    return sum(losses) / len(losses)
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+
+
+def setup(cfg: TrainConfig) -> tuple[Corpus, ToyGPT]:
+    """Check the config, read the data and build the model: the start of every trainer."""
+    cfg.check()
+    corpus = load_corpus(cfg.data_path) if cfg.data_path else load_corpus()
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.model_config(corpus.tokenizer.vocab_size), seed=cfg.seed)
+    return corpus, model.to(resolve_device(cfg.device))
+
+
+def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
+    """Train the whole model on one device; one optimizer step per batch of m micro-batches."""
+    corpus, model = setup(cfg)
+    optimizer = make_optimizer(model, cfg)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    device = resolve_device(cfg.device)
+    val_start = evaluate(model, corpus, cfg)
+    losses, times = [], []
+    bar = tqdm(range(cfg.steps), desc="reference", disable=not progress)
+    for _ in bar:
+        x, y = corpus.batch("train", cfg.batch_size, cfg.seq_len, gen)
+        x, y = x.to(device), y.to(device)
+        t0 = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = accumulate_gradients(model, x, y, cfg.microbatches)
+        optimizer.step()
+        times.append(time.perf_counter() - t0)
+        losses.append(loss)
+        bar.set_postfix(loss=f"{loss:.3f}")
+    return TrainResult(
+        losses=losses,
+        val_loss_start=val_start,
+        val_loss_end=evaluate(model, corpus, cfg),
+        step_times_s=times,
+        n_layers=cfg.n_layers,
+        n_params=count_parameters(model),
+        config=asdict(cfg),
+    )
