@@ -1,0 +1,286 @@
+"""Pictures of Timelines: the Gantt chart, bubble-versus-m curves, memory held per device.
+
+Every figure says where its numbers come from (simulated / measured compute + simulated links /
+measured) and, for a Gantt chart, the bubble fraction. Colours are the Okabe-Ito palette, which
+stays distinct for colour-blind readers.
+
+Try it::
+
+    from course_lib.schedules.builders import build_schedule
+    from course_lib.simulator import simulate
+    from course_lib.plots import plot_timeline, plot_bubble_vs_m, plot_memory, save_timeline_png
+    tl = simulate(build_schedule("1f1b", 4, 8))
+    plot_timeline(tl)                    # in a notebook
+    save_timeline_png(tl, "1f1b.png")    # anywhere (no display needed)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from matplotlib.axes import Axes
+from matplotlib.collections import LineCollection, PolyCollection
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from course_lib.errors import CourseError, require
+from course_lib.schedules.ir import Kind
+from course_lib.timeline import Timeline
+
+# Okabe-Ito: distinguishable with every common form of colour blindness
+COLORS = {Kind.F: "#56B4E9", Kind.B: "#E69F00", Kind.I: "#D55E00", Kind.W: "#009E73"}
+LABELS = {
+    Kind.F: "F: forward",
+    Kind.B: "B: backward (input + weight grad)",
+    Kind.I: "I: backward, input grad",
+    Kind.W: "W: backward, weight grad",
+}
+IDLE_COLOR = "#EEEEEE"  # the row behind the boxes: whatever shows through is idle time
+SERIES_COLORS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#000000", "#F0E442"]
+
+
+def time_scale(seconds: float) -> tuple[float, str]:
+    """(factor, unit) so that seconds * factor reads well: s, ms or µs."""
+    if seconds >= 1.0 or seconds == 0:
+        return 1.0, "s"
+    if seconds >= 1e-3:
+        return 1e3, "ms"
+    return 1e6, "µs"
+
+
+def source_line(tl: Timeline) -> str:
+    """The caption every Timeline figure carries: where the numbers come from, and the bubble."""
+    return f"source: {tl.source} · bubble {tl.bubble_fraction:.1%} of device-time idle"
+
+
+def _new_axes(ax: Axes | None, figsize: tuple[float, float]) -> Axes:
+    if ax is not None:
+        return ax
+    import matplotlib.pyplot as plt  # only here: notebooks show pyplot figures inline
+
+    _, ax = plt.subplots(figsize=figsize)
+    return ax
+
+
+def gantt_figsize(n_devices: int) -> tuple[float, float]:
+    return 10.0, min(1.6 + 0.38 * n_devices, 14.0)
+
+
+def plot_timeline(
+    tl: Timeline,
+    ax: Axes | None = None,
+    show_transfers: bool = False,
+    title: str | None = None,
+    max_labels: int = 600,
+) -> Axes:
+    """Gantt chart: a row per device (device 0 on top), a box per action coloured by kind.
+
+    Micro-batch numbers are written inside boxes wide enough to hold them (at most `max_labels`);
+    grey shows through where a device is idle. `show_transfers` draws each message as a thin line
+    from sender (when it left) to receiver (when it arrived).
+    """
+    ax = _new_axes(ax, gantt_figsize(tl.n_devices))
+    t0 = tl.start
+    factor, unit = time_scale(tl.makespan)
+    span_x = max(tl.makespan * factor, 1e-12)
+    height = 0.8
+
+    # idle background: one band per device across the whole step
+    ax.broken_barh([(0.0, span_x)], (-0.5, tl.n_devices), facecolors="white")
+    bands = [
+        [(0.0, d - height / 2), (span_x, d - height / 2), (span_x, d + height / 2), (0.0, d + height / 2)]
+        for d in range(tl.n_devices)
+    ]
+    ax.add_collection(PolyCollection(bands, facecolors=IDLE_COLOR, edgecolors="none"))
+
+    # all boxes in one collection: much faster than one artist per box
+    verts, colors = [], []
+    for s in tl.spans:
+        x0, x1 = (s.start - t0) * factor, (s.end - t0) * factor
+        y0, y1 = s.device - height / 2, s.device + height / 2
+        verts.append([(x0, y0), (x1, y0), (x1, y1), (x0, y1)])
+        colors.append(COLORS[s.action.kind])
+    # white edges separate neighbouring boxes, but would swallow boxes only a few pixels wide
+    fig = ax.figure
+    px_per_x = ax.get_position().width * fig.get_figwidth() * fig.dpi / span_x
+    shortest = min((s.duration for s in tl.spans), default=0.0) * factor * px_per_x
+    edge = 0.4 if shortest > 8 else 0.0
+    ax.add_collection(PolyCollection(verts, facecolors=colors, edgecolors="white", linewidths=edge))
+
+    if show_transfers and tl.transfers:
+        lines = [
+            [((t.start - t0) * factor, t.src_device), ((t.end - t0) * factor, t.dst_device)]
+            for t in tl.transfers
+        ]
+        ax.add_collection(LineCollection(lines, colors="#444444", linewidths=0.6, alpha=0.6))
+
+    ax.set_xlim(0, span_x)
+    ax.set_ylim(tl.n_devices - 0.5, -0.5)  # device 0 on top
+    ax.set_yticks(range(tl.n_devices))
+    ax.set_yticklabels([f"device {d}" for d in range(tl.n_devices)])
+    ax.set_xlabel(f"time ({unit})")
+    _label_boxes(ax, tl, factor, span_x, height, max_labels)
+
+    kinds = [k for k in (Kind.F, Kind.B, Kind.I, Kind.W) if any(s.action.kind is k for s in tl.spans[:5000])]
+    handles = [Patch(facecolor=COLORS[k], label=LABELS[k]) for k in kinds]
+    handles.append(Patch(facecolor=IDLE_COLOR, label="idle (bubble)"))
+    if show_transfers and tl.transfers:
+        handles.append(Patch(facecolor="#444444", label="transfer (send -> arrival)"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+
+    heading = title if title is not None else _default_title(tl)
+    ax.set_title(f"{heading}\n{source_line(tl)}", fontsize=10)
+    return ax
+
+
+def _default_title(tl: Timeline) -> str:
+    m = tl.notes.get("n_microbatches")
+    name = tl.schedule_name or "schedule"
+    return f"{name}: p={tl.n_devices}" + (f", m={m}" if m is not None else "")
+
+
+def _label_boxes(
+    ax: Axes, tl: Timeline, factor: float, span_x: float, height: float, max_labels: int
+) -> None:
+    """Write micro-batch numbers only into boxes wide (and tall) enough to hold them."""
+    fig = ax.figure
+    bbox = ax.get_position()
+    width_px = bbox.width * fig.get_figwidth() * fig.dpi
+    row_px = bbox.height * fig.get_figheight() * fig.dpi / max(tl.n_devices, 1) * height
+    fontsize = 7.0
+    char_px = 0.62 * fontsize * fig.dpi / 72  # average glyph width of a digit
+    if row_px < 1.3 * fontsize * fig.dpi / 72:
+        return
+    px_per_x = width_px / span_x
+    placed = 0
+    for s in tl.spans:
+        text = str(s.action.microbatch)
+        if s.duration * factor * px_per_x < char_px * len(text) + 3:
+            continue
+        if placed >= max_labels:
+            break
+        x = ((s.start + s.end) / 2 - tl.start) * factor
+        ax.text(x, s.device, text, ha="center", va="center", fontsize=fontsize, color="black")
+        placed += 1
+
+
+def save_timeline_png(tl: Timeline, path: str, show_transfers: bool = False, dpi: int = 100) -> str:
+    """Render the Gantt chart straight to a PNG file (no pyplot, no display); returns the path."""
+    fig = Figure(figsize=gantt_figsize(tl.n_devices), dpi=dpi)
+    ax = fig.add_axes((0.1, 0.12, 0.62, 0.72))
+    plot_timeline(tl, ax=ax, show_transfers=show_transfers)
+    fig.savefig(path, dpi=dpi)
+    return path
+
+
+def gpipe_bubble(p: int, m: int, v: int = 1, convention: str = "gpipe") -> float:
+    """Closed form for GPipe / 1F1B (v=1) and interleaved 1F1B (v>1), equal stage costs.
+
+    convention "gpipe": idle share of the step, (p-1)/(v*m + p-1) (GPipe's (p-1)/(m+p-1) at v=1);
+    convention "megatron": bubble time over ideal compute time, (p-1)/(v*m) (Megatron's (p-1)/m).
+    """
+    x = (p - 1) / (v * m)
+    return x if convention == "megatron" else x / (1 + x)
+
+
+def plot_bubble_vs_m(
+    ps: Sequence[int] = (2, 4, 8),
+    ms: Sequence[int] = tuple(range(1, 33)),
+    schedule: str = "1f1b",
+    virtual: int = 1,
+    convention: str = "gpipe",
+    costs=None,
+    ax: Axes | None = None,
+) -> Axes:
+    """Simulated bubble for several p over m (points), with the closed form drawn over them (lines).
+
+    `convention` "gpipe" plots the idle share of the step, (p-1)/(m+p-1); "megatron" plots bubble
+    time relative to ideal compute, (p-1)/m. The same simulations, two ways of dividing.
+    """
+    from course_lib.schedules.builders import build_schedule, resolve_name
+    from course_lib.simulator import simulate
+
+    require(
+        convention in ("gpipe", "megatron"), f"convention must be 'gpipe' or 'megatron', got {convention!r}"
+    )
+    name = resolve_name(schedule)
+    ax = _new_axes(ax, (8.0, 4.5))
+    has_formula = name in ("gpipe", "1f1b", "interleaved-1f1b")
+    for i, p in enumerate(ps):
+        color = SERIES_COLORS[i % len(SERIES_COLORS)]
+        xs, ys = [], []
+        for m in ms:
+            try:
+                tl = simulate(build_schedule(name, p, m, virtual=virtual), costs)
+            except CourseError:
+                continue  # e.g. interleaved needs particular m; those points are simply absent
+            bf = tl.bubble_fraction
+            xs.append(m)
+            ys.append(bf / (1 - bf) if convention == "megatron" else bf)
+        ax.plot(xs, ys, "o", color=color, markersize=4, label=f"simulated, p={p}")
+        if has_formula:
+            dense = [ms[0] + k * (ms[-1] - ms[0]) / 200 for k in range(201)]
+            ax.plot(
+                dense,
+                [gpipe_bubble(p, m, virtual, convention) for m in dense],
+                "-",
+                color=color,
+                linewidth=1,
+                alpha=0.8,
+            )
+    formula = "(p-1)/(m+p-1)" if convention == "gpipe" else "(p-1)/m"
+    if virtual > 1:
+        formula = "(p-1)/(v·m+p-1)" if convention == "gpipe" else "(p-1)/(v·m)"
+    if has_formula:
+        ax.plot([], [], "-", color="grey", label=f"formula {formula}")
+    what = "idle share of the step" if convention == "gpipe" else "bubble time / ideal compute time"
+    other = (
+        "Megatron's (p-1)/m divides by ideal compute instead"
+        if convention == "gpipe"
+        else ("GPipe's (p-1)/(m+p-1) divides by the whole step instead")
+    )
+    ax.set_xlabel("micro-batches m")
+    ax.set_ylabel(what)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    vtxt = f", v={virtual}" if virtual > 1 else ""
+    ax.set_title(
+        f"{name}{vtxt}: bubble vs m, equal stage costs, free links · source: simulated\n"
+        f"convention: {formula} ({what});\n{other}",
+        fontsize=9,
+    )
+    return ax
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def plot_memory(tl: Timeline, ax: Axes | None = None) -> Axes:
+    """Peak micro-batches whose activations each device held at once (bytes on the bars if known)."""
+    ax = _new_axes(ax, (7.0, 3.5))
+    devices = list(range(tl.n_devices))
+    peaks = [tl.peak_inflight(d) for d in devices]
+    bars = ax.bar(devices, peaks, color=SERIES_COLORS[0])
+    nbytes = [tl.peak_activation_bytes(d) for d in devices]
+    if any(nbytes):
+        for bar, b in zip(bars, nbytes, strict=True):
+            ax.annotate(
+                format_bytes(b or 0),
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
+    ax.set_xticks(devices)
+    ax.set_xlabel("device")
+    ax.set_ylabel("peak micro-batches held")
+    caption = f"source: {tl.source}"
+    if any(nbytes) and not tl.notes.get("stash_bytes_given", True):
+        caption += " · bytes: boundary tensors only (a lower bound on what a stage stashes)"
+    ax.set_title(f"{_default_title(tl)}: activations held per device\n{caption}", fontsize=10)
+    return ax

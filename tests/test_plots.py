@@ -1,0 +1,111 @@
+"""Plots: every figure states its source, Gantt boxes match the Timeline, curves match the formula."""
+
+from __future__ import annotations
+
+import time
+
+import matplotlib
+import pytest
+from matplotlib.collections import PolyCollection
+from matplotlib.figure import Figure
+
+matplotlib.use("Agg")
+
+from course_lib.links import Link  # noqa: E402
+from course_lib.plots import (  # noqa: E402
+    gpipe_bubble,
+    plot_bubble_vs_m,
+    plot_memory,
+    plot_timeline,
+    save_timeline_png,
+    time_scale,
+)
+from course_lib.schedules.builders import build_schedule  # noqa: E402
+from course_lib.simulator import simulate, uniform_costs  # noqa: E402
+from course_lib.timeline import MEASURED, Timeline  # noqa: E402
+
+
+def _axes():
+    return Figure(figsize=(10, 4)).add_subplot()
+
+
+def _boxes(ax) -> PolyCollection:
+    return [c for c in ax.collections if isinstance(c, PolyCollection)][-1]
+
+
+def test_gantt_title_states_source_and_bubble():
+    tl = simulate(build_schedule("1f1b", 4, 8))
+    ax = plot_timeline(tl, ax=_axes())
+    title = ax.get_title()
+    assert "source: simulated" in title and "bubble 27.3%" in title and "1f1b: p=4, m=8" in title
+    # a custom title keeps the source line
+    measured = Timeline(MEASURED, tl.n_devices, tl.spans, schedule_name="real run")
+    title = plot_timeline(measured, ax=_axes(), title="my run").get_title()
+    assert title.startswith("my run\n") and "source: measured ·" in title
+
+
+def test_gantt_draws_one_box_per_span_device_0_on_top():
+    tl = simulate(build_schedule("gpipe", 3, 4))
+    ax = plot_timeline(tl, ax=_axes())
+    boxes = _boxes(ax)
+    assert len(boxes.get_paths()) == len(tl.spans) == 24
+    bottom, top = ax.get_ylim()
+    assert bottom > top  # inverted: device 0 is the top row
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["device 0", "device 1", "device 2"]
+    assert ax.get_xlabel() == "time (s)"
+
+
+def test_labels_only_where_they_fit():
+    few = plot_timeline(simulate(build_schedule("1f1b", 2, 3)), ax=_axes())
+    assert sorted(t.get_text() for t in few.texts) == sorted("001122" * 2)
+    many = plot_timeline(simulate(build_schedule("1f1b", 8, 64)), ax=_axes())
+    assert len(many.texts) == 0  # 1/213 of the width per forward: no digit fits
+
+
+def test_transfers_drawn_on_request_and_time_units():
+    tl = simulate(build_schedule("gpipe", 3, 2), uniform_costs(1e-3, 1e-3, 1e-3), links=Link(latency_s=2e-4))
+    ax = plot_timeline(tl, ax=_axes(), show_transfers=True)
+    assert ax.get_xlabel() == "time (ms)"
+    lines = ax.collections[-1]
+    assert len(lines.get_segments()) == len(tl.transfers) == 8
+    assert time_scale(5e-6) == (1e6, "µs") and time_scale(3.0) == (1.0, "s")
+
+
+def test_save_png_is_quick(tmp_path):
+    start = time.perf_counter()
+    tl = simulate(build_schedule("1f1b", 8, 64))
+    path = save_timeline_png(tl, str(tmp_path / "g.png"))
+    elapsed = time.perf_counter() - start
+    with open(path, "rb") as fh:
+        assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert elapsed < 1.0  # target 150 ms (bench/bench_simulator.py); loose here: CI cores are shared
+
+
+@pytest.mark.parametrize("convention", ["gpipe", "megatron"])
+def test_bubble_curve_points_sit_on_the_formula(convention):
+    ax = plot_bubble_vs_m(ps=(2, 4), ms=list(range(1, 13)), ax=_axes(), convention=convention)
+    points = [line for line in ax.lines if line.get_label().startswith("simulated")]
+    assert [line.get_label() for line in points] == ["simulated, p=2", "simulated, p=4"]
+    for p, line in zip((2, 4), points, strict=True):
+        for m, y in zip(line.get_xdata(), line.get_ydata(), strict=True):
+            assert y == pytest.approx(gpipe_bubble(p, m, 1, convention))
+    title = ax.get_title()
+    assert "source: simulated" in title
+    assert ("(p-1)/(m+p-1)" if convention == "gpipe" else "(p-1)/m") in title.split("\n")[1]
+    assert gpipe_bubble(4, 12) == pytest.approx(3 / 15) and gpipe_bubble(4, 12, convention="megatron") == 0.25
+
+
+def test_bubble_curve_interleaved_skips_invalid_m():
+    ax = plot_bubble_vs_m(ps=(4,), ms=[4, 8, 9], schedule="interleaved-1f1b", virtual=2, ax=_axes())
+    (points,) = [line for line in ax.lines if line.get_label().startswith("simulated")]
+    assert list(points.get_xdata()) == [4, 8]  # m=9 with p=4 is not a valid interleaved size
+    for m, y in zip(points.get_xdata(), points.get_ydata(), strict=True):
+        assert y == pytest.approx(gpipe_bubble(4, m, 2))
+
+
+def test_memory_bars_match_peaks():
+    tl = simulate(build_schedule("1f1b", 4, 8), activation_bytes=2**20)
+    ax = plot_memory(tl, ax=_axes())
+    assert [bar.get_height() for bar in ax.patches] == [4, 3, 2, 1]
+    assert [t.get_text() for t in ax.texts] == ["4.0 MiB", "3.0 MiB", "2.0 MiB", "1.0 MiB"]
+    assert "source: simulated" in ax.get_title() and "lower bound" in ax.get_title()
