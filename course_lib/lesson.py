@@ -1,0 +1,44 @@
+"""What every notebook's first cell calls, so all lessons start the same way.
+
+    %matplotlib inline
+    from course_lib import lesson
+    lesson.setup()
+
+It seeds every random generator, picks a colour-blind-safe plotting style, and prints one line saying
+which versions and devices this run uses (real GPUs, or simulated devices on the CPU), so that a
+screenshot of any lesson says where its numbers came from.
+"""
+
+from __future__ import annotations
+
+import random
+
+import matplotlib as mpl
+import numpy as np
+import torch
+
+import course_lib
+from course_lib.devices import describe_devices
+
+# Okabe-Ito: distinguishable with the common forms of colour blindness
+OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+
+
+def seed_everything(seed: int = 0) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def setup(seed: int = 0, quiet: bool = False) -> str:
+    """Seed, style the plots, and say what this machine is. Returns the line it prints."""
+    seed_everything(seed)
+    mpl.rcParams["axes.prop_cycle"] = mpl.cycler(color=OKABE_ITO)
+    mpl.rcParams["figure.dpi"] = 90
+    mpl.rcParams["axes.grid"] = True
+    mpl.rcParams["grid.alpha"] = 0.3
+    versions = f"course_lib {course_lib.__version__} | torch {torch.__version__} | seed {seed}"
+    line = f"{versions}\n{describe_devices()}"
+    if not quiet:
+        print(line)
+    return line
