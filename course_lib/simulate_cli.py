@@ -1,0 +1,130 @@
+"""``python -m course_lib simulate``: simulate a schedule and print its time, bubble and memory.
+
+Costs default to one time unit for each of F, B (input grad) and W (weight grad) per device's
+share of the model, read as seconds so that --latency (seconds) and --bandwidth (bytes/s) share
+the unit. A full backward costs B + W. With --virtual V each of a device's V stages costs 1/V.
+
+Try::
+
+    python -m course_lib simulate --schedule 1f1b --stages 4 --microbatches 8
+    python -m course_lib simulate --schedule gpipe --stages 4 --microbatches 8 --latency 0.25 --json
+    python -m course_lib simulate --schedule Interleaved1F1B --stages 4 --microbatches 8 --virtual 2 \\
+        --gantt interleaved.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from course_lib.errors import require
+from course_lib.links import Link
+from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
+from course_lib.simulator import StageCosts, simulate
+from course_lib.timeline import Timeline
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    names = ", ".join(SCHEDULES)
+    parser.add_argument("--schedule", required=True, help=f"{names} (or PyTorch's class names)")
+    parser.add_argument("--stages", type=int, required=True, help="P: pipeline devices")
+    parser.add_argument("--microbatches", type=int, required=True, help="M: micro-batches per step")
+    parser.add_argument("--virtual", type=int, default=None, help="V: stages per device (interleaved only)")
+    parser.add_argument("--latency", type=float, default=0.0, help="link latency, seconds (default 0)")
+    parser.add_argument(
+        "--bandwidth", type=float, default=math.inf, help="link bandwidth, bytes/s (default: infinite)"
+    )
+    parser.add_argument(
+        "--activation-bytes",
+        type=int,
+        default=0,
+        help="bytes one micro-batch sends across a stage boundary (gradients back: the same)",
+    )
+    for kind, what in (("f", "forward"), ("b", "input-grad backward"), ("w", "weight-grad backward")):
+        parser.add_argument(
+            f"--time-{kind}",
+            type=float,
+            default=1.0,
+            help=f"{what} time of one device's share of the model, seconds (default 1)",
+        )
+    parser.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
+    parser.add_argument("--gantt", metavar="FILE.png", help="also save the Gantt chart to this PNG file")
+    parser.add_argument("--transfers", action="store_true", help="draw transfers on the Gantt chart")
+
+
+def _simulate(args: argparse.Namespace) -> tuple[Timeline, dict[str, object]]:
+    info = SCHEDULES[resolve_name(args.schedule)]
+    virtual = args.virtual if args.virtual is not None else (2 if info.uses_virtual else 1)
+    schedule = build_schedule(info.name, args.stages, args.microbatches, virtual)
+    require(args.activation_bytes >= 0, f"--activation-bytes must be >= 0, got {args.activation_bytes}")
+    # the same model cut into p*v stages: each stage holds 1/v of a device's share
+    costs = StageCosts(f=args.time_f / virtual, b=args.time_b / virtual, w=args.time_w / virtual)
+    link = Link(latency_s=args.latency, bandwidth_Bps=args.bandwidth)
+    tl = simulate(schedule, costs, activation_bytes=args.activation_bytes, links=link)
+    default_costs = (args.time_f, args.time_b, args.time_w) == (1.0, 1.0, 1.0)
+    p, m = schedule.n_devices, schedule.n_microbatches
+    setup = {
+        "p": p,
+        "m": m,
+        "virtual": virtual,
+        "costs": {
+            "f": args.time_f,
+            "b": args.time_b,
+            "w": args.time_w,
+            "per_stage_divisor_v": virtual,
+            "default_uniform_time_unit": default_costs,
+        },
+        "link": {"latency_s": args.latency, "bandwidth_Bps": args.bandwidth},
+        "activation_bytes": args.activation_bytes,
+        "bubble_formula": (p - 1) / (virtual * m + p - 1),
+    }
+    return tl, setup
+
+
+def run(args: argparse.Namespace) -> int:
+    tl, setup = _simulate(args)
+    if args.gantt:
+        from course_lib.plots import save_timeline_png
+
+        save_timeline_png(tl, args.gantt, show_transfers=args.transfers)
+    if args.json:
+        out = tl.summary()
+        out.update(setup)
+        if math.isinf(args.bandwidth):
+            out["link"]["bandwidth_Bps"] = None  # JSON has no infinity; null = unlimited
+        print(json.dumps(out, indent=2))
+        return 0
+    _print_text(tl, setup, args)
+    return 0
+
+
+def _print_text(tl: Timeline, setup: dict, args: argparse.Namespace) -> None:
+    p, m, v = setup["p"], setup["m"], setup["virtual"]
+    where = f", v={v} stages per device" if v > 1 else ""
+    print(f"# {tl.schedule_name}: p={p} devices, m={m} micro-batches{where}")
+    if setup["costs"]["default_uniform_time_unit"]:
+        print("costs: uniform f=b=w=1 time unit per device's share of the model (the default; read as")
+        print("       seconds, the unit of --latency); a full backward B costs b+w")
+    else:
+        print(f"costs: f={args.time_f} s, b={args.time_b} s, w={args.time_w} s per device's share; B = b+w")
+    if v > 1:
+        print(f"       each of the {v} stages on a device costs 1/{v} of that")
+    bw = "unlimited" if math.isinf(args.bandwidth) else f"{args.bandwidth:g} B/s"
+    print(f"links: latency {args.latency:g} s, bandwidth {bw}; {args.activation_bytes} bytes per message")
+    print(f"source: {tl.source}")
+    print(f"makespan: {tl.makespan:g} s")
+    formula = "(p-1)/(m+p-1)" if v == 1 else "(p-1)/(v*m+p-1)"
+    print(
+        f"bubble: {tl.bubble_fraction:.2%} of device-time idle (simulated); "
+        f"formula {formula} = {setup['bubble_formula']:.2%} (equal costs, free links)"
+    )
+    print(f"{'device':>6} {'busy':>10} {'idle':>10} {'idle %':>7} {'peak in-flight':>15} {'peak bytes':>12}")
+    for d in tl.summary()["per_device"]:
+        nbytes = d["peak_activation_bytes"]
+        print(
+            f"{d['device']:>6} {d['busy']:>10.4g} {d['idle']:>10.4g} {d['idle_fraction']:>7.1%} "
+            f"{d['peak_inflight_microbatches']:>15} {nbytes if nbytes else '-':>12}"
+        )
+    if args.gantt:
+        print(f"Gantt chart: {args.gantt}")
