@@ -17,6 +17,7 @@ from course_lib.errors import CourseError
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("course_lib.train_cli", "train the toy transformer (reference or pipelined)"),
     "schedule": ("course_lib.schedules.cli", "print a schedule's per-device orders (text or PyTorch CSV)"),
+    "simulate": ("course_lib.simulate_cli", "simulate a schedule: time, bubble and memory per device"),
 }
 
 
