@@ -1,0 +1,41 @@
+# The course's two commands (see README.md):
+#   make lab    - set everything up (once) and open the course in JupyterLab
+#   make test   - set everything up (once) and run the whole test suite: lint, unit tests, notebooks
+# Everything lives in .venv; delete it to start over. PYTHON picks the interpreter that makes it.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+KERNEL := pipeline-course
+# Extra pip arguments for torch, e.g. a CUDA build: make lab TORCH_INDEX=https://download.pytorch.org/whl/cu128
+TORCH_INDEX ?=
+
+.PHONY: lab test lint unit notebooks setup clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(if $(TORCH_INDEX),$(BIN)/python -m pip install -q torch==2.13.0 --index-url $(TORCH_INDEX),)
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m ipykernel install --user --name $(KERNEL) --display-name "Python (pipeline course)" >/dev/null
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1
+
+lint: $(STAMP)
+	$(BIN)/ruff check course_lib tests bench data
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+notebooks: $(STAMP)
+	$(BIN)/python -m pytest -q --nbval-lax --nbval-current-env -p no:randomly notebooks
+
+test: lint unit notebooks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache
