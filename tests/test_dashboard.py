@@ -1,0 +1,107 @@
+"""The dashboard: controls drive the simulation, bad sizes give a message, hooks for later lessons."""
+
+from __future__ import annotations
+
+import time
+
+import ipywidgets as widgets
+import pytest
+
+from course_lib.dashboard import FALLBACK_LINKS, PipelineDashboard, pipeline_dashboard
+from course_lib.links import Link
+from course_lib.timeline import MEASURED, Timeline
+
+
+def _bubble_line(dash: PipelineDashboard) -> str:
+    return dash.summary_text.splitlines()[0]
+
+
+def test_widgets_are_attributes_with_descriptions():
+    dash = pipeline_dashboard("1f1b", p=4, m=8)
+    assert isinstance(dash, widgets.VBox)
+    controls = [dash.schedule_dropdown, dash.p_slider, dash.m_slider, dash.v_slider, dash.link_dropdown]
+    assert [c.description for c in controls] == [
+        "schedule",
+        "p (devices)",
+        "m (micro-batches)",
+        "v (stages per device)",
+        "link",
+    ]
+    assert {"naive", "gpipe", "1f1b", "interleaved-1f1b", "zb-h1"} <= set(dash.schedule_dropdown.options)
+    assert dash.v_slider.disabled  # 1f1b has one stage per device
+    assert dash.image.value[:4] == b"\x89PNG"
+
+
+def test_changing_p_m_schedule_changes_the_printed_bubble():
+    dash = pipeline_dashboard("1f1b", p=4, m=8)
+    assert _bubble_line(dash).startswith("bubble: 27.3% of device-time idle (simulated)")
+    assert "peak micro-batches in flight per device: 4, 3, 2, 1" in dash.summary_text
+    dash.p_slider.value = 8
+    assert _bubble_line(dash).startswith("bubble: 46.7%")  # 7/15
+    dash.m_slider.value = 32
+    assert _bubble_line(dash).startswith("bubble: 17.9%")  # 7/39
+    dash.schedule_dropdown.value = "gpipe"
+    assert _bubble_line(dash).startswith("bubble: 17.9%")  # same bubble ...
+    assert "in flight per device: 32, 32" in dash.summary_text  # ... but GPipe holds all m
+    dash.schedule_dropdown.value = "zb-h1"
+    assert _bubble_line(dash).startswith("bubble: 6.8%")  # 7/(3*32+7): a third of the idle time
+    dash.schedule_dropdown.value = "interleaved-1f1b"
+    assert not dash.v_slider.disabled
+    assert _bubble_line(dash).startswith("bubble: 9.9%")  # 7/(2*32+7)
+    assert "formula (p-1)/(v*m+p-1) = 9.9%" in _bubble_line(dash)
+
+
+def test_a_slow_link_shows_up():
+    dash = pipeline_dashboard("gpipe", p=4, m=8)
+    free = dash.timeline.makespan
+    dash.link_dropdown.value = "transatlantic (30 ms, 1.25 GB/s)"
+    assert dash.timeline.makespan > free + 2 * 3 * 0.030
+    assert "link: transatlantic" in dash.summary_text
+
+
+def test_invalid_combination_is_a_message_not_a_traceback():
+    dash = pipeline_dashboard("interleaved-1f1b", p=4, m=8)
+    dash.m_slider.value = 9
+    assert dash.summary_text.startswith("cannot simulate this combination")
+    assert "m=8 or m=10" in dash.summary_text
+    assert dash.image.value == b"" and dash.timeline is None
+    dash.m_slider.value = 10  # and it recovers
+    assert _bubble_line(dash).startswith("bubble:")
+
+
+def test_redraw_is_quick():
+    dash = pipeline_dashboard("1f1b", p=8, m=32)
+    start = time.perf_counter()
+    dash.redraw()
+    assert time.perf_counter() - start < 1.5  # target 0.3 s; loose because CI cores are shared
+
+
+def test_extra_controls_and_train_hook():
+    seen = []
+    extra = widgets.Checkbox(description="my option")
+
+    def on_train(config):
+        seen.append(config)
+        return Timeline(MEASURED, 1, list(dash.timeline.spans[:0]), schedule_name="measured run")
+
+    dash = pipeline_dashboard("1f1b", p=2, m=4, extra_controls=[extra], on_train=on_train)
+    assert extra in dash.children[1].children
+    assert dash.train_button.description == "train for real"
+    dash.train_button.click()
+    assert seen[0].schedule == "1f1b" and (seen[0].p, seen[0].m, seen[0].v) == (2, 4, 1)
+    assert "(measured)" in _bubble_line(dash)
+
+
+def test_train_hook_errors_become_messages():
+    def broken(config):
+        raise RuntimeError("no GPU here")
+
+    dash = pipeline_dashboard("1f1b", p=2, m=2, on_train=broken)
+    dash.train_button.click()
+    assert "no GPU here" in dash.summary_text
+
+
+def test_custom_links_and_fallback_presets():
+    assert FALLBACK_LINKS["free"].latency_s == 0
+    dash = pipeline_dashboard("gpipe", p=3, m=2, links={"slow": Link(latency_s=1.0)}, link="slow")
+    assert dash.timeline.makespan == pytest.approx((2 + 3 - 1) * 0.06 + 2 * (3 - 1) * 1.0)
