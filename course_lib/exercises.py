@@ -1,0 +1,43 @@
+"""Checked exercises for the lessons: a friendly verdict and a hint, never a bare AssertionError.
+
+    from course_lib.exercises import check
+    answer = None            # the student writes their number here
+    check("bubble at p=4, m=8", answer, expected=3 / 11, hint="idle share = (p-1)/(m+p-1)")
+
+``check`` prints one line and returns True/False; it never raises, so a lesson keeps running while an
+exercise is still open. Graded assignments use ``course_lib.grading`` instead, which does raise.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def verdict(answer: object, expected: float, rel_tol: float = 0.02, abs_tol: float = 1e-9) -> str:
+    """'ok', 'missing', 'not a number', 'too high by 3.2x', 'too low by 10%', ..."""
+    if answer is None or answer is Ellipsis:
+        return "missing"
+    try:
+        value = float(answer)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return "not a number"
+    if math.isclose(value, expected, rel_tol=rel_tol, abs_tol=abs_tol):
+        return "ok"
+    if expected != 0 and value != 0 and (value / expected > 2 or value / expected < 0.5):
+        ratio = value / expected
+        return f"too {'high' if ratio > 1 else 'low'} by {max(ratio, 1 / ratio):.1f}x"
+    off = (value - expected) / expected if expected else value
+    return f"too {'high' if value > expected else 'low'} by {abs(off):.0%}"
+
+
+def check(name: str, answer: object, expected: float, hint: str = "", rel_tol: float = 0.02) -> bool:
+    """Print whether `answer` matches `expected` (within rel_tol) and a hint if it does not."""
+    result = verdict(answer, expected, rel_tol)
+    if result == "ok":
+        print(f"[correct] {name}: {float(answer):.4g}")  # type: ignore[arg-type]
+        return True
+    if result == "missing":
+        print(f"[open] {name}: no answer yet. Hint: {hint}" if hint else f"[open] {name}: no answer yet.")
+        return False
+    print(f"[not yet] {name}: you gave {answer!r}, which is {result}. Hint: {hint}")
+    return False
