@@ -1,0 +1,118 @@
+"""Benchmark the simulator and the Gantt chart; compare with PyTorch's own schedule simulator.
+
+Prints, each as the median of a few repeats:
+
+1. simulate 1F1B at p=8, m=64 and render its Gantt chart to PNG (target < 150 ms);
+2. simulate 1F1B at p=64, m=1024, 131k actions (target < 2 s);
+3. our simulation time over torch.distributed.pipelining's ``_simulate_comms_compute`` on the same
+   1F1B order (target <= 1). Theirs steps every rank in lock-step to find deadlocks and idle steps;
+   ours models durations, link latency and bandwidth queues and memory, and builds a Timeline.
+
+Run::
+
+    .venv/bin/python bench/bench_simulator.py            # all three
+    .venv/bin/python bench/bench_simulator.py --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from course_lib.plots import save_timeline_png  # noqa: E402
+from course_lib.schedules.builders import build_schedule  # noqa: E402
+from course_lib.simulator import simulate  # noqa: E402
+
+
+def median_seconds(fn, repeats: int) -> float:
+    """Median wall-clock seconds of `repeats` calls (CPU seconds go to CPU_TIMES, see main)."""
+    times, cpu = [], []
+    for _ in range(repeats):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        fn()
+        times.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    CPU_TIMES.append(statistics.median(cpu))
+    return statistics.median(times)
+
+
+# CPU seconds of each measurement: on a shared machine wall time includes waiting for a core
+CPU_TIMES: list[float] = []
+
+
+def bench_gantt(repeats: int) -> float:
+    schedule = build_schedule("1f1b", 8, 64)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "gantt.png")
+        save_timeline_png(simulate(schedule), path)  # warm up matplotlib's font cache
+        return median_seconds(lambda: save_timeline_png(simulate(schedule), path), repeats)
+
+
+def bench_large(repeats: int) -> float:
+    schedule = build_schedule("1f1b", 64, 1024)
+    return median_seconds(lambda: simulate(schedule), repeats)
+
+
+def bench_vs_torch(p: int, m: int, repeats: int) -> tuple[float, float] | str:
+    """(ours, torch's) seconds for the same 1F1B order, or a reason it could not run."""
+    try:
+        from torch.distributed.pipelining.schedules import _Action, _add_send_recv, _simulate_comms_compute
+    except ImportError as err:  # private API: a future torch may move it
+        return f"skipped: torch's private schedule API is not where torch 2.13 had it ({err})"
+    schedule = build_schedule("1f1b", p, m)
+    compute = {d: [_Action.from_str(str(a)) for a in order] for d, order in enumerate(schedule.orders)}
+
+    def stage_to_rank(stage: int) -> int:
+        return schedule.stage_to_device[stage]
+
+    # torch's simulator needs the explicit SEND/RECV actions its runtime would execute
+    with_comms = _add_send_recv(compute, stage_to_rank, schedule.n_stages)
+    theirs = median_seconds(
+        lambda: _simulate_comms_compute(with_comms, stage_to_rank, schedule.n_stages), repeats
+    )
+    ours = median_seconds(lambda: simulate(schedule), repeats)
+    return ours, theirs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    r = args.repeats
+
+    t = bench_gantt(r)
+    print(
+        f"1. 1F1B p=8, m=64: simulate + Gantt PNG: {t * 1e3:.0f} ms wall, {CPU_TIMES[-1] * 1e3:.0f} ms CPU "
+        "(target < 150 ms)"
+    )
+    t = bench_large(max(1, min(r, 3)))
+    print(
+        f"2. 1F1B p=64, m=1024 (131,072 actions): simulate: {t:.2f} s wall, {CPU_TIMES[-1]:.2f} s CPU "
+        "(target < 2 s)"
+    )
+    for p, m in ((8, 64), (16, 128)):
+        result = bench_vs_torch(p, m, r)
+        if isinstance(result, str):
+            print(f"3. {result}")
+            break
+        ours, theirs = result
+        print(
+            f"3. 1F1B p={p}, m={m}: ours {ours * 1e3:.1f} ms, torch _simulate_comms_compute "
+            f"{theirs * 1e3:.1f} ms: ratio ours/theirs = {ours / theirs:.3f} (target <= 1)"
+        )
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"(median of {r} runs; {os.cpu_count()} CPU cores visible, load average {load:.1f}: "
+        "when it exceeds the cores, wall time includes waiting for one)"
+    )
+
+
+if __name__ == "__main__":
+    main()
