@@ -212,3 +212,20 @@ def test_timeline_carries_source_and_summary():
     assert summary["source"] == SIMULATED and summary["makespan"] == pytest.approx(24.0)
     assert [d["peak_inflight_microbatches"] for d in summary["per_device"]] == [3, 2, 1]
     assert all(d["busy"] + d["idle"] == pytest.approx(24.0) for d in summary["per_device"])
+
+
+def test_zb_h1_peak_memory_is_1f1b_peak():
+    # counting activations as held until W: every device reaches p, the first device's 1F1B peak
+    for p, m in [(2, 4), (4, 8), (8, 32)]:
+        zb = simulate(build_schedule("zb-h1", p, m))
+        one = simulate(build_schedule("1f1b", p, m))
+        assert [zb.peak_inflight(d) for d in range(p)] == [p] * p
+        assert max(zb.peak_inflight(d) for d in range(p)) == one.peak_inflight(0) == p
+
+
+def test_timeline_index_follows_appended_spans():
+    tl = simulate(build_schedule("1f1b", 2, 2))
+    assert tl.makespan == pytest.approx(9.0)
+    last = tl.spans_of(0)[-1]
+    tl.spans.append(type(last)(0, Action(0, Kind.F, 5), 20.0, 21.0))
+    assert tl.makespan == pytest.approx(21.0) and tl.busy(0) == pytest.approx(7.0)
