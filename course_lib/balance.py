@@ -1,0 +1,272 @@
+"""Balancing stages: measure what each layer costs, then cut the model so no stage is the bottleneck.
+
+    from course_lib.model import ModelConfig, build_model
+    from course_lib.balance import profile_layers, balanced, stage_memory, check_memory
+    model = build_model(ModelConfig(n_layers=80), seed=0)
+    prof = profile_layers(model, batch_size=4, seq_len=64)   # time, parameters, activations per layer
+    part = balanced(prof, 4, by="time")                      # minimise the slowest stage
+    part = balanced(prof, 4, by="time", schedule="1f1b", microbatches=8, budget_bytes=2**22)
+    check_memory(part, prof, "1f1b", 8, budget_bytes=2**22)  # raises OutOfMemory like a GPU would
+
+What a stage holds (bytes):
+
+- weights, gradients and AdamW's two moments: 16 bytes per parameter (fp32 here; mixed-precision
+  Adam also comes to 16: Rajbhandari et al. 2019, ZeRO, arXiv 1910.02054 sec. 3.1);
+- activations saved for backward, for every micro-batch in flight: GPipe keeps all m, 1F1B at most
+  p - stage (Narayanan et al. 2021, arXiv 2104.04473 sec. 2.2.1). ``inflight_per_stage`` reads the
+  count off any Schedule, so uneven schedules (latency-aware 1F1B) are charged what they really hold.
+
+Activations are *measured*: autograd's saved-tensor hooks see every tensor a layer keeps for its
+backward pass, so the number is what PyTorch really stores, not a formula.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from course_lib.errors import CourseError, require
+from course_lib.model import ToyGPT, layer_names, lm_loss
+from course_lib.partition import Partition, optimal, stage_totals, uniform
+from course_lib.schedules.builders import build_schedule
+from course_lib.schedules.ir import Kind, Schedule
+
+BYTES_PER_PARAM = 16  # weight 4 + gradient 4 + AdamW exp_avg 4 + exp_avg_sq 4 (fp32)
+STRATEGIES = ("uniform", "params", "time", "memory")
+
+
+@dataclass(frozen=True)
+class LayerProfile:
+    """Per-layer costs of one model at one micro-batch shape (lists indexed by layer)."""
+
+    names: list[str]
+    params: list[int]
+    time_s: list[float]  # forward + backward of one micro-batch, median of repeats
+    activation_bytes: list[int]  # saved for backward, one micro-batch
+    batch_size: int
+    seq_len: int
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.names)
+
+    def static_bytes(self) -> list[int]:
+        """Weights + gradients + optimizer state per layer."""
+        return [BYTES_PER_PARAM * p for p in self.params]
+
+    def costs(self, by: str) -> list[float]:
+        """The per-layer numbers a strategy balances."""
+        require(by in STRATEGIES, f"unknown balancing strategy {by!r}; choose one of {STRATEGIES}")
+        if by == "uniform":
+            return [1.0] * self.n_layers
+        if by == "params":
+            return [float(p) for p in self.params]
+        if by == "time":
+            return list(self.time_s)
+        # memory with one micro-batch in flight; balanced() charges each stage its real in-flight count
+        return [float(s + a) for s, a in zip(self.static_bytes(), self.activation_bytes, strict=True)]
+
+
+def _saved_bytes(fn, exclude: set[int]) -> tuple[object, int]:
+    """Run fn() and count the bytes autograd saves for backward (parameters excluded, storages once)."""
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in exclude:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return out, sum(seen.values())
+
+
+def profile_layers(
+    model: ToyGPT, batch_size: int = 4, seq_len: int | None = None, repeats: int = 5, seed: int = 0
+) -> LayerProfile:
+    """Measure every layer of `model` on this machine: forward + backward time of one micro-batch of
+    `batch_size` sequences (median of `repeats`, after one warm-up run), parameter count, and bytes of
+    activations saved for backward. The head's time includes the loss, as the last stage computes it.
+    """
+    require(batch_size >= 1, f"batch_size must be >= 1, got {batch_size}")
+    require(repeats >= 1, f"repeats must be >= 1, got {repeats}")
+    cfg = model.config
+    seq_len = seq_len or cfg.seq_len
+    require(1 <= seq_len <= cfg.seq_len, f"seq_len must be in 1..{cfg.seq_len}, got {seq_len}")
+    gen = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, cfg.vocab_size, (batch_size, seq_len), generator=gen)
+    targets = torch.randint(0, cfg.vocab_size, (batch_size, seq_len), generator=gen)
+    layers = list(model.layers)
+    param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
+
+    inputs = [idx]  # each layer's input, computed once without autograd
+    with torch.no_grad():
+        for layer in layers[:-1]:
+            inputs.append(layer(inputs[-1]))
+
+    def one_pass(i: int) -> torch.Tensor:
+        x = inputs[i] if i == 0 else inputs[i].detach().requires_grad_(True)
+        y = layers[i](x)
+        return lm_loss(y, targets) if i == len(layers) - 1 else y
+
+    saved, grads = [], []
+    for i in range(len(layers)):  # warm-up run (first calls allocate), counting saved bytes
+        out, nbytes = _saved_bytes(lambda i=i: one_pass(i), param_ptrs)
+        saved.append(nbytes)
+        grads.append(torch.ones_like(out) if out.dim() else None)
+        out.backward(grads[i])
+    times: list[list[float]] = [[] for _ in layers]
+    # round-robin over layers, so a burst of load from elsewhere on the machine hits one repeat of
+    # every layer rather than every repeat of one layer; the median then drops it
+    for _ in range(repeats):
+        for i in range(len(layers)):
+            t0 = time.perf_counter()
+            one_pass(i).backward(grads[i])
+            times[i].append(time.perf_counter() - t0)
+    model.zero_grad(set_to_none=True)
+    return LayerProfile(
+        names=layer_names(model),
+        params=[sum(p.numel() for p in layer.parameters()) for layer in layers],
+        time_s=[statistics.median(t) for t in times],
+        activation_bytes=saved,
+        batch_size=batch_size,
+        seq_len=seq_len,
+    )
+
+
+def inflight_per_stage(schedule: Schedule) -> list[int]:
+    """Most micro-batches whose activations each stage holds at once, read off the schedule's order
+    (a forward adds one, the backward that finishes it, B or W, releases it)."""
+    release = Kind.W if schedule.split_backward else Kind.B
+    peak = [0] * schedule.n_stages
+    for order in schedule.orders:
+        held: dict[int, int] = {}
+        for a in order:
+            held[a.stage] = held.get(a.stage, 0) + (a.kind is Kind.F) - (a.kind is release)
+            peak[a.stage] = max(peak[a.stage], held[a.stage])
+    return peak
+
+
+def _schedule(schedule: str | Schedule, n_stages: int, microbatches: int) -> Schedule:
+    if isinstance(schedule, Schedule):
+        require(
+            schedule.n_stages == n_stages,
+            f"the schedule has {schedule.n_stages} stages but the partition has {n_stages}",
+        )
+        return schedule
+    return build_schedule(schedule, n_stages, microbatches)
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    stage: int
+    layers: tuple[int, int]
+    static_bytes: int  # weights + gradients + optimizer state
+    activation_bytes: int  # one micro-batch's saved activations
+    inflight: int  # micro-batches held at the peak
+
+    @property
+    def total_bytes(self) -> int:
+        return self.static_bytes + self.inflight * self.activation_bytes
+
+
+def stage_memory(
+    partition: Partition, profile: LayerProfile, schedule: str | Schedule = "1f1b", microbatches: int = 8
+) -> list[StageMemory]:
+    """Peak bytes each stage needs under `schedule` (a name or a built Schedule) with m micro-batches."""
+    partition.check(profile.n_layers)
+    inflight = inflight_per_stage(_schedule(schedule, partition.n_stages, microbatches))
+    static = stage_totals(profile.static_bytes(), partition)
+    act = stage_totals(profile.activation_bytes, partition)
+    return [
+        StageMemory(s, partition.bounds[s], int(static[s]), int(act[s]), inflight[s])
+        for s in range(partition.n_stages)
+    ]
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n} B"  # unreachable
+
+
+class OutOfMemory(CourseError):
+    """A simulated device ran out of memory: raised where a real GPU would fail to allocate."""
+
+
+def check_memory(
+    partition: Partition,
+    profile: LayerProfile,
+    schedule: str | Schedule = "1f1b",
+    microbatches: int = 8,
+    budget_bytes: int | Sequence[int] = 0,
+) -> list[StageMemory]:
+    """Raise OutOfMemory, naming the first stage over budget, if any stage needs more than its device
+    has (one budget for all, or one per stage). Returns the per-stage figures when everything fits."""
+    stages = stage_memory(partition, profile, schedule, microbatches)
+    budgets = [budget_bytes] * len(stages) if isinstance(budget_bytes, (int, float)) else list(budget_bytes)
+    require(len(budgets) == len(stages), f"got {len(budgets)} budgets for {len(stages)} stages")
+    require(all(b > 0 for b in budgets), f"memory budget must be > 0 bytes, got {budgets}")
+    for st, budget in zip(stages, budgets, strict=True):
+        if st.total_bytes > budget:
+            start, end = st.layers
+            raise OutOfMemory(
+                f"simulated device {st.stage} is out of memory: stage {st.stage} (layers {start}..{end - 1}) "
+                f"needs {format_bytes(st.total_bytes)} ({st.total_bytes} bytes) but the budget is "
+                f"{format_bytes(budget)} ({int(budget)} bytes): weights+grads+AdamW "
+                f"{format_bytes(st.static_bytes)}, plus {st.inflight} micro-batch(es) in flight x "
+                f"{format_bytes(st.activation_bytes)} of activations. Try: fewer layers on this stage "
+                "(balanced(..., by='time', budget_bytes=...)), 1F1B instead of GPipe, fewer or smaller "
+                "micro-batches, or more stages"
+            )
+    return stages
+
+
+def balanced(
+    profile: LayerProfile,
+    n_stages: int,
+    by: str = "time",
+    schedule: str | Schedule = "1f1b",
+    microbatches: int = 8,
+    budget_bytes: int | None = None,
+) -> Partition:
+    """Cut the model into `n_stages` stages. `by`: 'uniform' (equal layer counts), 'params', 'time'
+    or 'memory' (each minimises the largest stage's total of that cost; 'memory' counts each stage's
+    weights, gradients, optimizer state and its peak in-flight activations under `schedule`).
+    With `budget_bytes`, only partitions whose every stage fits its device under `schedule` with m
+    micro-batches are allowed: the optimal partition for `by` under a memory budget."""
+    require(by in STRATEGIES, f"unknown balancing strategy {by!r}; choose one of {STRATEGIES}")
+    if budget_bytes is None and by == "uniform":
+        return uniform(profile.n_layers, n_stages)
+    inflight = inflight_per_stage(_schedule(schedule, n_stages, microbatches))
+    static, act = [0], [0]  # prefix sums: a stage's bytes in O(1)
+    for s_b, a_b in zip(profile.static_bytes(), profile.activation_bytes, strict=True):
+        static.append(static[-1] + s_b)
+        act.append(act[-1] + a_b)
+
+    def need(stage: int, start: int, end: int) -> float:
+        return static[end] - static[start] + inflight[stage] * (act[end] - act[start])
+
+    fits = None
+    if budget_bytes is not None:
+        require(budget_bytes > 0, f"budget_bytes must be > 0, got {budget_bytes}")
+
+        def fits(stage: int, start: int, end: int) -> bool:
+            return need(stage, start, end) <= budget_bytes
+
+    try:
+        # memory is charged per stage (in-flight counts differ); the other costs are plain sums
+        return optimal(profile.costs(by), n_stages, fits, need if by == "memory" else None)
+    except CourseError as err:
+        raise OutOfMemory(
+            f"no partition of {profile.n_layers} layers into {n_stages} stages fits a budget of "
+            f"{format_bytes(budget_bytes or 0)} per device under {schedule} with {microbatches} "
+            f"micro-batches. {err}"
+        ) from None
