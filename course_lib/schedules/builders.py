@@ -230,6 +230,18 @@ def _register_more() -> None:
         "zbh1",
         "zero-bubble-h1",
     )
+    from course_lib.schedules.latency_aware import latency_aware_1f1b
+
+    register(
+        ScheduleInfo(
+            "latency-aware-1f1b",
+            latency_aware_1f1b,
+            "1F1B with a deeper warm-up for slow links: one more micro-batch in flight per link below "
+            "a device (latency_aware_1f1b(..., extra_per_link=k) for k = ceil(2L / (t_f + t_b)))",
+            "any p >= 1, m >= 1",
+        ),
+        "wan-1f1b",
+    )
 
 
 _register_more()
