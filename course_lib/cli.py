@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("course_lib.train_cli", "train the toy transformer (reference or pipelined)"),
     "schedule": ("course_lib.schedules.cli", "print a schedule's per-device orders (text or PyTorch CSV)"),
     "simulate": ("course_lib.simulate_cli", "simulate a schedule: time, bubble and memory per device"),
+    "tp": ("course_lib.tp.cli", "tensor vs pipeline parallelism: message counts, latency sweep, measured TP"),
 }
 
 

@@ -1,0 +1,88 @@
+"""``python -m course_lib tp``: tensor against pipeline parallelism, in numbers.
+
+    python -m course_lib tp counts --layers 80 --devices 8        # messages per step and per token
+    python -m course_lib tp sweep --scenario train                 # latency sweep + crossover (model)
+    python -m course_lib tp measure --devices 2                    # real multi-process TP, injected delays
+
+``counts`` also runs the toy model split t ways in one process and prints what its f / g operators
+logged next to the formula.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+
+from course_lib.model import ModelConfig, lm_loss
+from course_lib.tp.accounting import Workload, comparison, tp_allreduces
+from course_lib.tp.cost import Scenario, describe, sweep
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("what", choices=["counts", "sweep", "measure"])
+    parser.add_argument("--layers", type=int, default=80, help="transformer blocks (default 80)")
+    parser.add_argument("--devices", type=int, default=8, help="t for TP and p for PP (default 8)")
+    parser.add_argument("--microbatches", type=int, default=8, help="micro-batches per step (default 8)")
+    parser.add_argument(
+        "--scenario",
+        choices=["train", "decode"],
+        default="train",
+        help="sweep: 70B-class training step or one generated token (FACTS.md numbers)",
+    )
+
+
+def _counts(args: argparse.Namespace) -> None:
+    print(comparison(Workload(n_layers=args.layers, microbatches=args.microbatches), args.devices))
+    cfg = ModelConfig(n_layers=args.layers, d_model=32, n_heads=4, vocab_size=64, seq_len=16)
+    from course_lib.tp.simulated import SimulatedTP  # imported here: builds a model, only for this command
+
+    t = args.devices if cfg.n_heads % args.devices == 0 else 2
+    tp = SimulatedTP.from_seed(cfg, t, seed=0)
+    x = torch.randint(0, 64, (1, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        tp(x)
+    print(
+        f"\ncounted on the toy model ({args.layers} blocks, t={t}, one forward pass = one generated token): "
+        f"{tp.log.count('all_reduce', 'forward')} all-reduces; formula 2L = "
+        f"{tp_allreduces(args.layers, t, 1, backward=False)}"
+    )
+    tp.log.clear()
+    lm_loss(tp(x), x).backward()
+    print(f"forward + backward: {tp.log.count()} all-reduces; formula 4L = {tp_allreduces(args.layers, t)}")
+
+
+def _measure(args: argparse.Namespace) -> None:
+    from course_lib.tp.distributed import noise, run_tensor_parallel
+
+    cfg = ModelConfig(n_layers=min(args.layers, 4), vocab_size=64, seq_len=32)
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randint(0, 64, (4, 32), generator=gen), torch.randint(0, 64, (4, 32), generator=gen)
+    alphas = (0.0, 1e-5, 1e-4, 1e-3)
+    res = run_tensor_parallel(cfg, args.devices, x, y, microbatches=2, alphas_s=alphas, repeats=5)
+    n = res.step_log.count()
+    base = float(np.median(res.timings[0.0]))
+    print(
+        f"real TP over {args.devices} processes ({res.backend}), {cfg.n_layers} blocks, m=2: {n} all-reduces "
+        "per step (source: measured)"
+    )
+    for a in alphas:
+        med = float(np.median(res.timings[a]))
+        model = base + n * 2 * (args.devices - 1) * a
+        print(
+            f"alpha {a * 1e6:>7.0f} us: measured {med * 1e3:8.2f} ms +- {noise(res.timings[a]) * 1e3:.2f}"
+            f"   model {model * 1e3:8.2f} ms"
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.what == "counts":
+        _counts(args)
+    elif args.what == "sweep":
+        make = Scenario.h200_70b_decode if args.scenario == "decode" else Scenario.h200_70b_training
+        sc = make(args.devices) if args.scenario == "decode" else make(args.devices, args.microbatches)
+        print(describe(sweep(sc)))
+    else:
+        _measure(args)
+    return 0

@@ -1,0 +1,247 @@
+"""Tensor parallelism for real: one process per rank, torch.distributed all-reduces between them.
+
+Each rank builds the full model from the same seed, keeps only its slice of every block (see
+``shard``) and runs the ordinary training step; the f / g operators of ``comm`` issue the real
+collectives (gloo on the CPU, NCCL when there is one GPU per rank) and log every one. An optional delay
+before each all-reduce stands in for a slower link, so the cost model can be checked against a clock.
+
+    from course_lib.model import ModelConfig
+    from course_lib.tp.distributed import run_tensor_parallel
+    res = run_tensor_parallel(ModelConfig(n_layers=4), t=2, x=x, y=y, microbatches=2)
+    res.loss, res.gradients, res.step_log.summary(), res.timings
+
+Processes are spawned from Python (MASTER_ADDR 127.0.0.1, a free port), every wait has a timeout, and a
+rank that fails sends its traceback back: nothing hangs, errors surface in the caller.
+"""
+
+from __future__ import annotations
+
+import copy
+import multiprocessing as mp
+import queue as queue_module
+import socket
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from course_lib.devices import gpu_count
+from course_lib.errors import require
+from course_lib.model import Block, ModelConfig, build_model
+from course_lib.reference import accumulate_gradients
+from course_lib.tp.comm import CommEvent, CommLog, DistComm, copy_to_ranks, reduce_from_ranks
+from course_lib.tp.shard import assemble_gradients, check_divisible, shard_block
+
+
+class RankBlock(nn.Module):
+    """One rank's part of a block: f, its heads, g, then f, its MLP units, g."""
+
+    def __init__(self, block: Block, t: int, rank: int, comm: DistComm):
+        super().__init__()
+        self.comm = comm
+        self.norm1 = copy.deepcopy(block.norm1)
+        self.norm2 = copy.deepcopy(block.norm2)
+        self.shard = shard_block(block, t, rank)
+        self.proj_bias = nn.Parameter(block.attn.proj.bias.detach().clone())
+        self.down_bias = nn.Parameter(block.mlp.down.bias.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = copy_to_ranks(self.norm1(x), self.comm)
+        x = x + reduce_from_ranks(self.shard.attention(h), self.comm) + self.proj_bias
+        h = copy_to_ranks(self.norm2(x), self.comm)
+        return x + reduce_from_ranks(self.shard.mlp(h), self.comm) + self.down_bias
+
+
+class RankModel(nn.Module):
+    def __init__(self, cfg: ModelConfig, t: int, rank: int, seed: int, comm: DistComm):
+        super().__init__()
+        first, *blocks, last = build_model(cfg, seed).layers
+        self.layers = nn.ModuleList([first, *(RankBlock(b, t, rank, comm) for b in blocks), last])
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = idx
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+@dataclass
+class TPJob:
+    cfg: ModelConfig
+    t: int
+    x: torch.Tensor
+    y: torch.Tensor
+    microbatches: int = 1
+    seed: int = 0
+    backend: str = "gloo"
+    alphas_s: tuple[float, ...] = ()  # per-hop latencies to inject; each all-reduce waits 2(t-1)*alpha
+    repeats: int = 5
+    warmup: int = 1
+    prompt_len: int = 8  # context for the "one generated token" count
+    timeout_s: float = 60.0
+
+
+@dataclass
+class TPRunResult:
+    t: int
+    backend: str
+    loss: float
+    gradients: dict[str, torch.Tensor]
+    step_log: CommLog  # one training step (m micro-batches), rank 0
+    token_log: CommLog  # one generated token (a forward pass over the prompt), rank 0
+    timings: dict[float, list[float]] = field(default_factory=dict)  # alpha -> step times (s), rank 0
+    logs_agree: bool = True  # every rank issued the same collectives
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _events(log: CommLog) -> list[tuple]:
+    return [(e.op, e.phase, e.numel, e.nbytes) for e in log.events]
+
+
+def _timed_steps(model: RankModel, job: TPJob, comm: DistComm, device: torch.device) -> dict[float, list]:
+    """Step times on this rank for each injected latency; a barrier lines the ranks up before each."""
+    x, y = job.x.to(device), job.y.to(device)
+    timings = {}
+    comm.log.enabled = False
+    for alpha in job.alphas_s:
+        comm.delay_s = 2 * (job.t - 1) * alpha  # the latency term of a ring all-reduce
+        times = []
+        for i in range(job.warmup + job.repeats):
+            model.zero_grad(set_to_none=True)
+            dist.barrier()
+            start = time.perf_counter()
+            accumulate_gradients(model, x, y, job.microbatches)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if i >= job.warmup:
+                times.append(time.perf_counter() - start)
+        timings[alpha] = times
+    comm.delay_s = 0.0
+    return timings
+
+
+def _worker(rank: int, job: TPJob, port: int, results: mp.Queue) -> None:
+    try:
+        torch.set_num_threads(1)  # ranks share the machine's cores; one thread each avoids thrashing
+        device = torch.device("cpu")
+        if job.backend == "nccl":
+            device = torch.device(f"cuda:{rank}")
+            torch.cuda.set_device(device)
+        dist.init_process_group(
+            job.backend,
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=job.t,
+            timeout=timedelta(seconds=job.timeout_s),
+        )
+        comm = DistComm(job.t)
+        model = RankModel(job.cfg, job.t, rank, job.seed, comm).to(device)
+        loss = accumulate_gradients(model, job.x.to(device), job.y.to(device), job.microbatches)
+        step = _events(comm.log)
+        grads = {n: p.grad.detach().cpu().numpy() for n, p in model.named_parameters()}
+        comm.log.clear()
+        with torch.no_grad():
+            model(job.x[:1, : job.prompt_len].to(device))  # logits of the next token
+        token = _events(comm.log)
+        timings = _timed_steps(model, job, comm, device)
+        results.put((rank, {"loss": loss, "grads": grads, "step": step, "token": token, "timings": timings}))
+        dist.barrier()
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001  the parent re-raises it with the rank's traceback
+        results.put((rank, {"error": traceback.format_exc()}))
+
+
+def _log(events: list[tuple]) -> CommLog:
+    return CommLog([CommEvent(*e) for e in events])
+
+
+def choose_backend(t: int, backend: str = "auto") -> str:
+    """'auto': NCCL when there is one GPU per rank, else gloo on the CPU."""
+    require(backend in ("auto", "gloo", "nccl"), f"backend must be auto, gloo or nccl, got {backend!r}")
+    if backend == "auto":
+        return "nccl" if gpu_count() >= t else "gloo"
+    require(backend != "nccl" or gpu_count() >= t, f"nccl needs {t} GPUs (one per rank), found {gpu_count()}")
+    return backend
+
+
+def run_tensor_parallel(
+    cfg: ModelConfig,
+    t: int,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    microbatches: int = 1,
+    seed: int = 0,
+    backend: str = "auto",
+    alphas_s: tuple[float, ...] = (),
+    repeats: int = 5,
+    prompt_len: int = 8,
+    timeout_s: float = 60.0,
+) -> TPRunResult:
+    """Spawn t ranks, run one training step (plus timed steps for each alpha), gather everything."""
+    check_divisible(cfg, t)
+    require(timeout_s > 0, f"timeout_s must be > 0, got {timeout_s}")
+    job = TPJob(
+        cfg,
+        t,
+        x,
+        y,
+        microbatches,
+        seed,
+        choose_backend(t, backend),
+        tuple(alphas_s),
+        repeats,
+        prompt_len=prompt_len,
+        timeout_s=timeout_s,
+    )
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_worker, args=(r, job, port, results), daemon=True) for r in range(t)]
+    for p in procs:
+        p.start()
+    got: dict[int, dict] = {}
+    deadline = time.monotonic() + timeout_s + 30  # + start-up: each rank imports torch first
+    try:
+        while len(got) < t:
+            try:
+                rank, payload = results.get(timeout=max(deadline - time.monotonic(), 0.1))
+            except queue_module.Empty:
+                raise RuntimeError(
+                    f"tensor-parallel run (t={t}) timed out; ranks done: {sorted(got)}"
+                ) from None
+            if "error" in payload:
+                raise RuntimeError(f"rank {rank} of {t} failed:\n{payload['error']}")
+            got[rank] = payload
+        for p in procs:
+            p.join(timeout=10)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+    rank_grads = [{n: torch.from_numpy(g) for n, g in got[r]["grads"].items()} for r in range(t)]
+    return TPRunResult(
+        t=t,
+        backend=job.backend,
+        loss=got[0]["loss"],
+        gradients=assemble_gradients(rank_grads),
+        step_log=_log(got[0]["step"]),
+        token_log=_log(got[0]["token"]),
+        timings={a: got[0]["timings"][a] for a in job.alphas_s},
+        logs_agree=all(got[r]["step"] == got[0]["step"] and got[r]["token"] == got[0]["token"] for r in got),
+    )
+
+
+def noise(times: list[float]) -> float:
+    """Spread of repeated measurements: the sample standard deviation (0 for fewer than two)."""
+    return float(np.std(times, ddof=1)) if len(times) > 1 else 0.0

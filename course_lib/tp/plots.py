@@ -1,0 +1,74 @@
+"""Figures for TP against PP: the latency sweep (model lines) with measured points beside it.
+
+from course_lib.tp.cost import Scenario, sweep
+from course_lib.tp.plots import plot_sweep
+plot_sweep(sweep(Scenario.h200_70b_training()))
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from course_lib.tp.cost import Sweep
+
+
+def plot_sweep(sw: Sweep, marker_s: float | None = None, ax_pair=None):
+    """Left: step time against per-hop latency (log-log); right: share of time compute waits."""
+    if ax_pair is None:
+        _, ax_pair = plt.subplots(1, 2, figsize=(11, 4))
+    left, right = ax_pair
+    us = sw.alphas_s * 1e6
+    left.loglog(us, sw.tp_s, label=f"TP, t={sw.scenario.devices}")
+    left.loglog(us, sw.pp_s, label=f"PP, p={sw.scenario.devices}")
+    right.semilogx(us, 100 * sw.tp_wait, label="TP: waits for all-reduces")
+    right.semilogx(us, 100 * sw.pp_wait, label="PP: bubble + hops")
+    for ax in ax_pair:
+        if sw.crossover_s:
+            ax.axvline(
+                sw.crossover_s * 1e6,
+                color="0.4",
+                ls="--",
+                lw=1,
+                label=f"crossover {sw.crossover_s * 1e6:.3g} us",
+            )
+        if marker_s is not None:
+            ax.axvline(marker_s * 1e6, color="black", ls=":", lw=1.5, label=f"you: {marker_s * 1e6:.3g} us")
+        ax.set_xlabel("per-hop link latency alpha (us)")
+        ax.legend(fontsize=8)
+    left.set_ylabel("step time (s)")
+    right.set_ylabel("share of time compute waits (%)")
+    right.set_ylim(0, 100)
+    left.set_title(f"{sw.scenario.name}\nsource: model (alpha-beta)", fontsize=9)
+    right.set_title("waiting share\nsource: model (alpha-beta)", fontsize=9)
+    return ax_pair
+
+
+def plot_measured(
+    alphas_s, times_by_alpha: dict, baseline_s: float, per_step_allreduces: int, t: int, ax=None
+):
+    """Measured TP step times (median, error bar = sample std) against the model line
+    baseline + allreduces * 2(t-1) * alpha, where baseline is the measured step at alpha = 0."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 4))
+    alphas = np.asarray(alphas_s, float)
+    med = np.array([np.median(times_by_alpha[a]) for a in alphas_s])
+    std = np.array([np.std(times_by_alpha[a], ddof=1) if len(times_by_alpha[a]) > 1 else 0 for a in alphas_s])
+    grid = np.logspace(np.log10(max(alphas[alphas > 0].min(), 1e-7) / 2), np.log10(alphas.max() * 2), 50)
+    ax.plot(grid * 1e6, 1e3 * (baseline_s + per_step_allreduces * 2 * (t - 1) * grid), label="model")
+    shown = alphas > 0
+    ax.errorbar(
+        alphas[shown] * 1e6,
+        med[shown] * 1e3,
+        yerr=std[shown] * 1e3,
+        fmt="o",
+        capsize=3,
+        label="measured (median, +-1 std)",
+    )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("injected per-hop latency alpha (us)")
+    ax.set_ylabel("step time (ms)")
+    ax.set_title(f"real multi-process TP, t={t}: source: measured (points) and model (line)", fontsize=9)
+    ax.legend(fontsize=8)
+    return ax

@@ -1,0 +1,145 @@
+"""Cut a transformer block into t tensor-parallel shards, and put gradients back together.
+
+Megatron-LM's recipe (Shoeybi et al. 2019), for one block of the toy model:
+
+- attention: the qkv projection is split by *columns* (each rank gets whole heads: n_heads / t of
+  them), the output projection by *rows* (each rank multiplies its own heads' outputs). Each rank
+  ends with a partial sum of the block's output; one all-reduce adds them up.
+- MLP: ``up`` split by columns (4d / t hidden units each; GELU acts on each unit alone, so no
+  communication is needed between the two matmuls), ``down`` by rows; one all-reduce again.
+
+Biases of the row-split layers are added once, after the all-reduce. LayerNorms, the embedding and the
+head are replicated on every rank (Megatron also splits the embedding by vocabulary; the toy keeps it
+whole, so only the 4 all-reduces per block appear in the counts).
+
+    from course_lib.model import ModelConfig, build_model
+    from course_lib.tp.shard import shard_block
+    model = build_model(ModelConfig(n_layers=2), seed=0)
+    shard_block(model.layers[1], t=2, rank=0)        # rank 0's slice of block 0
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course_lib.errors import require
+from course_lib.model import Block, ModelConfig
+
+
+def check_divisible(cfg: ModelConfig, t: int) -> None:
+    """Refuse a tensor-parallel size that does not split the width, the heads or the MLP evenly."""
+    require(isinstance(t, int) and t >= 1, f"tensor-parallel size t must be an integer >= 1, got {t!r}")
+    require(
+        cfg.d_model % t == 0,
+        f"tensor-parallel size t={t} does not divide the width d_model={cfg.d_model}; "
+        f"choose t among the divisors of {cfg.d_model}",
+    )
+    require(
+        cfg.n_heads % t == 0,
+        f"tensor-parallel size t={t} does not divide the head count n_heads={cfg.n_heads}; each rank "
+        f"must hold whole heads, so choose t among the divisors of {cfg.n_heads}",
+    )
+    hidden = cfg.mlp_ratio * cfg.d_model
+    require(
+        hidden % t == 0,
+        f"tensor-parallel size t={t} does not divide the MLP width {hidden}; choose a divisor of {hidden}",
+    )
+
+
+def _qkv_rows(d: int, t: int, rank: int) -> list[slice]:
+    """Rows of the (3d, d) qkv weight that belong to `rank`: its slice of q, of k and of v."""
+    width = d // t
+    return [slice(part * d + rank * width, part * d + (rank + 1) * width) for part in range(3)]
+
+
+class BlockShard(nn.Module):
+    """One rank's slices of a block's four matrices; computes partial sums, never communicates."""
+
+    def __init__(self, block: Block, t: int, rank: int):
+        super().__init__()
+        d = block.attn.proj.weight.shape[0]
+        hidden = block.mlp.up.weight.shape[0]
+        self.heads = block.attn.n_heads // t
+        rows = _qkv_rows(d, t, rank)
+        cols = slice(rank * d // t, (rank + 1) * d // t)
+        units = slice(rank * hidden // t, (rank + 1) * hidden // t)
+        with torch.no_grad():  # clones: each shard owns its parameters, as on a separate GPU
+            self.qkv_weight = nn.Parameter(torch.cat([block.attn.qkv.weight[r] for r in rows]).clone())
+            self.qkv_bias = nn.Parameter(torch.cat([block.attn.qkv.bias[r] for r in rows]).clone())
+            self.proj_weight = nn.Parameter(block.attn.proj.weight[:, cols].clone())
+            self.up_weight = nn.Parameter(block.mlp.up.weight[units].clone())
+            self.up_bias = nn.Parameter(block.mlp.up.bias[units].clone())
+            self.down_weight = nn.Parameter(block.mlp.down.weight[:, units].clone())
+
+    def attention(self, x: torch.Tensor) -> torch.Tensor:
+        """This rank's heads -> a partial (b, s, d) output; the sum over ranks is the full projection."""
+        b, s, _ = x.shape
+        q, k, v = F.linear(x, self.qkv_weight, self.qkv_bias).chunk(3, dim=2)
+        head_dim = q.shape[2] // self.heads
+        q, k, v = (z.view(b, s, self.heads, head_dim).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.linear(y.transpose(1, 2).reshape(b, s, -1), self.proj_weight)  # bias after the sum
+
+    def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        """This rank's hidden units -> a partial (b, s, d) output."""
+        return F.linear(F.gelu(F.linear(x, self.up_weight, self.up_bias)), self.down_weight)
+
+
+def shard_block(block: Block, t: int, rank: int) -> BlockShard:
+    require(0 <= rank < t, f"rank must be in 0..{t - 1} for t={t}, got {rank}")
+    return BlockShard(block, t, rank)
+
+
+def assemble_block_grads(shard_grads: list[dict[str, torch.Tensor]], prefix: str) -> dict[str, torch.Tensor]:
+    """Glue t shards' gradients (``{"qkv_weight": ..., ...}`` per rank) back into full-model tensors.
+
+    `prefix` is the block's name in the full model, e.g. ``"layers.1"``.
+    """
+    width = shard_grads[0]["proj_weight"].shape[1]  # d / t: each rank's slice of q, of k, of v
+
+    def qkv(name: str) -> torch.Tensor:  # each rank holds (q_r, k_r, v_r); full is (q_0..q_t, k.., v..)
+        return torch.cat(
+            [g[name][part * width : (part + 1) * width] for part in range(3) for g in shard_grads]
+        )
+
+    def cat(name: str, dim: int) -> torch.Tensor:
+        return torch.cat([g[name] for g in shard_grads], dim=dim)
+
+    return {
+        f"{prefix}.attn.qkv.weight": qkv("qkv_weight"),
+        f"{prefix}.attn.qkv.bias": qkv("qkv_bias"),
+        f"{prefix}.attn.proj.weight": cat("proj_weight", 1),
+        f"{prefix}.mlp.up.weight": cat("up_weight", 0),
+        f"{prefix}.mlp.up.bias": cat("up_bias", 0),
+        f"{prefix}.mlp.down.weight": cat("down_weight", 1),
+    }
+
+
+# Replicated parameters that live under another name in the TP models than in the full model.
+_RENAMES = {"proj_bias": "attn.proj.bias", "down_bias": "mlp.down.bias"}
+
+
+def assemble_gradients(rank_grads: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Per-rank gradients of a TP model -> gradients named like the full model's parameters.
+
+    Rank dicts use the TP models' naming: ``layers.<i>.shard.<name>`` for a rank's slice, anything
+    else for a replicated parameter (taken from rank 0: all ranks hold the same value).
+    """
+    full: dict[str, torch.Tensor] = {}
+    blocks: dict[str, list[dict[str, torch.Tensor]]] = {}
+    for name, grad in rank_grads[0].items():
+        if ".shard." in name:
+            prefix = name.split(".shard.")[0]
+            if prefix not in blocks:
+                blocks[prefix] = [
+                    {k.split(".shard.")[1]: v for k, v in rg.items() if k.startswith(prefix + ".shard.")}
+                    for rg in rank_grads
+                ]
+            continue
+        prefix, _, leaf = name.rpartition(".")
+        full[f"{prefix}.{_RENAMES.get(leaf, leaf)}"] = grad
+    for prefix, shard_grads in blocks.items():
+        full.update(assemble_block_grads(shard_grads, prefix))
+    return full
