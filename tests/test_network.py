@@ -142,3 +142,25 @@ def test_hiding_costs_activation_memory():
     # and buys back almost all the latency: idle is the flush bound, plain pays 2L per round trip
     assert aware.idle(0) == pytest.approx(flush_bound(p, t_f, t_b, [lat] * 3))
     assert plain.makespan - aware.makespan > 20 * lat
+
+
+def test_latency_map_functions_and_widget_never_raise_on_bad_input(capsys):
+    from course_lib.latency_map import latency_map, link_rows, simulate_placement
+
+    places = ["Ashburn VA", "Dublin", "Frankfurt", "Singapore"]
+    rows = link_rows(places)
+    assert [r["link"] for r in rows] == ["stage 0 -> 1", "stage 1 -> 2", "stage 2 -> 3"]
+    assert rows[0]["km"] == pytest.approx(distance_km(site("Ashburn VA"), site("Dublin")))
+    plain = simulate_placement(places, 8, 0.01, 0.02, "1f1b")
+    aware = simulate_placement(places, 8, 0.01, 0.02, "latency-aware-1f1b")
+    assert aware.makespan < plain.makespan
+    assert max(aware.idle(d) for d in range(4)) <= aware.notes["flush_bound_s"] + 1e-12
+    box = latency_map(places)
+    capsys.readouterr()
+    box.children[5].value = -3.0  # t_f: a negative compute time gives a message, not a traceback
+    # (outside a kernel the Output widget passes prints through to stdout)
+    assert "cannot simulate this placement: compute times must be > 0 seconds, got t_f=-0.003" in (
+        capsys.readouterr().out
+    )
+    with pytest.raises(CourseError, match="unknown schedule 'zb'"):
+        simulate_placement(places, schedule="zb")
