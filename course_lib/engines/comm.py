@@ -1,0 +1,207 @@
+"""Point-to-point messages between pipeline ranks: who sends what to whom, and the sends/receives.
+
+Between two stages on different ranks travel two kinds of message per micro-batch: the forward's
+activation (stage s -> s+1) and the backward's input gradient (stage s+1 -> s). Every message has
+a key (stage that produced it, micro-batch, direction), and both ends can list all of a step's
+messages from the Schedule alone, so a receiver knows in advance what will arrive, from whom, its
+shape, and in which order the sender will send it.
+
+How messages are matched, so that nothing deadlocks:
+
+- gloo (CPU): every message has its own tag (``message_tag``), and the receiver posts all of a
+  step's receives at the start of the step into preallocated buffers. Data then moves in the
+  background while the rank computes; waiting for an input costs nothing if it already arrived.
+- NCCL (GPU): NCCL ignores tags and matches messages between two ranks in posting order, and one
+  rank's sends and receives to the same peer share a stream. So receives are posted lazily, in
+  the sender's order, right before the action that needs them (what torch.distributed.pipelining
+  does too).
+
+Sends never block compute: ``isend`` returns at once (or the message goes to an injected link's
+sender thread, see ``links_injected.py``), and a rank waits for its sends only at the end of the
+step, before the optimizer step.
+
+Try it (no processes needed)::
+
+    from course_lib.schedules.builders import build_schedule
+    from course_lib.engines.comm import incoming_messages
+    incoming_messages(build_schedule("1f1b", 2, 4), device=1)   # what rank 1 receives, in order
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from course_lib.schedules.ir import Action, Kind, Schedule
+
+FORWARD, BACKWARD = 0, 1  # direction of a message: activation going up, gradient going down
+
+
+@dataclass(frozen=True)
+class Message:
+    """The output of `producer` (an F or a B/I action) travelling from `src` to `dst`."""
+
+    producer: Action
+    src: int
+    dst: int
+
+    @property
+    def direction(self) -> int:
+        return FORWARD if self.producer.kind is Kind.F else BACKWARD
+
+    @property
+    def boundary(self) -> int:
+        """The stage boundary (s -> s+1) this message crosses: its link."""
+        s = self.producer.stage
+        return s if self.direction == FORWARD else s - 1
+
+    @property
+    def consumer_stage(self) -> int:
+        return self.producer.stage + (1 if self.direction == FORWARD else -1)
+
+
+def message_of(action: Action, schedule: Schedule) -> Message | None:
+    """The message `action`'s output becomes, or None if it stays on its rank (or goes nowhere)."""
+    s, where = action.stage, schedule.stage_to_device
+    if action.kind is Kind.F and s < schedule.n_stages - 1:
+        nxt = s + 1
+    elif action.kind in (Kind.B, Kind.I) and s > 0:
+        nxt = s - 1
+    else:
+        return None
+    if where[nxt] == where[s]:
+        return None
+    return Message(action, where[s], where[nxt])
+
+
+def input_message(action: Action, schedule: Schedule) -> Message | None:
+    """The message `action` must receive before it can run (None if its input is local)."""
+    s = action.stage
+    grad_kind = Kind.I if schedule.split_backward else Kind.B
+    if action.kind is Kind.F and s > 0:
+        producer = Action(s - 1, Kind.F, action.microbatch)
+    elif action.kind in (Kind.B, Kind.I) and s < schedule.n_stages - 1:
+        producer = Action(s + 1, grad_kind, action.microbatch)
+    else:
+        return None
+    return message_of(producer, schedule)
+
+
+def incoming_messages(schedule: Schedule, device: int) -> list[Message]:
+    """Every message `device` receives in one step, grouped per sender in the sender's order."""
+    out = []
+    for order in schedule.orders:
+        for a in order:
+            msg = message_of(a, schedule)
+            if msg is not None and msg.dst == device:
+                out.append(msg)
+    return out
+
+
+def message_tag(msg: Message, schedule: Schedule, step: int) -> int:
+    """A tag unique to the message within two consecutive steps (gloo matches on (sender, tag))."""
+    n_st, n_mb = schedule.n_stages, schedule.n_microbatches
+    key = ((step % 2) * n_mb + msg.producer.microbatch) * n_st + msg.producer.stage
+    return key * 2 + msg.direction
+
+
+@dataclass
+class RecvEvent:
+    """When this rank asked for a message and when it had it (perf_counter seconds since t0)."""
+
+    producer: Action
+    src: int
+    wait_start: float
+    wait_end: float
+
+
+@dataclass
+class SendEvent:
+    """When this rank handed a message over, and when an injected link delivers it (or None)."""
+
+    producer: Action
+    dst: int
+    handoff: float
+    deliver_at: float | None
+    nbytes: int
+
+
+class PeerFailure(RuntimeError):
+    """Waiting for a peer failed: the peer died, raised, or did not answer within the timeout.
+    ``peer`` is the rank this one was waiting for (None if unknown)."""
+
+    def __init__(self, message: str, peer: int | None = None):
+        super().__init__(message)
+        self.peer = peer
+
+
+class StepComm:
+    """One rank's sends and receives for one step.
+
+    `shape_of(msg)` gives the tensor shape of a message (known from the config); `sender` is an
+    injected-links sender (or None to send directly). `t0` is the rank's aligned clock origin.
+    """
+
+    def __init__(self, schedule, device, step, shape_of, torch_device, t0, prepost, sender=None):
+        self.schedule, self.device, self.step = schedule, device, step
+        self.torch_device, self.t0, self.sender = torch_device, t0, sender
+        self.pending: dict[Action, tuple[torch.Tensor, object]] = {}
+        self.handles: list[object] = []
+        self.recv_events: list[RecvEvent] = []
+        self.send_events: list[SendEvent] = []
+        self._shape_of = shape_of
+        if prepost:  # gloo: post every receive of the step now; data moves while we compute
+            for msg in incoming_messages(schedule, device):
+                self._post(msg)
+
+    def _post(self, msg: Message) -> None:
+        buf = torch.empty(self._shape_of(msg), dtype=torch.float32, device=self.torch_device)
+        work = dist.irecv(buf, src=msg.src, tag=message_tag(msg, self.schedule, self.step))
+        self.pending[msg.producer] = (buf, work)
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def receive(self, msg: Message) -> torch.Tensor:
+        """Block until `msg` is here and return it."""
+        if msg.producer not in self.pending:
+            self._post(msg)
+        buf, work = self.pending.pop(msg.producer)
+        start = self.now()
+        try:
+            work.wait()
+        except Exception as err:  # gloo: peer closed the connection, or the timeout passed
+            raise PeerFailure(
+                f"rank {self.device} waited for {msg.producer} from rank {msg.src} and the wait failed: "
+                f"{type(err).__name__}: {err}",
+                peer=msg.src,
+            ) from err
+        self.recv_events.append(RecvEvent(msg.producer, msg.src, start, self.now()))
+        return buf
+
+    def send(self, msg: Message, tensor: torch.Tensor, link=None) -> None:
+        """Hand `tensor` over without waiting for it to arrive."""
+        tensor = tensor.detach().contiguous()
+        tag = message_tag(msg, self.schedule, self.step)
+        nbytes = tensor.numel() * tensor.element_size()
+        handoff = self.now()
+        deliver_at = None
+        if self.sender is not None and link is not None:
+            deliver_at = self.sender.enqueue(tensor, msg.dst, tag, nbytes, link) - self.t0
+        else:
+            self.handles.append(dist.isend(tensor, dst=msg.dst, tag=tag))
+        self.send_events.append(SendEvent(msg.producer, msg.dst, handoff, deliver_at, nbytes))
+
+    def finish(self) -> None:
+        """Wait until every send of the step has left (before the optimizer step)."""
+        if self.sender is not None:
+            self.handles += self.sender.drain()
+        try:
+            for work in self.handles:
+                work.wait()
+        except Exception as err:
+            raise PeerFailure(f"rank {self.device}: a send failed: {type(err).__name__}: {err}") from err
+        self.handles.clear()

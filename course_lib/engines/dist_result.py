@@ -1,0 +1,134 @@
+"""What a distributed run hands back: losses, step times, memory, and one measured Timeline per step.
+
+Every rank records its own spans (start and end of each action, on the common clock set at the
+start barrier), the messages it sent and when it waited for the ones it received. Rank 0 gathers
+those records and ``merge_records`` turns them into a Timeline with source ``measured``:
+
+- a span is one action's compute (waiting for an input is *not* inside it: that wait is bubble);
+- a transfer starts when the sender handed the tensor over and ends when the receiver had it. The
+  receiver only knows when its wait returned; if it had to wait, that is the arrival, otherwise
+  the data was already there and the end is taken as the injected link's delivery time (or the
+  hand-over, on a free link), capped at the moment the receiver asked.
+
+    result = run_distributed(cfg, "1f1b", stages=2)
+    result.timeline.bubble_fraction      # measured, last step
+    result.step_time_s                   # median step (slowest rank), first step left out
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+import torch
+
+from course_lib.schedules.ir import Schedule
+from course_lib.timeline import MEASURED, Span, Timeline, Transfer
+
+_WAITED = 1e-4  # a wait longer than this means the data was not there yet
+
+
+def merge_step(records: list[dict], step: int, schedule: Schedule) -> Timeline:
+    """One step of every rank, merged into one Timeline; times start at 0 (the earliest action)."""
+    steps = [r["steps"][step] for r in records]
+    t_min = min((a[1] for st in steps for a in st["spans"]), default=0.0)
+    spans = [
+        Span(r["rank"], a, s - t_min, e - t_min)
+        for r, st in zip(records, steps, strict=True)
+        for a, s, e in st["spans"]
+    ]
+    recvs = {ev.producer: ev for st in steps for ev in st["recvs"]}
+    transfers = []
+    for r, st in zip(records, steps, strict=True):
+        for ev in st["sends"]:
+            got = recvs.get(ev.producer)
+            if got is None:
+                continue
+            if got.wait_end - got.wait_start > _WAITED:
+                end = got.wait_end
+            else:
+                end = min(got.wait_end, max(ev.handoff, ev.deliver_at or ev.handoff))
+            transfers.append(
+                Transfer(r["rank"], ev.dst, ev.producer, ev.handoff - t_min, end - t_min, ev.nbytes)
+            )
+    return Timeline(
+        source=MEASURED,
+        n_devices=schedule.n_devices,
+        spans=spans,
+        transfers=transfers,
+        schedule_name=schedule.name,
+        notes={"step": step, "peak_saved_bytes": [st["peak_saved_bytes"] for st in steps]},
+    )
+
+
+@dataclass
+class DistributedResult:
+    """The outcome of ``run_distributed`` (or of rank 0 under torchrun)."""
+
+    schedule: str
+    ranks: int
+    losses: list[float]  # the batch's mean training loss, per step
+    step_times_s: list[list[float]]  # [rank][step]: wall clock of each rank's step
+    timelines: list[Timeline]  # measured, one per step
+    peak_saved_bytes: list[list[int]]  # [rank][step]: most bytes held for backward during the step
+    saved_bytes_samples: list[list[tuple[float, int]]]  # [rank]: (time, bytes) after each action, last step
+    grads: dict[str, torch.Tensor] | None = None  # last step's gradients (return_grads=True)
+    params: dict[str, torch.Tensor] | None = None  # weights after the last step (return_grads=True)
+    config: dict = field(default_factory=dict)
+
+    @property
+    def timeline(self) -> Timeline:
+        """The last step's measured Timeline (the first step also pays for warm-up)."""
+        return self.timelines[-1]
+
+    @property
+    def bubble_fraction(self) -> float:
+        return self.timeline.bubble_fraction
+
+    def step_times(self, skip_warmup: int = 1) -> list[float]:
+        """Per step, the slowest rank's time (the step ends when every rank is done)."""
+        per_step = [max(times) for times in zip(*self.step_times_s, strict=True)]
+        return per_step[skip_warmup:] if len(per_step) > skip_warmup else per_step
+
+    @property
+    def step_time_s(self) -> float:
+        """Median step after the first (warm-up) step."""
+        times = self.step_times()
+        return statistics.median(times) if times else 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "engine": "distributed",
+            "schedule": self.schedule,
+            "ranks": self.ranks,
+            "losses": self.losses,
+            "step_time_s": self.step_time_s,
+            "step_times_s": self.step_times_s,
+            "bubble_fraction": self.bubble_fraction,
+            "timeline_source": self.timeline.source,
+            "peak_saved_bytes": [max(p) if p else 0 for p in self.peak_saved_bytes],
+            "config": self.config,
+        }
+
+
+def build_result(records: list[dict], schedule: Schedule, config: dict) -> DistributedResult:
+    """Rank 0's merge of every rank's record."""
+    records = sorted(records, key=lambda r: r["rank"])
+    n_steps = len(records[0]["steps"])
+    losses = next((r["losses"] for r in records if r["losses"]), [])
+    grads = params = None
+    if all("grads" in r for r in records):
+        grads = {k: v for r in records for k, v in r["grads"].items()}
+        params = {k: v for r in records for k, v in r["params"].items()}
+    return DistributedResult(
+        schedule=schedule.name,
+        ranks=schedule.n_devices,
+        losses=losses,
+        step_times_s=[[st["end"] - st["start"] for st in r["steps"]] for r in records],
+        timelines=[merge_step(records, k, schedule) for k in range(n_steps)],
+        peak_saved_bytes=[[st["peak_saved_bytes"] for st in r["steps"]] for r in records],
+        saved_bytes_samples=[r["steps"][-1]["saved_bytes"] if r["steps"] else [] for r in records],
+        grads=grads,
+        params=params,
+        config=config,
+    )

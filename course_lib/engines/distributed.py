@@ -1,0 +1,225 @@
+"""The distributed engine: one process per pipeline rank, real sends and receives, measured wall clock.
+
+From a notebook or Python (spawns p processes on this machine, returns the result to the caller)::
+
+    from course_lib.reference import TrainConfig
+    from course_lib.engines.distributed import run_distributed
+    from course_lib.links import Link
+    r = run_distributed(TrainConfig(n_layers=8, steps=5), "1f1b", stages=2)
+    r.losses, r.step_time_s, r.timeline.bubble_fraction        # measured
+    r = run_distributed(TrainConfig(n_layers=8, steps=5), "1f1b", stages=2,
+                        links=Link(latency_s=0.05))               # a 50 ms link between the stages
+
+From the shell, with torchrun (one process per rank; rank 0 prints the summary)::
+
+    torchrun --nproc-per-node 2 -m course_lib.engines.distributed --schedule 1f1b --layers 8 --steps 5
+    torchrun --nproc-per-node 2 -m course_lib.engines.distributed --schedule interleaved-1f1b \\
+        --virtual 2 --microbatches 4 --latency 0.05 --json
+
+Several machines: the usual torchrun rendezvous flags, the same command on every node::
+
+    torchrun --nnodes 2 --nproc-per-node 1 --node-rank 0 --rdzv-backend c10d \\
+        --rdzv-endpoint HOST0:29500 -m course_lib.engines.distributed --schedule gpipe --layers 80
+    (on the second node: the same with --node-rank 1)
+
+Backend: gloo on CPUs, NCCL when the ranks run on GPUs (``--device cuda``: rank r uses its local
+GPU). Failures: a rank that raises or dies stops every other rank within ``timeout_s`` (peers see
+the closed connection at once; a rank that hangs is caught by the process group's timeout), and
+the error names the failed rank and its exception. Under torchrun, torchrun itself tears the group
+down and names the failed rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import replace
+
+import torch.distributed as dist
+
+from course_lib.devices import gpu_count
+from course_lib.engines.dist_launch import DistributedError, free_port, gather_and_merge, init_rank, launch
+from course_lib.engines.dist_result import DistributedResult
+from course_lib.engines.dist_worker import FAULT_KINDS, Fault, RunSpec, run_rank
+from course_lib.engines.runtime import CHECKPOINT_MODES
+from course_lib.errors import CourseError, require
+from course_lib.links import Link
+from course_lib.reference import TrainConfig
+from course_lib.schedules.validate import validate
+
+__all__ = ["DistributedError", "DistributedResult", "Fault", "launch", "make_spec", "run_distributed"]
+
+
+def _per_boundary_links(links, n_boundaries: int) -> tuple[Link, ...] | None:
+    if links is None:
+        return None
+    if isinstance(links, Link):
+        return (links,) * n_boundaries
+    links = tuple(links)
+    require(
+        all(isinstance(link, Link) for link in links),
+        f"links must be a Link or a list of Links (one per stage boundary), got {links!r}",
+    )
+    require(
+        len(links) == n_boundaries,
+        f"got {len(links)} links but the pipeline has {n_boundaries} stage boundaries (stage s -> s+1); "
+        "give one Link per boundary, or a single Link for all",
+    )
+    return links
+
+
+def make_spec(
+    cfg: TrainConfig,
+    schedule: str = "1f1b",
+    stages: int = 2,
+    *,
+    virtual: int = 1,
+    partition: list[int] | tuple[int, ...] | None = None,
+    links: Link | list[Link] | None = None,
+    checkpoint: str = "never",
+    timeout_s: float = 60.0,
+    fault: Fault | None = None,
+    return_grads: bool = False,
+    threads: int | None = None,
+) -> RunSpec:
+    """Check every input and build the spec; raises CourseError before any process starts."""
+    cfg.check()
+    require(
+        isinstance(stages, int) and not isinstance(stages, bool) and stages >= 1,
+        f"stages (pipeline ranks) must be a whole number >= 1, got {stages!r}",
+    )
+    require(
+        checkpoint in CHECKPOINT_MODES,
+        f"unknown checkpoint mode {checkpoint!r}; expected one of {', '.join(CHECKPOINT_MODES)}",
+    )
+    require(timeout_s > 0, f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+    device = cfg.device.strip().lower()
+    require(
+        device in ("cpu", "cuda", "auto"), f"the distributed engine runs on 'cpu' or 'cuda', got {device!r}"
+    )
+    if device == "auto":
+        device = "cuda" if gpu_count() >= stages else "cpu"
+    if device == "cuda":
+        require(
+            gpu_count() >= stages,
+            f"device 'cuda' needs one GPU per rank: {stages} ranks, but this machine has {gpu_count()} GPUs",
+        )
+    if fault is not None:
+        require(fault.how in FAULT_KINDS, f"fault.how must be one of {FAULT_KINDS}, got {fault.how!r}")
+        require(0 <= fault.rank < stages, f"fault.rank must be in 0..{stages - 1}, got {fault.rank}")
+    n_layers = cfg.n_layers + 2  # embedding + blocks + head
+    spec = RunSpec(
+        cfg=replace(cfg, device=device),
+        schedule=schedule,
+        ranks=stages,
+        virtual=virtual,
+        partition_sizes=tuple(partition) if partition is not None else None,
+        links=None,
+        checkpoint=checkpoint,
+        timeout_s=float(timeout_s),
+        backend="nccl" if device == "cuda" else "gloo",
+        fault=fault,
+        return_grads=return_grads,
+        threads=threads or max(1, (os.cpu_count() or 1) // stages),
+    )
+    sched = spec.build_schedule()  # checks the schedule name, p, m and v
+    validate(sched)
+    spec.partition(n_layers).check(n_layers)  # checks the partition
+    require(
+        spec.partition(n_layers).n_stages == sched.n_stages,
+        f"partition {list(partition or [])} has {len(partition or [])} stages but schedule "
+        f"{sched.name!r} with {stages} ranks x {virtual} virtual has {sched.n_stages}",
+    )
+    return replace(spec, links=_per_boundary_links(links, sched.n_stages - 1))
+
+
+def run_distributed(
+    cfg: TrainConfig, schedule: str = "1f1b", stages: int = 2, *, timeout_s: float = 60.0, **options
+) -> DistributedResult:
+    """Train with `stages` processes on this machine (gloo on CPU, NCCL with ``cfg.device='cuda'``).
+
+    Options (all checked before any process starts): ``virtual`` (stages per rank, interleaved),
+    ``partition`` (layers per stage, embedding and head included), ``links`` (a Link or one per stage
+    boundary: injected latency and bandwidth), ``checkpoint`` (never / except_last / always),
+    ``fault`` (a Fault, to watch a failure), ``return_grads``, ``threads`` (torch threads per rank).
+    A failed rank raises DistributedError within about `timeout_s`, naming the rank and its exception.
+    """
+    return launch([make_spec(cfg, schedule, stages, timeout_s=timeout_s, **options)])[0]
+
+
+# ---- torchrun ---------------------------------------------------------------------------------------
+def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, TrainConfig]:
+    parser = argparse.ArgumentParser(
+        prog="torchrun --nproc-per-node P -m course_lib.engines.distributed", description=__doc__
+    )
+    d = TrainConfig()
+    parser.add_argument("--schedule", default="1f1b")
+    parser.add_argument("--virtual", type=int, default=1, help="stages per rank (interleaved-1f1b)")
+    parser.add_argument("--layers", type=int, default=d.n_layers)
+    parser.add_argument("--width", type=int, default=d.d_model)
+    parser.add_argument("--heads", type=int, default=d.n_heads)
+    parser.add_argument("--seq-len", type=int, default=d.seq_len)
+    parser.add_argument("--batch-size", type=int, default=d.batch_size)
+    parser.add_argument("--microbatches", "-m", type=int, default=d.microbatches)
+    parser.add_argument("--steps", type=int, default=d.steps)
+    parser.add_argument("--lr", type=float, default=d.lr)
+    parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument("--device", default="cpu", help="cpu (gloo) or cuda (NCCL, one GPU per rank)")
+    parser.add_argument("--checkpoint", default="never", help=", ".join(CHECKPOINT_MODES))
+    parser.add_argument("--latency", type=float, default=None, help="injected link latency, seconds")
+    parser.add_argument("--bandwidth", type=float, default=None, help="injected link bandwidth, bytes/s")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds until a silent peer is an error")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    cfg = TrainConfig(
+        n_layers=args.layers, d_model=args.width, n_heads=args.heads, seq_len=args.seq_len,
+        batch_size=args.batch_size, microbatches=args.microbatches, steps=args.steps, lr=args.lr,
+        seed=args.seed, device=args.device,
+    )  # fmt: skip
+    return args, cfg
+
+
+def links_from_flags(latency: float | None, bandwidth: float | None) -> Link | None:
+    """--latency / --bandwidth -> one Link for every boundary (None when neither is given)."""
+    if latency is None and bandwidth is None:
+        return None
+    return Link(latency_s=latency or 0.0, bandwidth_Bps=bandwidth or float("inf"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run as one rank under torchrun (RANK, WORLD_SIZE, MASTER_ADDR... come from torchrun)."""
+    args, cfg = _parse(argv)
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    try:
+        spec = make_spec(
+            cfg, args.schedule, world, virtual=args.virtual, checkpoint=args.checkpoint,
+            links=links_from_flags(args.latency, args.bandwidth), timeout_s=args.timeout,
+        )  # fmt: skip
+    except CourseError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if "MASTER_ADDR" not in os.environ:  # plain `python -m ...` with one rank
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    try:
+        device = init_rank(spec, rank, world)
+        result = gather_and_merge(spec, rank, run_rank(spec, rank, device))
+    except Exception as err:
+        print(f"[rank {rank}] failed: {type(err).__name__}: {err}", file=sys.stderr)
+        raise
+    dist.destroy_process_group()
+    if result is not None:
+        if args.json:
+            print(json.dumps(result.to_json()))
+        else:
+            print(
+                f"{result.schedule}: {world} ranks, {cfg.steps} steps, loss {result.losses[0]:.3f} -> "
+                f"{result.losses[-1]:.3f}; median step {result.step_time_s * 1000:.1f} ms, "
+                f"bubble {result.bubble_fraction:.1%} (measured)"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
