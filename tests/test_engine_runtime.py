@@ -1,0 +1,63 @@
+"""StageRuntime on its own: I + W equal B, the stash is freed, checkpointing keeps only inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_lib.engines.runtime import StageRuntime
+from course_lib.errors import CourseError
+from course_lib.model import ModelConfig, build_model
+from course_lib.partition import stage_modules, uniform
+
+CFG = ModelConfig(n_layers=3, d_model=16, n_heads=2, vocab_size=8, seq_len=8)
+
+
+def run_two_stages(split: bool, checkpoint: str, m: int = 2):
+    torch.manual_seed(0)
+    model = build_model(CFG, seed=0)
+    x, y = torch.randint(0, 8, (4, 8)), torch.randint(0, 8, (4, 8))
+    stages = [
+        StageRuntime(s, 2, mod, m, checkpoint)
+        for s, mod in enumerate(stage_modules(model.layers, uniform(5, 2)))
+    ]
+    held = []
+    for mb, (xm, ym) in enumerate(zip(x.chunk(m), y.chunk(m), strict=True)):
+        stages[1].forward(mb, stages[0].forward(mb, xm), ym)
+        held.append([s.saved_bytes() for s in stages])
+    for mb in range(m):
+        if split:
+            stages[0].backward_input(mb, stages[1].backward_input(mb, None))
+            stages[1].backward_weight(mb)
+            stages[0].backward_weight(mb)
+        else:
+            stages[0].backward(mb, stages[1].backward(mb, None))
+    return model, stages, held
+
+
+@pytest.mark.parametrize("checkpoint", ["never", "except_last", "always"])
+def test_split_backward_gives_the_full_backward_gradients(checkpoint):
+    full, stages_full, _ = run_two_stages(False, checkpoint)
+    split, stages_split, _ = run_two_stages(True, checkpoint)
+    assert stages_full[1].loss() == stages_split[1].loss()
+    for a, b in zip(full.parameters(), split.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=1e-8)
+    assert all(s.saved_bytes() == 0 and s.inflight() == 0 for s in stages_full + stages_split)
+
+
+def test_held_bytes_grow_per_microbatch_and_checkpointing_keeps_less():
+    _, _, never = run_two_stages(False, "never")
+    _, _, always = run_two_stages(False, "always")
+    assert never[1][0] == pytest.approx(2 * never[0][0], rel=0.01)  # two micro-batches, twice the bytes
+    assert always[1][1] < never[1][1] / 10  # only the inputs of stage 1 (two small activations)
+
+
+def test_wrong_order_is_refused():
+    model = build_model(CFG, seed=0)
+    stage = StageRuntime(0, 2, torch.nn.Sequential(*model.layers[:2]), 2)
+    with pytest.raises(CourseError, match="W for micro-batch 0 before its I"):
+        stage.backward_weight(0)
+    with pytest.raises(CourseError, match="no forward of micro-batch 1"):
+        stage.backward(1, torch.zeros(1))
+    with pytest.raises(CourseError, match="unknown checkpoint mode 'sometimes'"):
+        StageRuntime(0, 2, torch.nn.Sequential(*model.layers[:2]), 2, checkpoint="sometimes")
