@@ -156,3 +156,17 @@ def test_bad_input_is_refused_before_any_work(corpus, kwargs, words, monkeypatch
 def test_microbatches_not_dividing_the_batch_is_refused(corpus):
     with pytest.raises(CourseError, match="3 micro-batches do not divide the batch of 8"):
         LocalPipelineTrainer(small_cfg(microbatches=3), "gpipe", 2, corpus=corpus)
+
+
+def test_lesson_run_gives_losses_and_both_timelines():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from course_lib.engines.lesson_runs import train_pipeline
+
+    run = train_pipeline("gpipe", 2, 4, steps=2, n_layers=4, progress=False, **SMALL)
+    assert len(run.losses) == 2
+    assert run.measured.source == "measured compute + simulated links"
+    assert run.simulated.source == "simulated"
+    assert len(run.measured.spans) == len(run.simulated.spans) == 2 * 4 * 2
+    assert len(run.plot().axes) == 2

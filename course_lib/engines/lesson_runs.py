@@ -1,0 +1,72 @@
+"""Real runs for the lessons: train with a schedule; the measured and the simulated timeline side by side.
+
+    from course_lib.engines.lesson_runs import train_pipeline
+    run = train_pipeline("gpipe", stages=4, microbatches=8, steps=20, n_layers=16)
+    run.losses                    # the loss per step (equal to the reference trainer's)
+    run.measured.bubble_fraction  # measured compute + simulated links (what this machine did)
+    run.simulated.bubble_fraction # the textbook model: every stage the same, the same links
+    run.plot()                    # the two Gantt charts, one above the other
+
+The simulated timeline gives every stage the *mean* of the measured costs, so the two charts differ
+only where the real stages differ (uneven partitions, the embedding and the head, noise).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+
+from course_lib.engines.local import LocalPipelineTrainer, PipelineResult
+from course_lib.links import Link
+from course_lib.reference import TrainConfig
+from course_lib.simulator import StageCosts, simulate
+from course_lib.timeline import Timeline
+
+
+@dataclass
+class LessonRun:
+    result: PipelineResult
+    measured: Timeline  # measured compute + simulated links
+    simulated: Timeline  # equal stages at the mean measured cost
+
+    @property
+    def losses(self) -> list[float]:
+        return self.result.losses
+
+    def plot(self):
+        """Measured-compute Gantt chart above the simulated one; returns the figure."""
+        import matplotlib.pyplot as plt
+
+        from course_lib.plots import plot_timeline
+
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 2 + 0.9 * self.measured.n_devices), sharex=True)
+        plot_timeline(self.measured, ax=top)
+        plot_timeline(self.simulated, ax=bottom)
+        fig.tight_layout()
+        return fig
+
+
+def train_pipeline(
+    schedule: str = "1f1b",
+    stages: int = 4,
+    microbatches: int = 8,
+    steps: int = 20,
+    *,
+    n_layers: int = 80,
+    virtual: int = 1,
+    links: Link | None = None,
+    checkpoint: str = "never",
+    progress: bool = True,
+    **config,
+) -> LessonRun:
+    """Train the toy model with the local engine; other TrainConfig fields may be given by name."""
+    cfg = replace(TrainConfig(), n_layers=n_layers, microbatches=microbatches, steps=steps, **config)
+    trainer = LocalPipelineTrainer(cfg, schedule, stages, virtual=virtual, checkpoint=checkpoint, links=links)
+    result = trainer.train(progress=progress)
+    costs = result.costs
+    n = trainer.schedule.n_stages
+    f, b, w = costs.per_stage(n)
+    mean = StageCosts(f=statistics.fmean(f), b=statistics.fmean(b), w=statistics.fmean(w))
+    boundary = result.timeline.notes.get("boundary_bytes", 0)
+    simulated = simulate(trainer.schedule, mean, activation_bytes=boundary, links=trainer.plan.links)
+    return LessonRun(result=result, measured=result.timeline, simulated=simulated)
