@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
     F = "F"  # forward
     B = "B"  # full backward: input grad + weight grad
     I = "I"  # noqa: E741  backward, input grad only (Zero Bubble's "B")
