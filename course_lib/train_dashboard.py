@@ -1,0 +1,137 @@
+"""The lessons' dashboard with a "train for real" button: move the sliders, then run that pipeline.
+
+The sliders simulate (answering within a blink); the button trains the 80-layer toy with the chosen
+schedule, p, m (and v, link) on the local engine, with a progress bar, and shows the run's loss and
+its measured-compute Gantt chart above the simulated one, each labelled with its source.
+
+Try it, in a notebook cell::
+
+    from course_lib.train_dashboard import training_dashboard
+    dash = training_dashboard("gpipe", p=4, m=8)
+    dash                        # sliders, chart, and the "train for real" button
+    dash.train_button.click()   # what the button does (a few seconds on a laptop CPU)
+    dash.last_run.losses, print(dash.train_text)
+
+Each micro-batch holds ``samples_per_microbatch`` sequences, so the batch is m times that: any m
+the schedule accepts can be trained. A setting the engine refuses (say, more stages than layers)
+is explained in words under the chart, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from course_lib.dashboard import DashboardConfig, PipelineDashboard
+from course_lib.engines.lesson_runs import LessonRun, train_pipeline
+from course_lib.errors import CourseError, require
+from course_lib.simulator import StageCosts
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """What the button trains besides the dashboard's own choices (kept small: a few seconds)."""
+
+    n_layers: int = 80
+    steps: int = 3  # the first step warms up and is left out of the timeline, so at least 2 are useful
+    samples_per_microbatch: int = 1
+    seq_len: int = 32
+    device: str = "auto"  # one GPU per stage when there are enough, else simulated devices
+
+    def check(self) -> None:
+        require(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
+        require(
+            self.samples_per_microbatch >= 1,
+            f"samples_per_microbatch must be >= 1, got {self.samples_per_microbatch}",
+        )
+
+
+def mean_costs(run: LessonRun) -> StageCosts:
+    """The run's measured F / B / W costs averaged over its stages: one number each, for the sliders."""
+    f, b, w = run.result.costs.per_stage(len(run.result.peak_saved_bytes))  # one entry per stage
+    return StageCosts(f=statistics.fmean(f), b=statistics.fmean(b), w=statistics.fmean(w))
+
+
+def run_summary(run: LessonRun, config: DashboardConfig | None = None) -> str:
+    """A few lines on a real run: what ran, its losses, the two bubbles (each with its source)."""
+    what = f"{run.result.schedule}, p={run.measured.n_devices}, m={run.result.config.get('microbatches')}"
+    if config is not None and config.v > 1:
+        what += f", v={config.v}"
+    losses = ", ".join(f"{x:.3f}" for x in run.losses)
+    return "\n".join(
+        [
+            f"trained {what} on {run.result.n_layers} blocks: loss per step {losses}",
+            f"bubble: {run.measured.bubble_fraction:.1%} ({run.measured.source}) vs "
+            f"{run.simulated.bubble_fraction:.1%} ({run.simulated.source}, equal stages)",
+            f"median step {run.result.step_time_s * 1e3:.0f} ms on this machine, all stages in one process",
+        ]
+    )
+
+
+class TrainingDashboard(PipelineDashboard):
+    """PipelineDashboard whose "train for real" button runs the local engine (see the module docstring).
+
+    After a run: ``last_run`` (a LessonRun) and ``train_text`` (what was printed under the chart)."""
+
+    def __init__(self, settings: TrainSettings | None = None, **kwargs):
+        self.settings = settings if settings is not None else TrainSettings()
+        self.settings.check()
+        self.last_run: LessonRun | None = None
+        self.train_text = ""
+        super().__init__(on_train=self._train_for_real, **kwargs)
+
+    def _train_for_real(self, c: DashboardConfig) -> None:
+        from IPython.display import clear_output, display
+
+        s = self.settings
+        self.train_button.disabled = True  # one run at a time: a second click would interleave bars
+        try:
+            with self.output:
+                clear_output(wait=True)
+                try:
+                    run = train_pipeline(
+                        c.schedule,
+                        c.p,
+                        c.m,
+                        steps=s.steps,
+                        n_layers=s.n_layers,
+                        virtual=c.v,
+                        links=c.link,
+                        batch_size=c.m * s.samples_per_microbatch,
+                        seq_len=s.seq_len,
+                        eval_batches=1,
+                        device=s.device,
+                    )
+                except CourseError as err:
+                    self.train_text = f"cannot train this combination: {err}"
+                    print(self.train_text)
+                    return None
+                self.last_run = run
+                self.train_text = run_summary(run, c)
+                print(self.train_text)
+                fig = run.plot()
+                display(fig)
+                import matplotlib.pyplot as plt
+
+                plt.close(fig)  # shown once, inside the box; not again at the end of the cell
+        finally:
+            self.train_button.disabled = False
+        return None
+
+
+def training_dashboard(
+    schedule: str = "1f1b",
+    p: int = 4,
+    m: int = 8,
+    v: int = 2,
+    settings: TrainSettings | None = None,
+    run: LessonRun | None = None,
+    **kwargs,
+) -> TrainingDashboard:
+    """Build the dashboard; `run` (a lesson's real run) sets the sliders' costs to its measured mean,
+    so the simulated chart is in this machine's milliseconds. Other keywords go to PipelineDashboard."""
+    if run is not None:
+        kwargs.setdefault("costs", mean_costs(run))
+        boundary = run.measured.notes.get("boundary_bytes") or [0]
+        kwargs.setdefault("activation_bytes", int(max(boundary)))  # the dashboard takes one size for all
+    return TrainingDashboard(settings=settings, schedule=schedule, p=p, m=m, v=v, **kwargs)
