@@ -4,7 +4,7 @@
     answer = None            # the student writes their number here
     check("bubble at p=4, m=8", answer, expected=3 / 11, hint="idle share = (p-1)/(m+p-1)")
 
-``check`` prints one line and returns True/False; it never raises, so a lesson keeps running while an
+``check`` prints one line (and returns nothing, so a notebook shows only that line); it never raises, so a lesson keeps running while an
 exercise is still open. Graded assignments use ``course_lib.grading`` instead, which does raise.
 """
 
@@ -30,14 +30,12 @@ def verdict(answer: object, expected: float, rel_tol: float = 0.02, abs_tol: flo
     return f"too {'high' if value > expected else 'low'} by {abs(off):.0%}"
 
 
-def check(name: str, answer: object, expected: float, hint: str = "", rel_tol: float = 0.02) -> bool:
+def check(name: str, answer: object, expected: float, hint: str = "", rel_tol: float = 0.02) -> None:
     """Print whether `answer` matches `expected` (within rel_tol) and a hint if it does not."""
     result = verdict(answer, expected, rel_tol)
     if result == "ok":
         print(f"[correct] {name}: {float(answer):.4g}")  # type: ignore[arg-type]
-        return True
-    if result == "missing":
+    elif result == "missing":
         print(f"[open] {name}: no answer yet. Hint: {hint}" if hint else f"[open] {name}: no answer yet.")
-        return False
-    print(f"[not yet] {name}: you gave {answer!r}, which is {result}. Hint: {hint}")
-    return False
+    else:
+        print(f"[not yet] {name}: you gave {answer!r}, which is {result}. Hint: {hint}")

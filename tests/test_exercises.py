@@ -10,8 +10,9 @@ def test_verdicts_say_how_far_off():
 
 
 def test_check_prints_hint_and_never_raises(capsys):
-    assert check("bubble", None, 0.5, hint="(p-1)/(m+p-1)") is False
-    assert "no answer yet" in capsys.readouterr().out
-    assert check("bubble", 0.5, 0.5) is True
-    assert check("bubble", 2.0, 0.5, hint="h") is False
+    check("bubble", None, 0.5, hint="(p-1)/(m+p-1)")
+    assert "no answer yet. Hint: (p-1)/(m+p-1)" in capsys.readouterr().out
+    check("bubble", 0.5, 0.5)
+    assert capsys.readouterr().out.startswith("[correct] bubble")
+    check("bubble", 2.0, 0.5, hint="h")
     assert "too high by 4.0x. Hint: h" in capsys.readouterr().out
