@@ -76,3 +76,9 @@ def test_width_or_heads_that_t_does_not_divide_are_refused_by_name():
         run_tensor_parallel(CFG, 3, torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long))
     with pytest.raises(CourseError, match=r"integer >= 1, got 0"):
         SimulatedTP.from_seed(CFG, 0)
+
+
+def test_a_failing_rank_surfaces_its_error_instead_of_hanging():
+    bad = torch.full((1, 4), 99, dtype=torch.long)  # token ids beyond the vocabulary: the embedding raises
+    with pytest.raises(RuntimeError, match=r"rank \d of 2 failed:(.|\n)*IndexError"):
+        run_tensor_parallel(CFG, 2, bad, bad, timeout_s=20)
