@@ -48,6 +48,7 @@ def merge_step(records: list[dict], step: int, schedule: Schedule) -> Timeline:
                 end = got.wait_end
             else:
                 end = min(got.wait_end, max(ev.handoff, ev.deliver_at or ev.handoff))
+            end = max(end, ev.handoff)  # clocks of different machines can disagree a little
             transfers.append(
                 Transfer(r["rank"], ev.dst, ev.producer, ev.handoff - t_min, end - t_min, ev.nbytes)
             )
@@ -57,7 +58,11 @@ def merge_step(records: list[dict], step: int, schedule: Schedule) -> Timeline:
         spans=spans,
         transfers=transfers,
         schedule_name=schedule.name,
-        notes={"step": step, "peak_saved_bytes": [st["peak_saved_bytes"] for st in steps]},
+        notes={
+            "step": step,
+            "peak_saved_bytes": [st["peak_saved_bytes"] for st in steps],
+            "clock": records[0].get("clock", ""),
+        },
     )
 
 

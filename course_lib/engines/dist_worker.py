@@ -12,8 +12,11 @@ Outputs go to the neighbouring stage: a Python dict when it lives on this rank, 
 injected link) when it does not. After the last action the rank waits for its sends and steps its
 optimizer: one step per batch, after the flush, exactly as the reference trainer does.
 
-Clocks: all ranks leave one barrier together and take that moment as time 0, so the spans they
-record (perf_counter, seconds) line up in one Timeline. This module runs inside a process that
+Clocks: the spans every rank records (perf_counter, seconds) must line up in one Timeline. On one
+machine all processes read the same monotonic clock, so every rank takes rank 0's time 0 and the
+spans are exact. Across machines there is no shared clock: each rank takes the moment it left a
+common barrier as its time 0, which is right to within that barrier's skew (about one network
+latency), and the Timeline's notes say so. This module runs inside a process that
 already joined the process group; ``distributed.py`` starts those processes.
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from dataclasses import dataclass, replace
 
@@ -110,9 +114,28 @@ def _global_names(module: nn.Module, first_layer: int) -> dict[str, nn.Parameter
     return out
 
 
+def _common_clock(rank: int) -> tuple[float, str]:
+    """Time 0 for this rank's spans, and how it was aligned with the other ranks."""
+    dist.barrier()
+    here = (socket.gethostname(), time.perf_counter())
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, here)
+    if all(host == everyone[0][0] for host, _ in everyone):
+        return everyone[0][1], "one machine: shared monotonic clock"
+    return here[1], "several machines: aligned at a barrier (error about one network latency)"
+
+
 def run_rank(spec: RunSpec, rank: int, torch_device: torch.device) -> dict:
     """Train `spec.cfg.steps` batches as pipeline rank `rank`; return what this rank measured."""
-    torch.set_num_threads(spec.threads)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(spec.threads)  # p ranks share the machine's cores
+    try:
+        return _run_rank(spec, rank, torch_device)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_rank(spec: RunSpec, rank: int, torch_device: torch.device) -> dict:
     cfg = spec.cfg
     corpus, model = setup(replace(cfg, device="cpu"))  # same weights on every rank, from the seed
     schedule = spec.build_schedule()
@@ -133,10 +156,9 @@ def run_rank(spec: RunSpec, rank: int, torch_device: torch.device) -> dict:
     on_gpu = torch_device.type == "cuda"
     gen = torch.Generator().manual_seed(cfg.seed)  # the reference trainer's batches, in its order
 
-    record: dict = {"rank": rank, "stages": mine, "steps": []}
+    t0, clock = _common_clock(rank)
+    record: dict = {"rank": rank, "stages": mine, "steps": [], "clock": clock}
     losses: list[float] = []
-    dist.barrier()
-    t0 = time.perf_counter()  # everybody left the barrier now: the common time 0
     try:
         for step in range(cfg.steps):
             x, y = corpus.batch("train", cfg.batch_size, cfg.seq_len, gen)

@@ -14,7 +14,9 @@ From the shell, with torchrun (one process per rank; rank 0 prints the summary):
 
     torchrun --nproc-per-node 2 -m course_lib.engines.distributed --schedule 1f1b --layers 8 --steps 5
     torchrun --nproc-per-node 2 -m course_lib.engines.distributed --schedule interleaved-1f1b \\
-        --virtual 2 --microbatches 4 --latency 0.05 --json
+        --virtual-stages 2 --microbatches 4 --latency 0.05 --json
+
+(Spell flags out under torchrun: it reads ``-m`` and abbreviations such as ``--virtual`` as its own.)
 
 Several machines: the usual torchrun rendezvous flags, the same command on every node::
 
@@ -57,9 +59,8 @@ def _per_boundary_links(links, n_boundaries: int) -> tuple[Link, ...] | None:
         return None
     if isinstance(links, Link):
         return (links,) * n_boundaries
-    links = tuple(links)
     require(
-        all(isinstance(link, Link) for link in links),
+        isinstance(links, (list, tuple)) and all(isinstance(link, Link) for link in links),
         f"links must be a Link or a list of Links (one per stage boundary), got {links!r}",
     )
     require(
@@ -67,7 +68,7 @@ def _per_boundary_links(links, n_boundaries: int) -> tuple[Link, ...] | None:
         f"got {len(links)} links but the pipeline has {n_boundaries} stage boundaries (stage s -> s+1); "
         "give one Link per boundary, or a single Link for all",
     )
-    return links
+    return tuple(links)
 
 
 def make_spec(
@@ -83,6 +84,7 @@ def make_spec(
     fault: Fault | None = None,
     return_grads: bool = False,
     threads: int | None = None,
+    local_ranks: int | None = None,
 ) -> RunSpec:
     """Check every input and build the spec; raises CourseError before any process starts."""
     cfg.check()
@@ -99,12 +101,14 @@ def make_spec(
     require(
         device in ("cpu", "cuda", "auto"), f"the distributed engine runs on 'cpu' or 'cuda', got {device!r}"
     )
+    local_ranks = local_ranks or stages  # ranks on this machine (torchrun: LOCAL_WORLD_SIZE)
     if device == "auto":
-        device = "cuda" if gpu_count() >= stages else "cpu"
+        device = "cuda" if gpu_count() >= local_ranks else "cpu"
     if device == "cuda":
         require(
-            gpu_count() >= stages,
-            f"device 'cuda' needs one GPU per rank: {stages} ranks, but this machine has {gpu_count()} GPUs",
+            gpu_count() >= local_ranks,
+            f"device 'cuda' needs one GPU per rank: {local_ranks} ranks here, but this machine has "
+            f"{gpu_count()} GPUs",
         )
     if fault is not None:
         require(fault.how in FAULT_KINDS, f"fault.how must be one of {FAULT_KINDS}, got {fault.how!r}")
@@ -122,7 +126,7 @@ def make_spec(
         backend="nccl" if device == "cuda" else "gloo",
         fault=fault,
         return_grads=return_grads,
-        threads=threads or max(1, (os.cpu_count() or 1) // stages),
+        threads=threads or max(1, (os.cpu_count() or 1) // local_ranks),
     )
     sched = spec.build_schedule()  # checks the schedule name, p, m and v
     validate(sched)
@@ -156,7 +160,10 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, TrainConfig]:
     )
     d = TrainConfig()
     parser.add_argument("--schedule", default="1f1b")
-    parser.add_argument("--virtual", type=int, default=1, help="stages per rank (interleaved-1f1b)")
+    # torchrun would take a bare --virtual for its own --virtual-local-rank: spell it out
+    parser.add_argument(
+        "--virtual-stages", "--virtual", dest="virtual", type=int, default=1, help="stages per rank"
+    )
     parser.add_argument("--layers", type=int, default=d.n_layers)
     parser.add_argument("--width", type=int, default=d.d_model)
     parser.add_argument("--heads", type=int, default=d.n_heads)
@@ -171,6 +178,7 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, TrainConfig]:
     parser.add_argument("--latency", type=float, default=None, help="injected link latency, seconds")
     parser.add_argument("--bandwidth", type=float, default=None, help="injected link bandwidth, bytes/s")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds until a silent peer is an error")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads per rank")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     cfg = TrainConfig(
@@ -196,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = make_spec(
             cfg, args.schedule, world, virtual=args.virtual, checkpoint=args.checkpoint,
             links=links_from_flags(args.latency, args.bandwidth), timeout_s=args.timeout,
+            local_ranks=int(os.environ.get("LOCAL_WORLD_SIZE", world)), threads=args.threads,
         )  # fmt: skip
     except CourseError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -207,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         result = gather_and_merge(spec, rank, run_rank(spec, rank, device))
     except Exception as err:
         print(f"[rank {rank}] failed: {type(err).__name__}: {err}", file=sys.stderr)
+        if world == 1 and dist.is_initialized():  # in-process run: leave no process group behind
+            dist.destroy_process_group()
         raise
     dist.destroy_process_group()
     if result is not None:

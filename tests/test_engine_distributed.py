@@ -1,0 +1,145 @@
+"""Distributed engine without processes: input checks, the message plan, injected-link timing, merging."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import torch
+
+from course_lib.engines import links_injected
+from course_lib.engines.comm import incoming_messages, input_message, message_of, message_tag
+from course_lib.engines.dist_result import build_result
+from course_lib.engines.dist_worker import Fault
+from course_lib.engines.distributed import make_spec
+from course_lib.errors import CourseError
+from course_lib.links import Link
+from course_lib.reference import TrainConfig
+from course_lib.schedules.builders import build_schedule
+from course_lib.schedules.ir import Action, Kind
+from course_lib.timeline import MEASURED
+
+TINY = dict(n_layers=6, d_model=16, n_heads=2, seq_len=16, batch_size=8, steps=1)
+
+
+# ---- bad input fails before any process starts ---------------------------------------------------
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(stages=0), ["stages", "0"]),
+        (dict(stages=2.5), ["stages", "2.5"]),
+        (dict(cfg=TrainConfig(**TINY, microbatches=3)), ["3 micro-batches", "choose m from"]),
+        (dict(schedule="pipedream-2bw"), ["pipedream-2bw", "1f1b"]),
+        (dict(partition=[4, 3]), ["[4, 3]", "8"]),  # covers 7 of 8 layers
+        (dict(partition=[2, 2, 4]), ["3 stages", "2"]),
+        (dict(partition=[0, 8]), ["at least one layer", "[0, 8]"]),
+        (dict(stages=9), ["9 stages", "8 layers"]),
+        (dict(links=[Link(), Link()]), ["2 links", "1 stage boundar"]),
+        (dict(links="fast"), ["links", "fast"]),
+        (dict(checkpoint="sometimes"), ["sometimes", "except_last"]),
+        (dict(timeout_s=0), ["timeout_s", "0"]),
+        (dict(cfg=TrainConfig(**TINY, device="tpu")), ["tpu"]),
+        (dict(fault=Fault(rank=5)), ["fault.rank", "5"]),
+        (dict(fault=Fault(rank=0, how="explode")), ["explode", "raise"]),
+    ],
+)
+def test_bad_input_is_refused_with_the_value_named(kwargs, words):
+    args = dict(cfg=TrainConfig(**TINY, microbatches=4), schedule="1f1b", stages=2) | kwargs
+    with pytest.raises(CourseError) as err:
+        make_spec(args.pop("cfg"), args.pop("schedule"), args.pop("stages"), **args)
+    for word in words:
+        assert word in str(err.value), (word, str(err.value))
+
+
+def test_cuda_needs_one_gpu_per_rank():
+    if torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has the GPUs")
+    with pytest.raises(CourseError, match="cuda"):  # no GPU at all, or fewer than ranks
+        make_spec(TrainConfig(**TINY, microbatches=4, device="cuda"), "1f1b", 2)
+
+
+def test_a_good_spec_has_one_link_per_boundary_and_gloo_on_cpu():
+    spec = make_spec(TrainConfig(**TINY, microbatches=4), "interleaved-1f1b", 2, virtual=2, links=Link(0.01))
+    assert spec.backend == "gloo" and spec.n_stages == 4
+    assert spec.links == (Link(0.01),) * 3
+
+
+# ---- the message plan --------------------------------------------------------------------------
+def test_messages_cross_ranks_only_and_follow_the_senders_order():
+    sched = build_schedule("interleaved-1f1b", 2, 4, virtual=2)  # stage s on rank s % 2
+    incoming = incoming_messages(sched, device=1)
+    # rank 1 holds stages 1 and 3: it receives activations of stages 0 and 2, gradients of stage 2
+    kinds = {(m.producer.stage, m.producer.kind) for m in incoming}
+    assert kinds == {(0, Kind.F), (2, Kind.F), (2, Kind.B)}
+    assert len(incoming) == 3 * 4
+    sent_order = [a for a in sched.orders[0] if message_of(a, sched) is not None]
+    assert [m.producer for m in incoming] == sent_order
+    # every receive the schedule needs is in the plan, and nothing else
+    needed = [input_message(a, sched) for a in sched.orders[1]]
+    assert sorted(m.producer for m in needed if m) == sorted(m.producer for m in incoming)
+
+
+def test_stages_on_one_rank_exchange_nothing():
+    sched = build_schedule("1f1b", 1, 4)
+    assert incoming_messages(sched, 0) == []
+    assert all(message_of(a, sched) is None for a in sched.orders[0])
+
+
+def test_tags_are_unique_over_two_steps():
+    sched = build_schedule("zb-h1", 4, 8)
+    msgs = [m for d in range(4) for m in incoming_messages(sched, d)]
+    tags = [(m.src, m.dst, message_tag(m, sched, step)) for step in (0, 1) for m in msgs]
+    assert len(set(tags)) == len(tags) == 2 * 2 * 3 * 8  # 2 steps, 2 directions, 3 boundaries, 8 mbs
+
+
+# ---- injected links: delivery times, without processes ----------------------------------------
+def test_injected_link_queues_bandwidth_but_overlaps_latency(monkeypatch):
+    sent = []
+    monkeypatch.setattr(
+        links_injected.dist, "isend", lambda t, dst, tag: sent.append((time.perf_counter(), tag)) or "work"
+    )
+    links = links_injected.InjectedLinks()
+    link = Link(latency_s=0.05, bandwidth_Bps=1e6)  # 10 kB take 10 ms on the wire
+    t0 = time.perf_counter()
+    due = [links.enqueue(torch.zeros(1), 1, tag, 10_000, link) for tag in range(3)]
+    enqueue_cost = time.perf_counter() - t0
+    assert enqueue_cost < 0.025  # far below one latency: the sender goes on, no compute is blocked
+    # the wire is busy 10 ms per message; the 50 ms latencies overlap
+    gaps = [b - a for a, b in zip(due, due[1:], strict=False)]
+    assert gaps == pytest.approx([0.01, 0.01], abs=2e-3)
+    assert 0.06 <= due[0] - t0 <= 0.06 + enqueue_cost
+    assert links.drain() == ["work"] * 3
+    links.close()
+    for (when, tag), deadline in zip(sent, due, strict=True):
+        assert when >= deadline - 1e-4 and tag in (0, 1, 2)
+    assert [tag for _, tag in sent] == [0, 1, 2]
+    assert not math.isinf(due[-1])
+
+
+# ---- merging the ranks' records -----------------------------------------------------------------
+def test_merge_makes_one_measured_timeline_with_transfers():
+    from course_lib.engines.comm import RecvEvent, SendEvent
+
+    sched = build_schedule("gpipe", 2, 1)
+    f0, f1, b1, b0 = Action(0, Kind.F, 0), Action(1, Kind.F, 0), Action(1, Kind.B, 0), Action(0, Kind.B, 0)
+    step0 = dict(start=0.0, end=1.0, saved_bytes=[], peak_saved_bytes=10)
+    rec0 = {"rank": 0, "losses": [], "steps": [step0 | {
+        "spans": [(f0, 1.0, 1.1), (b0, 1.5, 1.7)],
+        "sends": [SendEvent(f0, 1, 1.1, None, 64)],
+        "recvs": [RecvEvent(b1, 1, 1.1, 1.45)],
+    }]}  # fmt: skip
+    rec1 = {"rank": 1, "losses": [2.5], "steps": [step0 | {
+        "spans": [(f1, 1.2, 1.3), (b1, 1.3, 1.4)],
+        "sends": [SendEvent(b1, 0, 1.4, None, 64)],
+        "recvs": [RecvEvent(f0, 0, 1.1, 1.2)],
+    }]}  # fmt: skip
+    result = build_result([rec1, rec0], sched, {})
+    tl = result.timeline
+    assert tl.source == MEASURED and result.losses == [2.5]
+    assert tl.makespan == pytest.approx(0.7)
+    assert tl.busy(0) == pytest.approx(0.3) and tl.busy(1) == pytest.approx(0.2)
+    assert tl.bubble_fraction == pytest.approx(1 - 0.5 / 1.4)
+    by_action = {t.action: t for t in tl.transfers}
+    assert by_action[f0].end == pytest.approx(0.2)  # the receiver waited: arrival = end of its wait
+    assert by_action[b1].start == pytest.approx(0.4) and by_action[b1].end == pytest.approx(0.45)

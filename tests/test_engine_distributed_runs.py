@@ -1,0 +1,153 @@
+"""Distributed engine with real processes: every schedule against the reference, injected latency,
+memory, and failures. Starting processes is slow on 2 cores, so each launch runs several specs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from course_lib.engines import distributed
+from course_lib.engines.dist_worker import Fault
+from course_lib.engines.distributed import DistributedError, launch, make_spec, run_distributed
+from course_lib.links import Link
+from course_lib.reference import TrainConfig, accumulate_gradients, make_optimizer, setup
+from course_lib.schedules.builders import build_schedule
+
+TINY = dict(n_layers=6, d_model=16, n_heads=2, seq_len=16, batch_size=8, steps=2)
+LINK = Link(latency_s=0.05)
+
+# (schedule, virtual, m, checkpoint, partition): several m, partitions and checkpoint modes
+P2_JOBS = [
+    ("naive", 1, 2, "always", None),
+    ("gpipe", 1, 4, "never", None),
+    ("1f1b", 1, 4, "never", None),
+    ("interleaved-1f1b", 2, 4, "except_last", None),
+    ("zb-h1", 1, 8, "always", [3, 5]),
+]
+P4_JOBS = [
+    ("1f1b", 1, 8, "never", [1, 3, 2, 2]),
+    ("interleaved-1f1b", 2, 4, "never", None),
+    ("zb-h1", 1, 4, "except_last", None),
+    ("gpipe", 1, 2, "never", None),
+]
+
+
+def reference(cfg: TrainConfig):
+    """Losses, last step's gradients and final weights of the single-device trainer."""
+    corpus, model = setup(cfg)
+    optimizer = make_optimizer(model, cfg)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    losses = []
+    for _ in range(cfg.steps):
+        x, y = corpus.batch("train", cfg.batch_size, cfg.seq_len, gen)
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(accumulate_gradients(model, x, y, cfg.microbatches))
+        optimizer.step()
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    return losses, grads, dict(model.named_parameters())
+
+
+def specs_for(jobs, ranks):
+    return [
+        make_spec(TrainConfig(**TINY, microbatches=m), s, ranks, virtual=v, checkpoint=c, partition=part,
+                  return_grads=True, threads=1)
+        for s, v, m, c, part in jobs
+    ]  # fmt: skip
+
+
+def assert_matches_reference(jobs, results):
+    for (name, _, m, _, _), r in zip(jobs, results, strict=True):
+        losses, grads, params = reference(TrainConfig(**TINY, microbatches=m))
+        assert r.losses == pytest.approx(losses, rel=1e-5), name
+        assert sorted(r.grads) == sorted(grads), name
+        for key, g in grads.items():
+            torch.testing.assert_close(r.grads[key], g, rtol=1e-5, atol=1e-7, msg=f"{name} {key}")
+            torch.testing.assert_close(r.params[key], params[key].detach(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def p2_runs():
+    cfg = TrainConfig(**TINY, microbatches=2)
+    extra = [
+        make_spec(cfg, "naive", 2, threads=1),
+        make_spec(cfg, "naive", 2, links=LINK, threads=1),
+        make_spec(cfg, "gpipe", 2, links=[LINK], threads=1),
+    ]
+    results = launch(specs_for(P2_JOBS, 2) + extra)
+    return results[: len(P2_JOBS)], results[len(P2_JOBS) :]
+
+
+@pytest.mark.timeout(240)
+def test_every_schedule_gives_the_reference_loss_and_gradients_p2(p2_runs):
+    assert_matches_reference(P2_JOBS, p2_runs[0])
+
+
+@pytest.mark.timeout(240)
+def test_measured_timeline_and_memory_p2(p2_runs):
+    by_name = {job[0]: r for job, r in zip(P2_JOBS, p2_runs[0], strict=True)}
+    gpipe, ofob = by_name["gpipe"], by_name["1f1b"]
+    for r in p2_runs[0]:
+        tl = r.timeline
+        assert tl.source == "measured" and 0 < tl.bubble_fraction < 1
+        virtual = 2 if r.schedule == "interleaved-1f1b" else 1
+        sched = build_schedule(r.schedule, 2, r.config["microbatches"], virtual)
+        assert sorted(map(str, (s.action for s in tl.spans))) == sorted(map(str, sched.actions()))
+        assert all(t.end >= t.start for t in tl.transfers) and tl.transfers
+    # GPipe holds all m = 4 micro-batches on rank 0, 1F1B at most p = 2 (same stage, same sizes)
+    assert gpipe.timeline.peak_inflight(0) == 4 and ofob.timeline.peak_inflight(0) == 2
+    ratio = max(gpipe.peak_saved_bytes[0]) / max(ofob.peak_saved_bytes[0])
+    assert 1.7 < ratio < 2.3, ratio
+    assert gpipe.to_json()["timeline_source"] == "measured"
+
+
+@pytest.mark.timeout(240)
+def test_injected_latency_delays_delivery_not_compute(p2_runs):
+    free, slow, gpipe = p2_runs[1]
+    # naive, m = 2: each micro-batch crosses the link twice (activation up, gradient down), one
+    # after the other, so the step grows by about 2 micro-batches x 2 x 50 ms
+    added = slow.timeline.makespan - free.timeline.makespan
+    assert slow.timeline.makespan >= 4 * LINK.latency_s
+    assert 0.7 * 0.2 < added < 0.2 + 0.1, added
+    for t in slow.timeline.transfers:
+        assert t.end - t.start >= LINK.latency_s - 1e-3
+    # GPipe: rank 0 runs its second forward right after the first, while the first activation is
+    # still on the wire: the link never blocks compute
+    spans = {str(s.action): s for s in gpipe.timeline.spans_of(0)}
+    assert spans["0F1"].start - spans["0F0"].end < LINK.latency_s / 2
+    first_up = next(t for t in gpipe.timeline.transfers if str(t.action) == "0F0")
+    assert first_up.end - first_up.start >= LINK.latency_s - 1e-3
+
+
+@pytest.mark.timeout(300)
+def test_every_schedule_gives_the_reference_loss_and_gradients_p4():
+    assert_matches_reference(P4_JOBS, launch(specs_for(P4_JOBS, 4)))
+
+
+@pytest.mark.timeout(120)
+def test_one_rank_under_the_torchrun_entry_point(capsys, monkeypatch):
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    argv = ["--layers", "6", "--width", "16", "--heads", "2", "--seq-len", "16", "--batch-size", "8"]
+    assert distributed.main(argv + ["--steps", "2", "--microbatches", "4", "--threads", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    losses, _, _ = reference(TrainConfig(**TINY, microbatches=4))
+    assert out["losses"] == pytest.approx(losses, rel=1e-5)
+    assert out["ranks"] == 1 and out["timeline_source"] == "measured"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fault", [Fault(rank=1, how="kill", step=1, after_actions=2), Fault(rank=0)])
+def test_a_failed_rank_stops_the_others_and_is_named(fault):
+    cfg = TrainConfig(**(TINY | dict(steps=3)), microbatches=4)
+    with pytest.raises(DistributedError) as info:
+        run_distributed(cfg, "1f1b", 2, timeout_s=8, fault=fault, threads=1)
+    err = info.value
+    assert err.failed_rank == fault.rank and f"rank {fault.rank} failed" in str(err)
+    assert ("SIGKILL" if fault.how == "kill" else "injected fault") in str(err)
+    survivor = 1 - fault.rank
+    # the survivor stopped by itself (it saw the connection close), well within the bound
+    assert err.stopped_after_s[survivor] < 8
+    assert "stopped by the launcher" not in err.outcomes[survivor]
+    assert f"from rank {fault.rank}" in err.outcomes[survivor]
