@@ -1,0 +1,167 @@
+"""Graders for the nbgrader assignments: a failed check raises AssertionError with a message that teaches.
+
+nbgrader marks a test cell wrong when it raises, and shows the error. So every grader here raises
+``AssertionError`` (never a bare one): the message says what was expected, how far off the answer is,
+and gives a hint. For schedules it says which action breaks which dependency on which device (the
+validator's sentences). Lessons use ``course_lib.exercises.check`` instead, which only prints.
+
+    from course_lib import grading
+    grading.number("bubble at p=4, m=8", 0.3, expected=3 / 11, hint="(p-1)/(m+p-1)")   # raises
+    grading.schedule_valid(my_schedule, p=4, m=8)       # raises, listing every problem in words
+    value = grading.call("idle_fraction", idle_fraction, 4, 8, hint="...")  # unwritten -> message
+
+Try it: ``grading.number("x", None, 1.0, hint="h")`` raises "x: no answer yet ... Hint: h".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from course_lib.balance import OutOfMemory, check_memory, inflight_per_stage
+from course_lib.exercises import verdict
+from course_lib.schedules.ir import Schedule
+from course_lib.schedules.validate import check
+
+MAX_LINES = 8  # problems listed in one message; a student fixes the first few and runs again
+
+
+def fail(message: str) -> None:
+    """Raise the AssertionError nbgrader counts as a failed test, with `message` as its text."""
+    raise AssertionError(message)
+
+
+def magnitude(value: float) -> str:
+    """'between 0.1 and 1', 'between 10 and 100': how big the right answer is, without giving it."""
+    if value == 0:
+        return "exactly 0"
+    exponent = math.floor(math.log10(abs(value)))
+    low, high = 10.0**exponent, 10.0 ** (exponent + 1)
+    sign = "-" if value < 0 else ""
+    return f"between {sign}{low:g} and {sign}{high:g}"
+
+
+def _hint(hint: str) -> str:
+    return f" Hint: {hint}" if hint else ""
+
+
+def answered(name: str, value: object, hint: str = "") -> None:
+    """Fail with 'no answer yet' while the student's variable is still None (or ...)."""
+    if value is None or value is Ellipsis:
+        fail(f"{name}: no answer yet (the value is still {value!r}).{_hint(hint)}")
+
+
+def call(name: str, fn: Callable, *args, hint: str = "", **kwargs):
+    """Call the student's function; turn 'not written yet' and crashes into a message."""
+    shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        fail(
+            f"{name} is not written yet: replace `raise NotImplementedError()` in its cell with your code, "
+            f"run that cell, then this one.{_hint(hint)}"
+        )
+    except AssertionError:
+        raise
+    except Exception as err:  # a student's bug: name it, in one line, instead of a traceback
+        fail(f"{name}({shown}) raised {type(err).__name__}: {err}.{_hint(hint)}")
+
+
+def number(name: str, answer: object, expected: float, hint: str = "", rel_tol: float = 0.02) -> None:
+    """Fail unless `answer` is within rel_tol of `expected`; say how far off and how big it should be."""
+    result = verdict(answer, expected, rel_tol)
+    if result == "ok":
+        return
+    answered(name, answer if result != "missing" else None, hint)
+    if result == "not a number":
+        fail(f"{name}: expected a number, got {answer!r} ({type(answer).__name__}).{_hint(hint)}")
+    fail(
+        f"{name}: you gave {answer!r}, which is {result}; the right value is {magnitude(expected)}."
+        f"{_hint(hint)}"
+    )
+
+
+def numbers(name: str, answer: object, expected: Sequence[float], hint: str = "", rel_tol: float = 0.02):
+    """Like ``number`` for a list: the length first, then the first entry that is off."""
+    answered(name, answer, hint)
+    try:
+        values = list(answer)  # type: ignore[call-overload]
+    except TypeError:
+        fail(f"{name}: expected a list of {len(expected)} numbers, got {answer!r}.{_hint(hint)}")
+    if len(values) != len(expected):
+        fail(f"{name}: expected {len(expected)} numbers, got {len(values)}: {values!r}.{_hint(hint)}")
+    for i, (got, want) in enumerate(zip(values, expected, strict=True)):
+        number(f"{name}[{i}]", got, want, hint, rel_tol)
+
+
+def schedule_valid(schedule: object, p: int | None = None, m: int | None = None, name: str = "") -> None:
+    """Fail unless `schedule` is a Schedule of p devices and m micro-batches that can run: every
+    action once, on the right device, and no deadlock (the validator's sentences, first few)."""
+    label = name or "your schedule"
+    answered(label, schedule, "build a course_lib.schedules.ir.Schedule")
+    if not isinstance(schedule, Schedule):
+        fail(f"{label}: expected a Schedule (course_lib.schedules.ir), got {type(schedule).__name__}")
+    if p is not None and schedule.n_devices != p:
+        fail(f"{label}: expected {p} devices (one order per device), got {schedule.n_devices} orders")
+    if m is not None and schedule.n_microbatches != m:
+        fail(f"{label}: expected n_microbatches={m}, got {schedule.n_microbatches}")
+    problems = check(schedule)
+    if problems:
+        shown = problems[:MAX_LINES]
+        more = f"\n  ... and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
+        fail(
+            f"{label} (p={schedule.n_devices}, m={schedule.n_microbatches}) cannot run; "
+            f"{len(problems)} problem(s):\n  - " + "\n  - ".join(shown) + more
+        )
+
+
+def schedule_equals(schedule: Schedule, expected: Schedule, hint: str = "") -> None:
+    """Fail at the first place where a (valid) schedule's order differs from `expected`'s."""
+    for d, (got, want) in enumerate(zip(schedule.orders, expected.orders, strict=True)):
+        for i, (a, b) in enumerate(zip(got, want, strict=False)):
+            if a != b:
+                fail(
+                    f"device {d}, position {i}: you run {a}, {expected.name} runs {b} there "
+                    f"(device {d}'s order should start {' '.join(map(str, want[: i + 1]))}).{_hint(hint)}"
+                )
+        if len(got) != len(want):
+            fail(f"device {d} runs {len(got)} actions, {expected.name} runs {len(want)}.{_hint(hint)}")
+
+
+def inflight_at_most(schedule: Schedule, limits: Sequence[int], hint: str = "") -> None:
+    """Fail if some stage holds more micro-batches' activations at once than `limits[stage]`."""
+    held = inflight_per_stage(schedule)
+    for stage, (got, most) in enumerate(zip(held, limits, strict=True)):
+        if got > most:
+            fail(
+                f"stage {stage} holds {got} micro-batches' activations at once (forwards run before their "
+                f"backwards), but at most {most} are allowed here.{_hint(hint)}"
+            )
+
+
+def partition_fits(sizes: object, profile, schedule: str, m: int, budget_bytes: int, hint: str = ""):
+    """Fail unless `sizes` (layers per stage) covers the model and every stage fits the budget."""
+    answered("your partition", sizes, hint)
+    from course_lib.partition import Partition
+
+    try:
+        part = Partition.from_sizes(list(sizes))  # type: ignore[call-overload]
+        part.check(profile.n_layers)
+        return check_memory(part, profile, schedule, m, budget_bytes)
+    except OutOfMemory as err:
+        fail(f"{err}.{_hint(hint)}")
+    except (TypeError, ValueError) as err:
+        fail(f"your partition {sizes!r} is not usable: {err}.{_hint(hint)}")
+
+
+def close_to_best(
+    name: str, value: float, best: float, within: float, higher_is_better: bool, hint: str = ""
+):
+    """Fail unless `value` is within a fraction `within` of the best known `best`."""
+    ratio = value / best if higher_is_better else best / value
+    if ratio < 1 - within:
+        better = "higher" if higher_is_better else "lower"
+        fail(
+            f"{name}: yours is {value:.4g}; a plan with {better} {name} ({best:.4g}) exists, and you need "
+            f"within {within:.0%} of it (you are at {ratio:.0%}).{_hint(hint)}"
+        )

@@ -1,0 +1,103 @@
+"""The assignment graders: they raise AssertionError whose message teaches, and pass right answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from course_lib import grading
+from course_lib.balance import LayerProfile
+from course_lib.schedules.builders import build_schedule
+from course_lib.wan_plan import WanPlan, WanProblem, best_plan, check_plan, throughput
+
+
+def raised(fn, *args, **kwargs) -> str:
+    with pytest.raises(AssertionError) as info:
+        fn(*args, **kwargs)
+    assert str(info.value), "a grader must never raise a bare AssertionError"
+    return str(info.value)
+
+
+def test_number_passes_and_explains():
+    grading.number("bubble", 3 / 11 * 1.01, 3 / 11)
+    msg = raised(grading.number, "bubble", 0.6, 3 / 11, hint="(p-1)/(m+p-1)")
+    assert "too high by 2.2x" in msg and "between 0.1 and 1" in msg and "(p-1)/(m+p-1)" in msg
+    assert "no answer yet" in raised(grading.number, "bubble", None, 0.5, hint="h")
+    assert "expected a number" in raised(grading.number, "bubble", "abc", 0.5)
+
+
+def test_magnitude():
+    assert grading.magnitude(0.27) == "between 0.1 and 1"
+    assert grading.magnitude(55.0) == "between 10 and 100"
+    assert grading.magnitude(0) == "exactly 0"
+
+
+def test_numbers_names_the_wrong_entry():
+    grading.numbers("in flight", [4, 3, 2, 1], [4, 3, 2, 1])
+    assert "in flight[2]" in raised(grading.numbers, "in flight", [4, 3, 9, 1], [4, 3, 2, 1])
+    assert "expected 4 numbers, got 3" in raised(grading.numbers, "in flight", [4, 3, 2], [4, 3, 2, 1])
+
+
+def test_call_turns_unwritten_and_crashes_into_messages():
+    def unwritten(p, m):
+        raise NotImplementedError()
+
+    def buggy(p, m):
+        return p / (m - m)
+
+    assert grading.call("f", lambda p, m: p + m, 1, 2) == 3
+    assert "not written yet" in raised(grading.call, "idle_fraction", unwritten, 4, 8)
+    msg = raised(grading.call, "idle_fraction", buggy, 4, 8)
+    assert "idle_fraction(4, 8) raised ZeroDivisionError" in msg
+
+
+def test_schedule_valid_names_action_dependency_and_device():
+    grading.schedule_valid(build_schedule("1f1b", 4, 8), p=4, m=8)
+    s = build_schedule("1f1b", 4, 8)
+    s.orders[2][0], s.orders[2][2] = s.orders[2][2], s.orders[2][0]  # 2B0 first: before its own 2F0
+    msg = raised(grading.schedule_valid, s, p=4, m=8)
+    assert "deadlock: device 2 is stuck at 2B0" in msg and "it needs 2F0" in msg
+    s = build_schedule("gpipe", 2, 2)
+    s.orders[0].pop()  # drop 0B1
+    assert "0B1 (stage 0's backward for micro-batch 1) is missing" in raised(grading.schedule_valid, s)
+    assert "expected a Schedule" in raised(grading.schedule_valid, [[1]])
+    assert "expected 4 devices" in raised(grading.schedule_valid, build_schedule("gpipe", 2, 2), p=4)
+
+
+def test_schedule_equals_and_inflight():
+    gpipe, ofob = build_schedule("gpipe", 4, 8), build_schedule("1f1b", 4, 8)
+    grading.schedule_equals(gpipe, build_schedule("gpipe", 4, 8))
+    msg = raised(grading.schedule_equals, ofob, gpipe)
+    assert "device 0, position 4: you run 0B0, gpipe runs 0F4" in msg
+    grading.inflight_at_most(ofob, [4, 3, 2, 1])
+    assert "stage 0 holds 8 micro-batches" in raised(grading.inflight_at_most, gpipe, [4, 3, 2, 1])
+
+
+def test_partition_fits_reports_out_of_memory():
+    prof = LayerProfile(["a", "b", "c", "d"], [10, 10, 10, 10], [1.0] * 4, [100] * 4, 1, 1)
+    # 1F1B, 2 stages: stage 0 holds 2 micro-batches -> 2 layers need 2*160 + 2*2*100 = 720 bytes
+    grading.partition_fits([2, 2], prof, "1f1b", 4, budget_bytes=720)
+    msg = raised(grading.partition_fits, [3, 1], prof, "1f1b", 4, budget_bytes=720)
+    assert "out of memory" in msg and "stage 0" in msg
+    assert "cover 3 layers" in raised(grading.partition_fits, [2, 1], prof, "1f1b", 4, budget_bytes=720)
+    assert "no answer yet" in raised(grading.partition_fits, None, prof, "1f1b", 4, budget_bytes=720)
+
+
+def test_close_to_best():
+    grading.close_to_best("throughput", 50.0, 55.0, within=0.2, higher_is_better=True)
+    msg = raised(grading.close_to_best, "throughput", 16.0, 55.0, within=0.2, higher_is_better=True)
+    assert "you are at 29%" in msg
+
+
+def test_wan_plan_problems_and_the_best_plan():
+    problem = WanProblem()
+    assert any("even number" in s for s in check_plan(problem, WanPlan(3, 8, "1f1b", (27, 27, 26))))
+    assert any("equal micro-batches" in s for s in check_plan(problem, WanPlan(8, 7, "1f1b", (10,) * 8)))
+    assert any("out of memory" in s for s in check_plan(problem, WanPlan(2, 8, "gpipe", (40, 40))))
+    plain = throughput(problem, WanPlan(8, 64, "1f1b", (10,) * 8))
+    plan, best = best_plan(problem)
+    assert plan.schedule == "latency-aware-1f1b" and plan.p == 8
+    assert best > 3 * plain  # the ocean's latency costs plain 1F1B most of its throughput
+    # the flush bound predicts the latency-aware step: m(t_f+t_b) + (p-1)(t_f+t_b) + 2 x (ocean link)
+    t = 10 * 1.5e-3  # one sequence through 10 blocks, forward + backward
+    link = problem.links(8)[3].transfer_time(problem.boundary_bytes)
+    assert best == pytest.approx(64 / (64 * t + 7 * t + 2 * link), rel=0.01)
