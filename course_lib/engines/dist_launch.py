@@ -27,6 +27,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from tqdm.auto import tqdm
 
 from course_lib.engines.comm import PeerFailure
 from course_lib.engines.dist_result import DistributedResult, build_result
@@ -73,7 +74,14 @@ def _spawned_rank(rank: int, world: int, port: int, specs: list[RunSpec], result
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     try:
         device = init_rank(specs[0], rank, world)
-        merged = [gather_and_merge(spec, rank, run_rank(spec, rank, device)) for spec in specs]
+        merged = []
+        for spec in specs:
+
+            def report(step: int, loss: float | None) -> None:
+                if loss is not None:  # the rank with the last stage tells the launcher's progress bar
+                    results.put(("step", rank, loss))
+
+            merged.append(gather_and_merge(spec, rank, run_rank(spec, rank, device, report)))
         # pickled here, by value: torch's queue pickler would share tensors through file
         # descriptors that vanish when this process exits
         results.put(("ok", rank, pickle.dumps(merged)))
@@ -87,7 +95,7 @@ def _spawned_rank(rank: int, world: int, port: int, specs: list[RunSpec], result
         os._exit(1)
 
 
-def _watch(procs, results, timeout_s: float):
+def _watch(procs, results, timeout_s: float, bar=None):
     """Collect reports until every process ended; after the first failure give the others
     `timeout_s` to stop by themselves, then kill them."""
     merged, errors, killed = None, {}, set()
@@ -101,7 +109,11 @@ def _watch(procs, results, timeout_s: float):
         try:  # drain after looking at the exits: a report sent before exiting is in the pipe
             while True:
                 kind, rank, payload = results.get(timeout=0.05)
-                if kind == "ok":
+                if kind == "step":
+                    if bar is not None:
+                        bar.update(1)
+                        bar.set_postfix(loss=f"{payload:.3f}")
+                elif kind == "ok":
                     merged = pickle.loads(payload) if rank == 0 else merged
                 else:
                     errors[rank] = payload
@@ -129,7 +141,7 @@ def _watch(procs, results, timeout_s: float):
     return merged, errors, killed, stopped_after
 
 
-def launch(specs: list[RunSpec]) -> list[DistributedResult]:
+def launch(specs: list[RunSpec], progress: bool = False) -> list[DistributedResult]:
     """Spawn the ranks once and run every spec (all with the same number of ranks) in turn.
     Starting processes is the slow part on a laptop, so the tests group several runs this way."""
     stages = specs[0].ranks
@@ -143,7 +155,9 @@ def launch(specs: list[RunSpec]) -> list[DistributedResult]:
     ]
     for p in procs:
         p.start()
-    merged, errors, killed, stopped_after = _watch(procs, results, max(s.timeout_s for s in specs))
+    total = sum(s.cfg.steps for s in specs)
+    with tqdm(total=total, desc=f"distributed, {stages} ranks", disable=not progress) as bar:
+        merged, errors, killed, stopped_after = _watch(procs, results, max(s.timeout_s for s in specs), bar)
     for p in procs:
         p.join(1)
     if errors or merged is None:

@@ -80,6 +80,7 @@ class DistributedResult:
     grads: dict[str, torch.Tensor] | None = None  # last step's gradients (return_grads=True)
     params: dict[str, torch.Tensor] | None = None  # weights after the last step (return_grads=True)
     config: dict = field(default_factory=dict)
+    n_params: int = 0  # parameters of the whole model (every rank's stages)
 
     @property
     def timeline(self) -> Timeline:
@@ -107,6 +108,7 @@ class DistributedResult:
             "schedule": self.schedule,
             "ranks": self.ranks,
             "losses": self.losses,
+            "n_params": self.n_params,
             "step_time_s": self.step_time_s,
             "step_times_s": self.step_times_s,
             "bubble_fraction": self.bubble_fraction,
@@ -136,4 +138,5 @@ def build_result(records: list[dict], schedule: Schedule, config: dict) -> Distr
         grads=grads,
         params=params,
         config=config,
+        n_params=sum(r.get("n_params", 0) for r in records),
     )

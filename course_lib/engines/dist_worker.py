@@ -125,17 +125,19 @@ def _common_clock(rank: int) -> tuple[float, str]:
     return here[1], "several machines: aligned at a barrier (error about one network latency)"
 
 
-def run_rank(spec: RunSpec, rank: int, torch_device: torch.device) -> dict:
-    """Train `spec.cfg.steps` batches as pipeline rank `rank`; return what this rank measured."""
+def run_rank(spec: RunSpec, rank: int, torch_device: torch.device, on_step=None) -> dict:
+    """Train `spec.cfg.steps` batches as pipeline rank `rank`; return what this rank measured.
+    `on_step(step, loss)` is called after every optimizer step (loss: None unless this rank holds
+    the last stage)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(spec.threads)  # p ranks share the machine's cores
     try:
-        return _run_rank(spec, rank, torch_device)
+        return _run_rank(spec, rank, torch_device, on_step)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run_rank(spec: RunSpec, rank: int, torch_device: torch.device) -> dict:
+def _run_rank(spec: RunSpec, rank: int, torch_device: torch.device, on_step) -> dict:
     cfg = spec.cfg
     corpus, model = setup(replace(cfg, device="cpu"))  # same weights on every rank, from the seed
     schedule = spec.build_schedule()
@@ -157,7 +159,8 @@ def _run_rank(spec: RunSpec, rank: int, torch_device: torch.device) -> dict:
     gen = torch.Generator().manual_seed(cfg.seed)  # the reference trainer's batches, in its order
 
     t0, clock = _common_clock(rank)
-    record: dict = {"rank": rank, "stages": mine, "steps": [], "clock": clock}
+    n_params = sum(p.numel() for s in mine for p in modules[s].parameters())
+    record: dict = {"rank": rank, "stages": mine, "steps": [], "clock": clock, "n_params": n_params}
     losses: list[float] = []
     try:
         for step in range(cfg.steps):
@@ -209,6 +212,8 @@ def _run_rank(spec: RunSpec, rank: int, torch_device: torch.device) -> dict:
             step_end = comm.now()
             if last in runtimes:
                 losses.append(runtimes[last].loss())
+            if on_step is not None:
+                on_step(step, losses[-1] if last in runtimes else None)
             record["steps"].append(
                 {
                     "start": step_start,

@@ -140,7 +140,13 @@ def make_spec(
 
 
 def run_distributed(
-    cfg: TrainConfig, schedule: str = "1f1b", stages: int = 2, *, timeout_s: float = 60.0, **options
+    cfg: TrainConfig,
+    schedule: str = "1f1b",
+    stages: int = 2,
+    *,
+    timeout_s: float = 60.0,
+    progress: bool = False,
+    **options,
 ) -> DistributedResult:
     """Train with `stages` processes on this machine (gloo on CPU, NCCL with ``cfg.device='cuda'``).
 
@@ -149,8 +155,9 @@ def run_distributed(
     boundary: injected latency and bandwidth), ``checkpoint`` (never / except_last / always),
     ``fault`` (a Fault, to watch a failure), ``return_grads``, ``threads`` (torch threads per rank).
     A failed rank raises DistributedError within about `timeout_s`, naming the rank and its exception.
+    ``progress=True`` shows a progress bar (steps done, last loss).
     """
-    return launch([make_spec(cfg, schedule, stages, timeout_s=timeout_s, **options)])[0]
+    return launch([make_spec(cfg, schedule, stages, timeout_s=timeout_s, **options)], progress)[0]
 
 
 # ---- torchrun ---------------------------------------------------------------------------------------
