@@ -107,7 +107,7 @@ def _run_distributed(cfg: TrainConfig, args: argparse.Namespace, progress: bool)
     diff = None
     if args.check_reference:
         diff = _distributed_grad_diff(cfg, args, options)
-    result = distributed.run_distributed(cfg, args.schedule, args.stages, **options)
+    result = distributed.run_distributed(cfg, args.schedule, args.stages, progress=progress, **options)
     return result, result.timeline, diff
 
 
