@@ -2,7 +2,7 @@
 
     python -m course_lib tp counts --layers 80 --devices 8        # messages per step and per token
     python -m course_lib tp sweep --scenario train                 # latency sweep + crossover (model)
-    python -m course_lib tp measure --devices 2                    # real multi-process TP, injected delays
+    python -m course_lib tp measure --devices 2                    # real TP and PP runs, injected latency
 
 ``counts`` also runs the toy model split t ways in one process and prints what its f / g operators
 logged next to the formula.
@@ -54,25 +54,44 @@ def _counts(args: argparse.Namespace) -> None:
 
 
 def _measure(args: argparse.Namespace) -> None:
-    from course_lib.tp.distributed import noise, run_tensor_parallel
+    from course_lib.engines.distributed import launch, make_spec
+    from course_lib.links import Link
+    from course_lib.reference import TrainConfig
+    from course_lib.tp.distributed import run_tensor_parallel
 
+    ways = args.devices
     cfg = ModelConfig(n_layers=min(args.layers, 4), vocab_size=64, seq_len=32)
     gen = torch.Generator().manual_seed(0)
     x, y = torch.randint(0, 64, (4, 32), generator=gen), torch.randint(0, 64, (4, 32), generator=gen)
-    alphas = (0.0, 1e-5, 1e-4, 1e-3)
-    res = run_tensor_parallel(cfg, args.devices, x, y, microbatches=2, alphas_s=alphas, repeats=5)
+    alphas = (0.0, 1e-5, 1e-4, 1e-3, 3e-3)
+    res = run_tensor_parallel(cfg, ways, x, y, microbatches=2, alphas_s=alphas, repeats=7)
     n = res.step_log.count()
-    base = float(np.median(res.timings[0.0]))
     print(
-        f"real TP over {args.devices} processes ({res.backend}), {cfg.n_layers} blocks, m=2: {n} all-reduces "
-        "per step (source: measured)"
+        f"TP over {ways} processes ({res.backend}), {cfg.n_layers} blocks, m=2, {n} all-reduces per step; "
+        "fastest of 7 steps +- std (source: measured), model = T(0) + 2(t-1) * all-reduces * alpha"
     )
+    _table(res.timings, alphas, 2 * (ways - 1) * n)
+    pp_cfg = TrainConfig(n_layers=cfg.n_layers, seq_len=32, batch_size=4, microbatches=2, steps=7)
+    pp_alphas = (1e-3, 0.0, 3e-3, 1e-2)  # the first run also warms the processes up
+    runs = launch([make_spec(pp_cfg, "gpipe", ways, links=Link(latency_s=a), threads=1) for a in pp_alphas])
+    print(
+        f"\nPP (distributed engine, GPipe) over {ways} processes, same model and m; "
+        "model = T(0) + 2(p-1) * alpha"
+    )
+    _table(
+        {a: r.step_times() for a, r in zip(pp_alphas, runs, strict=True)}, sorted(pp_alphas), 2 * (ways - 1)
+    )
+
+
+def _table(times: dict, alphas, slope: float) -> None:
+    from course_lib.tp.distributed import noise
+
+    base = float(np.min(times[0.0]))
     for a in alphas:
-        med = float(np.median(res.timings[a]))
-        model = base + n * 2 * (args.devices - 1) * a
+        best = float(np.min(times[a]))
         print(
-            f"alpha {a * 1e6:>7.0f} us: measured {med * 1e3:8.2f} ms +- {noise(res.timings[a]) * 1e3:.2f}"
-            f"   model {model * 1e3:8.2f} ms"
+            f"alpha {a * 1e6:>7.0f} us: measured {best * 1e3:8.2f} ms +- {noise(times[a]) * 1e3:6.2f}"
+            f"   model {(base + slope * a) * 1e3:8.2f} ms"
         )
 
 

@@ -49,24 +49,27 @@ def plot_measured(
     alphas_s,
     times_by_alpha: dict,
     baseline_s: float,
-    per_step_allreduces: int,
-    t: int,
+    slope: float,
+    label: str = "TP",
     stat: str = "median",
     ax=None,
 ):
-    """Measured TP step times (`stat` over the repeats: median, or min = least disturbed by other programs;
-    error bar = sample std) against the model line baseline + allreduces * 2(t-1) * alpha, where the
-    baseline is the same statistic measured at alpha = 0."""
+    """Measured step times against the model line ``baseline + slope * alpha``.
+
+    `slope`: seconds of step time per second of per-hop latency, 2(t-1) * (all-reduces per step) for TP,
+    2(p-1) for a GPipe step. Points: `stat` over the repeats (median, or min = least disturbed by other
+    programs), error bar = sample std; `baseline_s` is the same statistic measured at alpha = 0.
+    Call twice with the same `ax` to put TP and PP side by side.
+    """
     require(stat in ("median", "min"), f"stat must be 'median' or 'min', got {stat!r}")
     if ax is None:
-        _, ax = plt.subplots(figsize=(6, 4))
+        _, ax = plt.subplots(figsize=(6.5, 4))
     pick = np.median if stat == "median" else np.min
     alphas = np.asarray(alphas_s, float)
     value = np.array([pick(times_by_alpha[a]) for a in alphas_s])
     std = np.array([np.std(times_by_alpha[a], ddof=1) if len(times_by_alpha[a]) > 1 else 0 for a in alphas_s])
     grid = np.logspace(np.log10(alphas[alphas > 0].min() / 2), np.log10(alphas.max() * 2), 50)
-    ax.plot(grid * 1e6, 1e3 * (baseline_s + per_step_allreduces * 2 * (t - 1) * grid), label="model")
-    ax.axhline(baseline_s * 1e3, color="0.5", lw=0.8, ls=":", label=f"measured at alpha = 0 ({stat})")
+    (line,) = ax.plot(grid * 1e6, 1e3 * (baseline_s + slope * grid), label=f"{label}: model")
     shown = alphas > 0
     ax.errorbar(
         alphas[shown] * 1e6,
@@ -74,12 +77,15 @@ def plot_measured(
         yerr=std[shown] * 1e3,
         fmt="o",
         capsize=3,
-        label=f"measured ({stat}, +-1 std)",
+        color=line.get_color(),
+        label=f"{label}: measured ({stat}, +-1 std)",
     )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("injected per-hop latency alpha (us)")
     ax.set_ylabel("step time (ms)")
-    ax.set_title(f"real multi-process TP, t={t}\nsource: measured (points), model (line)", fontsize=9)
+    ax.set_title(
+        "real multi-process runs with injected latency\nsource: measured (points), model (lines)", fontsize=9
+    )
     ax.legend(fontsize=8)
     return ax
