@@ -34,8 +34,9 @@ class TrainConfig:
     seq_len: int = 64
     batch_size: int = 16
     microbatches: int = 4
-    steps: int = 150
+    steps: int = 100
     lr: float = 3e-3
+    warmup_steps: int = 10  # linear learning-rate ramp; 80 narrow blocks train faster with it
     seed: int = 0
     eval_batches: int = 4  # held-out batches averaged for val loss
     data_path: str | None = None  # None: the corpus shipped in data/
@@ -46,6 +47,7 @@ class TrainConfig:
         require(self.n_layers >= 1, f"layers must be >= 1, got {self.n_layers}")
         require(self.steps >= 0, f"steps must be >= 0, got {self.steps}")
         require(self.lr > 0, f"learning rate must be > 0, got {self.lr}")
+        require(self.warmup_steps >= 0, f"warmup steps must be >= 0, got {self.warmup_steps}")
         require(self.seq_len >= 1, f"sequence length must be >= 1, got {self.seq_len}")
         check_microbatches(self.batch_size, self.microbatches)
         resolve_device(self.device)
@@ -114,8 +116,33 @@ def evaluate(model: torch.nn.Module, corpus: Corpus, cfg: TrainConfig) -> float:
     return sum(losses) / len(losses)
 
 
+class WarmupAdamW(torch.optim.AdamW):
+    """AdamW whose learning rate ramps up linearly over the first `warmup_steps` steps.
+
+    The ramp lives inside ``step()`` so that every engine, which only ever calls ``optimizer.step()``
+    once per batch, follows exactly the same learning-rate schedule as the reference trainer.
+    """
+
+    def __init__(self, params, lr: float, warmup_steps: int, **kwargs):
+        super().__init__(params, lr=lr, **kwargs)
+        self.base_lr = lr
+        self.warmup_steps = warmup_steps
+        self.steps_taken = 0
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        self.steps_taken += 1
+        scale = min(1.0, self.steps_taken / self.warmup_steps) if self.warmup_steps > 0 else 1.0
+        for group in self.param_groups:
+            group["lr"] = self.base_lr * scale
+        return super().step(closure)
+
+
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    """AdamW (beta2 = 0.95 as in GPT-3-style training) with a short warm-up; no weight decay."""
+    return WarmupAdamW(
+        model.parameters(), lr=cfg.lr, warmup_steps=cfg.warmup_steps, betas=(0.9, 0.95), weight_decay=0.0
+    )
 
 
 def setup(cfg: TrainConfig) -> tuple[Corpus, ToyGPT]:
