@@ -72,8 +72,12 @@ def plot_timeline(
     show_transfers: bool = False,
     title: str | None = None,
     max_labels: int = 600,
+    extent_s: float | None = None,
 ) -> Axes:
     """Gantt chart: a row per device (device 0 on top), a box per action coloured by kind.
+
+    `extent_s` fixes the x axis to that many seconds (and picks its unit from it), so that charts
+    drawn one above the other share one scale; by default the axis ends at this timeline's makespan.
 
     Micro-batch numbers are written inside boxes wide enough to hold them (at most `max_labels`);
     grey shows through where a device is idle. `show_transfers` draws each message as a thin line
@@ -81,8 +85,9 @@ def plot_timeline(
     """
     ax = _new_axes(ax, gantt_figsize(tl.n_devices))
     t0 = tl.start
-    factor, unit = time_scale(tl.makespan)
-    span_x = max(tl.makespan * factor, 1e-12)
+    extent = max(tl.makespan, extent_s or 0.0)
+    factor, unit = time_scale(extent)
+    span_x = max(extent * factor, 1e-12)
     height = 0.8
 
     # idle background: one band per device across the whole step

@@ -34,14 +34,15 @@ class LessonRun:
         return self.result.losses
 
     def plot(self):
-        """Measured-compute Gantt chart above the simulated one; returns the figure."""
+        """Measured-compute Gantt chart above the simulated one, on one time axis; returns the figure."""
         import matplotlib.pyplot as plt
 
         from course_lib.plots import plot_timeline
 
-        fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 2 + 0.9 * self.measured.n_devices), sharex=True)
-        plot_timeline(self.measured, ax=top)
-        plot_timeline(self.simulated, ax=bottom)
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 2 + 0.9 * self.measured.n_devices))
+        extent = max(self.measured.makespan, self.simulated.makespan)
+        plot_timeline(self.measured, ax=top, extent_s=extent)
+        plot_timeline(self.simulated, ax=bottom, extent_s=extent)
         fig.tight_layout()
         return fig
 
