@@ -97,7 +97,9 @@ def test_tags_are_unique_over_two_steps():
 def test_injected_link_queues_bandwidth_but_overlaps_latency(monkeypatch):
     sent = []
     monkeypatch.setattr(
-        links_injected.dist, "isend", lambda t, dst, tag: sent.append((time.perf_counter(), tag)) or "work"
+        links_injected.dist,
+        "isend",
+        lambda t, dst, group, tag: sent.append((time.perf_counter(), tag)) or "work",
     )
     links = links_injected.InjectedLinks()
     link = Link(latency_s=0.05, bandwidth_Bps=1e6)  # 10 kB take 10 ms on the wire

@@ -6,15 +6,16 @@ a key (stage that produced it, micro-batch, direction), and both ends can list a
 messages from the Schedule alone, so a receiver knows in advance what will arrive, from whom, its
 shape, and in which order the sender will send it.
 
-How messages are matched, so that nothing deadlocks:
+How messages are matched, so that nothing deadlocks: the receiver posts all of a step's receives
+at the start of the step, into preallocated buffers, so data moves in the background while the
+rank computes, and waiting for an input costs nothing if it already arrived.
 
-- gloo (CPU): every message has its own tag (``message_tag``), and the receiver posts all of a
-  step's receives at the start of the step into preallocated buffers. Data then moves in the
-  background while the rank computes; waiting for an input costs nothing if it already arrived.
-- NCCL (GPU): NCCL ignores tags and matches messages between two ranks in posting order, and one
-  rank's sends and receives to the same peer share a stream. So receives are posted lazily, in
-  the sender's order, right before the action that needs them (what torch.distributed.pipelining
-  does too).
+- gloo (CPU): every message has its own tag (``message_tag``), so the order of posting is free.
+- NCCL (GPU): NCCL ignores tags, matches messages in posting order, and queues one communicator's
+  sends and receives on one stream, so a receive posted early would hold up a send behind it.
+  Hence one process group per direction of each pair of ranks (``direction_groups``): on it only
+  one rank sends and only the other receives, and the receiver posts in the sender's order.
+  (Written for GPUs but, so far, tested only with gloo.)
 
 Sends never block compute: ``isend`` returns at once (or the message goes to an injected link's
 sender thread, see ``links_injected.py``), and a rank waits for its sends only at the end of the
@@ -108,6 +109,15 @@ def message_tag(msg: Message, schedule: Schedule, step: int) -> int:
     return key * 2 + msg.direction
 
 
+def direction_groups(schedule: Schedule) -> dict[tuple[int, int], object]:
+    """One process group per (sender, receiver) pair that exchanges messages. Every rank must call
+    this (in the same order), members or not: that is how torch.distributed creates groups."""
+    pairs = sorted(
+        {(m.src, m.dst) for d in range(schedule.n_devices) for m in incoming_messages(schedule, d)}
+    )
+    return {pair: dist.new_group(list(pair)) for pair in pairs}
+
+
 @dataclass
 class RecvEvent:
     """When this rank asked for a message and when it had it (perf_counter seconds since t0)."""
@@ -145,30 +155,31 @@ class StepComm:
     injected-links sender (or None to send directly). `t0` is the rank's aligned clock origin.
     """
 
-    def __init__(self, schedule, device, step, shape_of, torch_device, t0, prepost, sender=None):
-        self.schedule, self.device, self.step = schedule, device, step
+    def __init__(self, schedule, device, step, shape_of, torch_device, t0, groups=None, sender=None):
+        self.schedule, self.device, self.step, self.groups = schedule, device, step, groups
         self.torch_device, self.t0, self.sender = torch_device, t0, sender
         self.pending: dict[Action, tuple[torch.Tensor, object]] = {}
         self.handles: list[object] = []
         self.recv_events: list[RecvEvent] = []
         self.send_events: list[SendEvent] = []
         self._shape_of = shape_of
-        if prepost:  # gloo: post every receive of the step now; data moves while we compute
-            for msg in incoming_messages(schedule, device):
-                self._post(msg)
+        for msg in incoming_messages(schedule, device):  # per sender, in the sender's order
+            self._post(msg)
 
     def _post(self, msg: Message) -> None:
         buf = torch.empty(self._shape_of(msg), dtype=torch.float32, device=self.torch_device)
-        work = dist.irecv(buf, src=msg.src, tag=message_tag(msg, self.schedule, self.step))
+        tag = message_tag(msg, self.schedule, self.step)
+        work = dist.irecv(buf, src=msg.src, group=self._group(msg), tag=tag)
         self.pending[msg.producer] = (buf, work)
+
+    def _group(self, msg: Message):
+        return None if self.groups is None else self.groups[(msg.src, msg.dst)]
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
     def receive(self, msg: Message) -> torch.Tensor:
         """Block until `msg` is here and return it."""
-        if msg.producer not in self.pending:
-            self._post(msg)
         buf, work = self.pending.pop(msg.producer)
         start = self.now()
         try:
@@ -190,9 +201,9 @@ class StepComm:
         handoff = self.now()
         deliver_at = None
         if self.sender is not None and link is not None:
-            deliver_at = self.sender.enqueue(tensor, msg.dst, tag, nbytes, link) - self.t0
+            deliver_at = self.sender.enqueue(tensor, msg.dst, tag, nbytes, link, self._group(msg)) - self.t0
         else:
-            self.handles.append(dist.isend(tensor, dst=msg.dst, tag=tag))
+            self.handles.append(dist.isend(tensor, dst=msg.dst, group=self._group(msg), tag=tag))
         self.send_events.append(SendEvent(msg.producer, msg.dst, handoff, deliver_at, nbytes))
 
     def finish(self) -> None:

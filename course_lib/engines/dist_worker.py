@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from course_lib.engines.comm import StepComm, input_message, message_of
+from course_lib.engines.comm import StepComm, direction_groups, input_message, message_of
 from course_lib.engines.links_injected import InjectedLinks
 from course_lib.engines.runtime import StageRuntime
 from course_lib.links import Link
@@ -71,6 +71,7 @@ class RunSpec:
     fault: Fault | None = None
     return_grads: bool = False
     threads: int = 1  # torch threads per rank
+    direction_groups: bool = False  # one process group per direction of a pair (NCCL needs it)
 
     @property
     def n_stages(self) -> int:
@@ -154,7 +155,8 @@ def _run_rank(spec: RunSpec, rank: int, torch_device: torch.device, on_step) -> 
     last = n_st - 1
     shape = (cfg.batch_size // m, cfg.seq_len, cfg.d_model)
     sender = InjectedLinks() if spec.links is not None else None
-    prepost = spec.backend == "gloo"
+    # gloo tells messages apart by tag; NCCL needs one group per direction (see comm.py)
+    groups = direction_groups(schedule) if spec.direction_groups else None
     on_gpu = torch_device.type == "cuda"
     gen = torch.Generator().manual_seed(cfg.seed)  # the reference trainer's batches, in its order
 
@@ -170,7 +172,7 @@ def _run_rank(spec: RunSpec, rank: int, torch_device: torch.device, on_step) -> 
             for rt in runtimes.values():
                 rt.start_batch()
             optimizer.zero_grad(set_to_none=True)
-            comm = StepComm(schedule, rank, step, lambda msg: shape, torch_device, t0, prepost, sender)
+            comm = StepComm(schedule, rank, step, lambda msg: shape, torch_device, t0, groups, sender)
             local: dict[Action, torch.Tensor] = {}
             spans, samples = [], []
             for i, a in enumerate(order):

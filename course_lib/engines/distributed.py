@@ -85,6 +85,7 @@ def make_spec(
     return_grads: bool = False,
     threads: int | None = None,
     local_ranks: int | None = None,
+    direction_groups: bool | None = None,
 ) -> RunSpec:
     """Check every input and build the spec; raises CourseError before any process starts."""
     cfg.check()
@@ -124,6 +125,8 @@ def make_spec(
         checkpoint=checkpoint,
         timeout_s=float(timeout_s),
         backend="nccl" if device == "cuda" else "gloo",
+        # NCCL needs them (see comm.py); with gloo they are optional (the tests use them there)
+        direction_groups=device == "cuda" if direction_groups is None else direction_groups,
         fault=fault,
         return_grads=return_grads,
         threads=threads or max(1, (os.cpu_count() or 1) // local_ranks),

@@ -52,12 +52,14 @@ class _Wire(threading.Thread):
             try:
                 if item is None:  # shutdown
                     return
-                tensor, tag, deliver_at = item
+                tensor, tag, deliver_at, group = item
+                if tensor.is_cuda:
+                    torch.cuda.set_device(tensor.device)
                 delay = deliver_at - time.perf_counter()
                 if delay > 0:
                     time.sleep(delay)
                 if self.error is None:
-                    self.handles.append(dist.isend(tensor, dst=self.dst, tag=tag))
+                    self.handles.append(dist.isend(tensor, dst=self.dst, group=group, tag=tag))
             except BaseException as err:  # reported to the compute thread by drain()
                 self.error = err
             finally:
@@ -70,8 +72,9 @@ class InjectedLinks:
     def __init__(self) -> None:
         self._wires: dict[int, _Wire] = {}
 
-    def enqueue(self, tensor: torch.Tensor, dst: int, tag: int, nbytes: int, link: Link) -> float:
-        """Queue `tensor` for rank `dst`; returns its delivery time (perf_counter seconds)."""
+    def enqueue(self, tensor: torch.Tensor, dst: int, tag: int, nbytes: int, link: Link, group=None) -> float:
+        """Queue `tensor` for rank `dst` (on process `group`, None: the default one); returns its
+        delivery time (perf_counter seconds)."""
         wire = self._wires.get(dst)
         if wire is None:
             wire = self._wires[dst] = _Wire(dst)
@@ -80,7 +83,7 @@ class InjectedLinks:
         on_wire = nbytes / link.bandwidth_Bps if math.isfinite(link.bandwidth_Bps) else 0.0
         wire.wire_free = max(wire.wire_free, now) + on_wire
         deliver_at = wire.wire_free + link.latency_s
-        wire.items.put((tensor, tag, deliver_at))
+        wire.items.put((tensor, tag, deliver_at, group))
         return deliver_at
 
     def drain(self) -> list[object]:
