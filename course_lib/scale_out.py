@@ -1,0 +1,93 @@
+"""Scaling out: read costs off a measured run, replay them in the simulator, and write torchrun commands.
+
+A run of the distributed engine gives Timelines with source "measured" (wall clock of real
+processes). To see what the textbook model predicts for the *same* work, take the median time of
+each action kind per stage from those Timelines and let the simulator replay the schedule with
+them: any difference between the two charts is what the model leaves out (message costs, waiting
+on a busy CPU, noise).
+
+    from course_lib.scale_out import measured_costs, replay, torchrun_commands
+    r = run_distributed(cfg, "1f1b", stages=2)                 # course_lib.engines.distributed
+    sim = replay(r.timelines, build_schedule("1f1b", 2, cfg.microbatches))
+    sim.source            # "measured compute + simulated links"
+    print("\\n".join(torchrun_commands(nnodes=2, nproc_per_node=4)))
+
+The commands are text for the lesson to show (a notebook cannot run torchrun on several machines).
+"""
+
+from __future__ import annotations
+
+import shlex
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+
+from course_lib.errors import require
+from course_lib.links import Link
+from course_lib.schedules.ir import Kind, Schedule
+from course_lib.simulator import StageCosts, simulate
+from course_lib.timeline import MEASURED_COMPUTE, Timeline
+
+
+def measured_costs(timelines: Sequence[Timeline], schedule: Schedule) -> StageCosts:
+    """Median F / B (or I and W) time per stage over every span of `timelines`.
+
+    A full backward B is charged as input-gradient time with no weight part (the simulator's B costs
+    b + w), so a replay of the same schedule charges what was measured.
+    """
+    require(len(timelines) > 0, "measured_costs needs at least one Timeline")
+    seen: dict[tuple[int, Kind], list[float]] = defaultdict(list)
+    for tl in timelines:
+        for span in tl.spans:
+            seen[(span.action.stage, span.action.kind)].append(span.duration)
+    n = schedule.n_stages
+
+    def med(stage: int, kind: Kind) -> float:
+        values = seen.get((stage, kind))
+        return statistics.median(values) if values else 0.0
+
+    f = [med(s, Kind.F) for s in range(n)]
+    if schedule.split_backward:
+        return StageCosts(f=f, b=[med(s, Kind.I) for s in range(n)], w=[med(s, Kind.W) for s in range(n)])
+    return StageCosts(f=f, b=[med(s, Kind.B) for s in range(n)], w=[0.0] * n)
+
+
+def replay(
+    timelines: Sequence[Timeline],
+    schedule: Schedule,
+    links: Link | Sequence[Link] | None = None,
+    activation_bytes: int | Sequence[int] = 0,
+    skip_warmup: int = 1,
+) -> Timeline:
+    """Simulate `schedule` with the costs measured in `timelines` (the first `skip_warmup` left out
+    when there are more); source "measured compute + simulated links"."""
+    use = list(timelines[skip_warmup:]) if len(timelines) > skip_warmup else list(timelines)
+    return simulate(
+        schedule,
+        measured_costs(use, schedule),
+        activation_bytes=activation_bytes,
+        links=links,
+        source=MEASURED_COMPUTE,
+    )
+
+
+def torchrun_commands(
+    nproc_per_node: int = 2,
+    nnodes: int = 1,
+    endpoint: str = "HOST0:29500",
+    engine_args: str = "--schedule 1f1b --layers 80 --microbatches 8 --steps 20",
+    module: str = "course_lib.engines.distributed",
+) -> list[str]:
+    """The command to type on each node: one node needs no rendezvous; several use c10d at `endpoint`
+    (the first node's address and a free port), the same command everywhere but for --node-rank."""
+    for label, value in (("nproc_per_node", nproc_per_node), ("nnodes", nnodes)):
+        require(isinstance(value, int) and value >= 1, f"{label} must be a whole number >= 1, got {value!r}")
+    tail = f"-m {module} {engine_args}".strip()
+    if nnodes == 1:
+        return [f"torchrun --standalone --nproc-per-node {nproc_per_node} {tail}"]
+    require(":" in endpoint, f"endpoint must be HOST:PORT of the first node, got {endpoint!r}")
+    return [
+        f"torchrun --nnodes {nnodes} --nproc-per-node {nproc_per_node} --node-rank {rank} "
+        f"--rdzv-backend c10d --rdzv-endpoint {shlex.quote(endpoint)} --rdzv-id pp-course {tail}"
+        for rank in range(nnodes)
+    ]
