@@ -51,9 +51,15 @@ def answered(name: str, value: object, hint: str = "") -> None:
         fail(f"{name}: no answer yet (the value is still {value!r}).{_hint(hint)}")
 
 
+def _short(value: object) -> str:
+    """repr for a message: long ones (a whole profile) become their type's name."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"<{type(value).__name__}>"
+
+
 def call(name: str, fn: Callable, *args, hint: str = "", **kwargs):
     """Call the student's function; turn 'not written yet' and crashes into a message."""
-    shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+    shown = ", ".join([_short(a) for a in args] + [f"{k}={_short(v)}" for k, v in kwargs.items()])
     try:
         return fn(*args, **kwargs)
     except NotImplementedError:
@@ -79,6 +85,13 @@ def number(name: str, answer: object, expected: float, hint: str = "", rel_tol: 
         f"{name}: you gave {answer!r}, which is {result}; the right value is {magnitude(expected)}."
         f"{_hint(hint)}"
     )
+
+
+def at_most(name: str, value: float, limit: float, hint: str = "") -> None:
+    """Fail unless `value` <= `limit` (an error that should be tiny, for example)."""
+    answered(name, value, hint)
+    if not value <= limit:
+        fail(f"{name} is {value:.3g}, but it must be at most {limit:.3g}.{_hint(hint)}")
 
 
 def numbers(name: str, answer: object, expected: Sequence[float], hint: str = "", rel_tol: float = 0.02):
