@@ -11,6 +11,7 @@ on a busy CPU, noise).
     sim = replay(r.timelines, build_schedule("1f1b", 2, cfg.microbatches))
     sim.source            # "measured compute + simulated links"
     print("\\n".join(torchrun_commands(nnodes=2, nproc_per_node=4)))
+    pipeline_dashboard("1f1b", p=2, m=4, on_train=train_distributed_for)   # "train for real": processes
 
 The commands are text for the lesson to show (a notebook cannot run torchrun on several machines).
 """
@@ -91,3 +92,33 @@ def torchrun_commands(
         f"--rdzv-backend c10d --rdzv-endpoint {shlex.quote(endpoint)} --rdzv-id pp-course {tail}"
         for rank in range(nnodes)
     ]
+
+
+def train_distributed_for(
+    config, n_layers: int = 80, steps: int = 3, seq_len: int = 32, max_ranks: int = 4
+) -> Timeline:
+    """The lesson dashboard's "train for real": run what the controls say on real processes.
+
+    `config` is the dashboard's DashboardConfig (schedule, p, m, v, link). Each micro-batch holds one
+    sequence, the link is injected for real when it has latency or finite bandwidth, and the last
+    step's measured Timeline comes back for the dashboard to draw. More than `max_ranks` processes
+    would only fight over this machine's cores: refused in words before anything starts.
+    """
+    from course_lib.engines.distributed import run_distributed
+    from course_lib.reference import TrainConfig
+
+    require(
+        config.p <= max_ranks,
+        f"train for real starts one process per device: p={config.p} is more than this lesson allows "
+        f"({max_ranks}); the simulation above covers any p",
+    )
+    link = config.link
+    inject = link.latency_s > 0 or link.bandwidth_Bps != float("inf")
+    cfg = TrainConfig(
+        n_layers=n_layers, steps=steps, seq_len=seq_len, batch_size=config.m, microbatches=config.m,
+        eval_batches=1, device="auto",
+    )  # fmt: skip
+    result = run_distributed(
+        cfg, config.schedule, config.p, virtual=config.v, links=link if inject else None, progress=True
+    )
+    return result.timeline

@@ -47,3 +47,12 @@ def test_torchrun_commands():
         torchrun_commands(nnodes=2, endpoint="nohost")
     with pytest.raises(CourseError, match="at least one"):
         measured_costs([], build_schedule("1f1b", 2, 2))
+
+
+def test_train_for_real_refuses_too_many_ranks_before_starting():
+    from course_lib.dashboard import DashboardConfig
+    from course_lib.scale_out import train_distributed_for
+
+    c = DashboardConfig("1f1b", 8, 4, 1, "free", Link(), StageCosts(), 0)
+    with pytest.raises(CourseError, match="p=8 is more than this lesson allows"):
+        train_distributed_for(c)
