@@ -34,6 +34,7 @@ down and names the failed rank.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -45,7 +46,7 @@ from course_lib.devices import gpu_count
 from course_lib.engines.dist_launch import DistributedError, free_port, gather_and_merge, init_rank, launch
 from course_lib.engines.dist_result import DistributedResult
 from course_lib.engines.dist_worker import FAULT_KINDS, Fault, RunSpec, run_rank
-from course_lib.engines.runtime import CHECKPOINT_MODES
+from course_lib.engines.runtime import CHECKPOINT_MODES, StageRuntime
 from course_lib.errors import CourseError, require
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
@@ -86,6 +87,7 @@ def make_spec(
     threads: int | None = None,
     local_ranks: int | None = None,
     direction_groups: bool | None = None,
+    track_memory: bool = True,
 ) -> RunSpec:
     """Check every input and build the spec; raises CourseError before any process starts."""
     cfg.check()
@@ -114,6 +116,10 @@ def make_spec(
     if fault is not None:
         require(fault.how in FAULT_KINDS, f"fault.how must be one of {FAULT_KINDS}, got {fault.how!r}")
         require(0 <= fault.rank < stages, f"fault.rank must be in 0..{stages - 1}, got {fault.rank}")
+    require(
+        track_memory or "track_memory" in inspect.signature(StageRuntime).parameters,
+        "track_memory=False needs StageRuntime(track_memory=...), which this version does not offer",
+    )
     n_layers = cfg.n_layers + 2  # embedding + blocks + head
     spec = RunSpec(
         cfg=replace(cfg, device=device),
@@ -127,6 +133,7 @@ def make_spec(
         backend="nccl" if device == "cuda" else "gloo",
         # NCCL needs them (see comm.py); with gloo they are optional (the tests use them there)
         direction_groups=device == "cuda" if direction_groups is None else direction_groups,
+        track_memory=track_memory,
         fault=fault,
         return_grads=return_grads,
         threads=threads or max(1, (os.cpu_count() or 1) // local_ranks),
@@ -156,7 +163,8 @@ def run_distributed(
     Options (all checked before any process starts): ``virtual`` (stages per rank, interleaved),
     ``partition`` (layers per stage, embedding and head included), ``links`` (a Link or one per stage
     boundary: injected latency and bandwidth), ``checkpoint`` (never / except_last / always),
-    ``fault`` (a Fault, to watch a failure), ``return_grads``, ``threads`` (torch threads per rank).
+    ``fault`` (a Fault, to watch a failure), ``return_grads``, ``threads`` (torch threads per rank),
+    ``track_memory`` (False: skip measuring bytes saved for backward, for like-for-like timing).
     A failed rank raises DistributedError within about `timeout_s`, naming the rank and its exception.
     ``progress=True`` shows a progress bar (steps done, last loss).
     """
