@@ -28,6 +28,7 @@ MAX_LINES = 8  # problems listed in one message; a student fixes the first few a
 
 def fail(message: str) -> None:
     """Raise the AssertionError nbgrader counts as a failed test, with `message` as its text."""
+    __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
     raise AssertionError(message)
 
 
@@ -47,6 +48,7 @@ def _hint(hint: str) -> str:
 
 def answered(name: str, value: object, hint: str = "") -> None:
     """Fail with 'no answer yet' while the student's variable is still None (or ...)."""
+    __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
     if value is None or value is Ellipsis:
         fail(f"{name}: no answer yet (the value is still {value!r}).{_hint(hint)}")
 
@@ -59,22 +61,25 @@ def _short(value: object) -> str:
 
 def call(name: str, fn: Callable, *args, hint: str = "", **kwargs):
     """Call the student's function; turn 'not written yet' and crashes into a message."""
+    __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
     shown = ", ".join([_short(a) for a in args] + [f"{k}={_short(v)}" for k, v in kwargs.items()])
     try:
         return fn(*args, **kwargs)
     except NotImplementedError:
-        fail(
-            f"{name} is not written yet: replace `raise NotImplementedError()` in its cell with your code, "
-            f"run that cell, then this one.{_hint(hint)}"
-        )
+        pass  # reported below, outside the except block, so the stub's traceback is not shown too
     except AssertionError:
         raise
-    except Exception as err:  # a student's bug: name it, in one line, instead of a traceback
+    except Exception as err:  # a student's bug: name it; the traceback above it shows their line
         fail(f"{name}({shown}) raised {type(err).__name__}: {err}.{_hint(hint)}")
+    fail(
+        f"{name} is not written yet: replace `raise NotImplementedError()` in its cell with your code, "
+        f"run that cell, then this one.{_hint(hint)}"
+    )
 
 
 def number(name: str, answer: object, expected: float, hint: str = "", rel_tol: float = 0.02) -> None:
     """Fail unless `answer` is within rel_tol of `expected`; say how far off and how big it should be."""
+    __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
     result = verdict(answer, expected, rel_tol)
     if result == "ok":
         return
@@ -89,6 +94,7 @@ def number(name: str, answer: object, expected: float, hint: str = "", rel_tol: 
 
 def at_most(name: str, value: float, limit: float, hint: str = "") -> None:
     """Fail unless `value` <= `limit` (an error that should be tiny, for example)."""
+    __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
     answered(name, value, hint)
     if not value <= limit:
         fail(f"{name} is {value:.3g}, but it must be at most {limit:.3g}.{_hint(hint)}")
@@ -96,6 +102,7 @@ def at_most(name: str, value: float, limit: float, hint: str = "") -> None:
 
 def numbers(name: str, answer: object, expected: Sequence[float], hint: str = "", rel_tol: float = 0.02):
     """Like ``number`` for a list: the length first, then the first entry that is off."""
+    __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
     answered(name, answer, hint)
     try:
         values = list(answer)  # type: ignore[call-overload]
@@ -110,6 +117,7 @@ def numbers(name: str, answer: object, expected: Sequence[float], hint: str = ""
 def schedule_valid(schedule: object, p: int | None = None, m: int | None = None, name: str = "") -> None:
     """Fail unless `schedule` is a Schedule of p devices and m micro-batches that can run: every
     action once, on the right device, and no deadlock (the validator's sentences, first few)."""
+    __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
     label = name or "your schedule"
     answered(label, schedule, "build a course_lib.schedules.ir.Schedule")
     if not isinstance(schedule, Schedule):
@@ -130,6 +138,7 @@ def schedule_valid(schedule: object, p: int | None = None, m: int | None = None,
 
 def schedule_equals(schedule: Schedule, expected: Schedule, hint: str = "") -> None:
     """Fail at the first place where a (valid) schedule's order differs from `expected`'s."""
+    __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
     for d, (got, want) in enumerate(zip(schedule.orders, expected.orders, strict=True)):
         for i, (a, b) in enumerate(zip(got, want, strict=False)):
             if a != b:
@@ -143,6 +152,7 @@ def schedule_equals(schedule: Schedule, expected: Schedule, hint: str = "") -> N
 
 def inflight_at_most(schedule: Schedule, limits: Sequence[int], hint: str = "") -> None:
     """Fail if some stage holds more micro-batches' activations at once than `limits[stage]`."""
+    __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
     held = inflight_per_stage(schedule)
     for stage, (got, most) in enumerate(zip(held, limits, strict=True)):
         if got > most:
@@ -154,6 +164,7 @@ def inflight_at_most(schedule: Schedule, limits: Sequence[int], hint: str = "") 
 
 def partition_fits(sizes: object, profile, schedule: str, m: int, budget_bytes: int, hint: str = ""):
     """Fail unless `sizes` (layers per stage) covers the model and every stage fits the budget."""
+    __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
     answered("your partition", sizes, hint)
     from course_lib.partition import Partition
 
@@ -171,6 +182,7 @@ def close_to_best(
     name: str, value: float, best: float, within: float, higher_is_better: bool, hint: str = ""
 ):
     """Fail unless `value` is within a fraction `within` of the best known `best`."""
+    __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
     ratio = value / best if higher_is_better else best / value
     if ratio < 1 - within:
         better = "higher" if higher_is_better else "lower"
