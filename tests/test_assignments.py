@@ -154,3 +154,72 @@ def test_untouched_student_version_fails_only_at_exercises_with_teaching_message
                 assert err["ename"] == "AssertionError", (name, info["grade_id"], err["ename"], err["evalue"])
                 message = err["evalue"]
                 assert len(message) > 30 and ("Hint:" in message or "not written yet" in message), message
+
+
+def run_test_cell(assignment: str, grade_id: str, student_code: str) -> str:
+    """Run a source notebook's imports, then `student_code`, then test cell `grade_id` (hidden tests
+    included), in-process; return the AssertionError's message ('' if the test passed)."""
+    (notebook,) = (COURSE / "source" / assignment).glob("*.ipynb")
+    nb_cells = cells(notebook)
+    namespace: dict = {}
+    for cell in nb_cells:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and grade_info(cell).get("grade_id", "").endswith("_imports"):
+            exec(source, namespace)
+    exec(student_code, namespace)
+    (test_cell,) = [c for c in nb_cells if grade_info(c).get("grade_id") == grade_id]
+    try:
+        exec("".join(test_cell["source"]), namespace)
+    except AssertionError as err:
+        return str(err)
+    return ""
+
+
+def test_wrong_gpipe_is_told_which_action_waits_for_which_on_which_device():
+    backwards_first = """
+def my_gpipe(p, m):
+    orders = [[Action(d, Kind.B, mb) for mb in range(m)] + [Action(d, Kind.F, mb) for mb in range(m)]
+              for d in range(p)]
+    return Schedule("mine", p, m, orders, list(range(p)))
+"""
+    message = run_test_cell("a1_bubble", "a1_test_gpipe_valid", backwards_first)
+    assert "deadlock: device 0 is stuck at 0B0" in message
+    assert (
+        "it needs 0F0 (stage 0's forward of micro-batch 0), which this same device runs only later" in message
+    )
+    reversed_backwards = """
+def my_gpipe(p, m):
+    orders = [[Action(d, Kind.F, mb) for mb in range(m)] + [Action(d, Kind.B, m - 1 - mb) for mb in range(m)]
+              for d in range(p)]
+    return Schedule("mine", p, m, orders, list(range(p)))
+"""
+    message = run_test_cell(
+        "a1_bubble", "a1_test_gpipe_valid", reversed_backwards
+    )  # valid, but not GPipe's order
+    assert "position" in message and "gpipe runs" in message and "Hint:" in message
+
+
+def test_wrong_numbers_get_magnitude_and_hint():
+    message = run_test_cell(
+        "a1_bubble", "a1_test_idle_fraction", "def idle_fraction(p, m):\n    return (p - 1) / m"
+    )
+    assert "idle_fraction(4, 8): you gave 0.375, which is too high by 38%" in message
+    assert "between 0.1 and 1" in message and "Hint:" in message
+    assert (
+        run_test_cell(
+            "a1_bubble", "a1_test_idle_fraction", "idle_fraction = lambda p, m: (p - 1) / (m + p - 1)"
+        )
+        == ""
+    )
+
+
+def test_1f1b_that_holds_too_much_is_told_where():
+    gpipe_in_disguise = """
+def my_1f1b(p, m):
+    orders = [[Action(d, Kind.F, mb) for mb in range(m)] + [Action(d, Kind.B, mb) for mb in range(m)]
+              for d in range(p)]
+    return Schedule("mine", p, m, orders, list(range(p)))
+"""
+    assert run_test_cell("a2_one_f_one_b", "a2_test_valid", gpipe_in_disguise) == ""  # valid...
+    message = run_test_cell("a2_one_f_one_b", "a2_test_memory", gpipe_in_disguise)  # ...but holds m
+    assert "stage 0 holds 8 micro-batches' activations at once" in message and "at most 4" in message
