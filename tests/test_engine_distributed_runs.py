@@ -30,7 +30,6 @@ P4_JOBS = [
     ("1f1b", 1, 8, "never", [1, 3, 2, 2]),
     ("interleaved-1f1b", 2, 4, "never", None),
     ("zb-h1", 1, 4, "except_last", None),
-    ("gpipe", 1, 2, "never", None),
 ]
 
 
