@@ -1,0 +1,241 @@
+"""The course as a student sees it: lessons run in JupyterLab in headless Chromium.
+
+Widgets that work in a Python test can still fail in the browser (a front-end extension that is not
+loaded, a widget model never rendered, a figure that never arrives), so these tests click through
+JupyterLab itself: "Run All Cells", then drag the dashboard's sliders and pick another schedule, and
+check that the chart and the printed bubble figure follow. Screenshots go to artifacts/browser/.
+
+Try it:  .venv/bin/pytest -q tests/browser        (needs /usr/bin/chromium: tests/browser/ensure_browser.sh)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+from lab_server import ARTIFACTS, LabServer
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+from course_lib.dashboard import pipeline_dashboard
+from course_lib.plots import gantt_figsize
+
+pytestmark = pytest.mark.timeout(240)
+
+DASHBOARD_NOTEBOOK = "browser_dashboard.ipynb"
+RUN_TIMEOUT_MS = 150_000  # the welcome notebook trains for real: about 20 s alone on 2 cores
+WIDGET_TIMEOUT_MS = 30_000
+DPI = 80  # PipelineDashboard draws its Figure at this dpi
+
+
+def write_dashboard_notebook(root: Path) -> str:
+    """A one-dashboard notebook, as a lesson would show it (lessons 02-04 call the same function)."""
+    cells = [
+        "%matplotlib inline\nfrom course_lib import lesson\nlesson.setup()",
+        "from course_lib.dashboard import pipeline_dashboard\n"
+        'dash = pipeline_dashboard("1f1b", p=4, m=8)\n'
+        "dash",
+    ]
+    notebook = {
+        "cells": [
+            {"cell_type": "code", "metadata": {}, "source": src, "outputs": [], "execution_count": None}
+            for src in cells
+        ],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    for i, cell in enumerate(notebook["cells"]):
+        cell["id"] = f"cell-{i}"
+    (root / DASHBOARD_NOTEBOOK).write_text(json.dumps(notebook, indent=1))
+    return DASHBOARD_NOTEBOOK
+
+
+# ---- driving JupyterLab ----------------------------------------------------------------------------
+def open_and_run_all(page, lab: LabServer, name: str) -> None:
+    """Open `name` (fresh workspace) and run it with the Run menu, as a student would."""
+    page.goto(lab.url(f"lab/tree/{name}?reset"))
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for()
+    wait_for_kernel(page, lab, name)
+    for _attempt in range(3):
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+        page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+        try:  # a request sent while the kernel's websocket still settles can be lost: then ask again
+            page.wait_for_function(
+                """() => [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')]
+                          .some(p => /\\[(\\*|\\d+)\\]/.test(p.textContent))""",
+                timeout=10_000,
+            )
+            break
+        except PlaywrightTimeout:
+            continue
+    wait_until_all_ran(page)
+
+
+def wait_for_kernel(page, lab: LabServer, name: str, timeout_s: float = 60) -> None:
+    """Until the server sees the page connected to the notebook's kernel, idle (the page's status follows)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        kernels = [s["kernel"] for s in lab.api("sessions") if s["path"] == name]
+        if any(k["connections"] > 0 and k["execution_state"] == "idle" for k in kernels):
+            page.get_by_text(re.compile(r"\| Idle$")).first.wait_for(timeout=WIDGET_TIMEOUT_MS)
+            return
+        page.wait_for_timeout(250)
+    raise AssertionError(f"{name}: no kernel became idle within {timeout_s} s: {lab.api('sessions')}")
+
+
+def wait_until_all_ran(page, timeout_ms: int = RUN_TIMEOUT_MS) -> None:
+    """Every code cell shows an execution count: none pending ("[*]") or never run ("[ ]")."""
+    page.wait_for_function(
+        """() => {
+            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')];
+            return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
+        }""",
+        timeout=timeout_ms,
+        polling=250,
+    )
+
+
+def output_texts(page) -> list[str]:
+    return page.locator(".jp-OutputArea-output").all_inner_texts()
+
+
+def assert_no_traceback(page) -> None:
+    errors = [text for text in output_texts(page) if "Traceback" in text or re.search(r"\w+Error\b", text)]
+    assert not errors, "a cell failed in the browser:\n" + "\n---\n".join(errors)
+
+
+class DashboardView:
+    """The dashboard as rendered in the page: its controls, chart and printed figures."""
+
+    def __init__(self, page):
+        self.page = page
+        label = page.locator("label", has_text="p (devices)")
+        self.root = page.locator(".widget-vbox", has=label).last
+        self.root.wait_for(timeout=WIDGET_TIMEOUT_MS)
+        self.image = self.root.locator("img.widget-image").first
+        # the HTML widget's own element: its <pre> child is replaced on every redraw
+        self.summary = self.root.locator(".widget-html").first
+
+    def slider(self, description: str):
+        return self.root.locator(".widget-hslider", has=self.page.locator("label", has_text=description))
+
+    def readout(self, description: str) -> int:
+        return int(self.slider(description).locator(".widget-readout").inner_text().strip())
+
+    def drag_slider(self, description: str, value: int) -> None:
+        """Drag the handle with the mouse to `value`; finish with arrow keys if it lands a step off."""
+        slider = self.slider(description)
+        handle = slider.locator(".noUi-handle")
+        track = slider.locator(".noUi-target").bounding_box()
+        lo, hi = (float(handle.get_attribute(a)) for a in ("aria-valuemin", "aria-valuemax"))
+        grip = handle.bounding_box()
+        x0, y = grip["x"] + grip["width"] / 2, grip["y"] + grip["height"] / 2
+        x1 = track["x"] + track["width"] * (value - lo) / (hi - lo)
+        self.page.mouse.move(x0, y)
+        self.page.mouse.down()
+        self.page.mouse.move(x1, y, steps=8)
+        self.page.mouse.up()
+        for _ in range(int(hi - lo)):
+            now = self.readout(description)
+            if now == value:
+                return
+            handle.press("ArrowRight" if now < value else "ArrowLeft")
+        assert self.readout(description) == value
+
+    def chart(self) -> tuple[str, int, int]:
+        """(sha256 of the PNG the page shows, its width, height in pixels)."""
+        return self.image.evaluate(
+            """async img => {
+                await img.decode();
+                const bytes = await (await fetch(img.src)).arrayBuffer();
+                const digest = await crypto.subtle.digest('SHA-256', bytes);
+                const hex = [...new Uint8Array(digest)].map(b => b.toString(16).padStart(2, '0')).join('');
+                return [hex, img.naturalWidth, img.naturalHeight];
+            }"""
+        )
+
+    def wait_for_change(self, summary_before: str, chart_before: tuple) -> tuple[str, tuple]:
+        """Wait until both the printed figures and the chart differ from before; return the new ones."""
+        self.page.wait_for_function(
+            "([el, before]) => el.textContent !== before",
+            arg=[self.summary.element_handle(), summary_before],
+            timeout=WIDGET_TIMEOUT_MS,
+        )
+        for _ in range(100):  # the image and the HTML are two widget messages: let the image land too
+            chart = self.chart()
+            if chart != chart_before:
+                break
+            self.page.wait_for_timeout(100)
+        return self.summary.inner_text(), chart
+
+
+def expected_summary(schedule: str, p: int, m: int) -> str:
+    """What the same dashboard prints in Python for these controls (the test's ground truth)."""
+    return pipeline_dashboard(schedule, p=p, m=m).summary_text
+
+
+def bubble_line(summary: str) -> str:
+    return next(line for line in summary.splitlines() if line.startswith("bubble:"))
+
+
+def expected_height(p: int) -> int:
+    return round(gantt_figsize(p)[1] * DPI)
+
+
+# ---- the tests ---------------------------------------------------------------------------------------
+def test_dashboard_sliders_and_schedule_redraw_chart_and_bubble(page, lab: LabServer):
+    name = write_dashboard_notebook(lab.root)
+    open_and_run_all(page, lab, name)
+    assert_no_traceback(page)
+    dash = DashboardView(page)
+    dash.image.wait_for(timeout=WIDGET_TIMEOUT_MS)
+
+    summary, chart = dash.summary.inner_text(), dash.chart()
+    assert (dash.readout("p (devices)"), dash.readout("m (micro-batches)")) == (4, 8)
+    assert bubble_line(summary) == bubble_line(expected_summary("1f1b", 4, 8))
+    assert "bubble: 27.3%" in summary  # (p-1)/(m+p-1) = 3/11 for 1F1B with equal costs
+    assert abs(chart[2] - expected_height(4)) <= 1, chart  # one Gantt row per device
+    dash.root.screenshot(path=ARTIFACTS / "dashboard_1_start_1f1b_p4_m8.png")
+
+    steps = [
+        ("p (devices)", 8, ("1f1b", 8, 8), "bubble: 46.7%", "dashboard_2_p8.png"),  # 7/15
+        ("m (micro-batches)", 16, ("1f1b", 8, 16), "bubble: 30.4%", "dashboard_3_m16.png"),  # 7/23
+        ("schedule", "zb-h1", ("zb-h1", 8, 16), "bubble: 12.7%", "dashboard_4_zb-h1.png"),
+    ]
+    for control, value, state, bubble, shot in steps:
+        if control == "schedule":
+            dash.root.locator(".widget-dropdown", has=page.locator("label", has_text="schedule")).locator(
+                "select"
+            ).select_option(value)
+        else:
+            dash.drag_slider(control, value)
+        new_summary, new_chart = dash.wait_for_change(summary, chart)
+        assert bubble_line(new_summary) == bubble_line(expected_summary(*state)), (control, value)
+        assert bubble in new_summary
+        assert new_chart[0] != chart[0], f"the chart did not change after setting {control} to {value}"
+        assert abs(new_chart[2] - expected_height(state[1])) <= 1, new_chart
+        dash.root.screenshot(path=ARTIFACTS / shot)
+        summary, chart = new_summary, new_chart
+    assert_no_traceback(page)
+
+
+def test_welcome_notebook_trains_and_plots_the_loss(page, lab: LabServer):
+    open_and_run_all(page, lab, "00_welcome.ipynb")
+    assert_no_traceback(page)
+    texts = "\n".join(output_texts(page))
+    match = re.search(r"held-out loss (\d+\.\d+) -> (\d+\.\d+)", texts)
+    assert match, "the training cell printed no held-out loss"
+    start, end = map(float, match.groups())
+    assert end < start, f"held-out loss did not fall: {start} -> {end}"
+    assert "same gradient: True" in texts
+    plot = page.locator(".jp-OutputArea-output img").last  # the loss curve (a PNG from %matplotlib inline)
+    plot.scroll_into_view_if_needed()
+    width = plot.evaluate("async img => { await img.decode(); return img.naturalWidth; }")
+    assert width > 300, f"the loss plot is {width} px wide"
+    cell = page.locator(".jp-CodeCell", has=plot)
+    assert "ax.plot(" in cell.locator(".jp-InputArea-editor").inner_text()
+    cell.screenshot(path=ARTIFACTS / "welcome_loss_plot.png")
+    page.screenshot(path=ARTIFACTS / "welcome_page.png")
