@@ -30,6 +30,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check course_lib tests bench data
 
 unit: $(STAMP)
+	@bash tests/browser/ensure_browser.sh
 	$(BIN)/python -m pytest -q tests
 
 notebooks: $(STAMP)
