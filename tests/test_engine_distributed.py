@@ -145,3 +145,17 @@ def test_merge_makes_one_measured_timeline_with_transfers():
     by_action = {t.action: t for t in tl.transfers}
     assert by_action[f0].end == pytest.approx(0.2)  # the receiver waited: arrival = end of its wait
     assert by_action[b1].start == pytest.approx(0.4) and by_action[b1].end == pytest.approx(0.45)
+
+
+def test_memory_probes_can_be_switched_off_only_where_the_runtime_offers_it():
+    import inspect
+
+    from course_lib.engines.runtime import StageRuntime
+
+    cfg = TrainConfig(**TINY, microbatches=4)
+    if "track_memory" in inspect.signature(StageRuntime).parameters:
+        assert make_spec(cfg, "1f1b", 2, track_memory=False).track_memory is False
+    else:
+        with pytest.raises(CourseError, match="track_memory"):
+            make_spec(cfg, "1f1b", 2, track_memory=False)
+    assert make_spec(cfg, "1f1b", 2).track_memory is True
