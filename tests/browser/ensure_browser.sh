@@ -30,9 +30,9 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 log="$(mktemp)"
 if timeout 300 apt-get update -qq >"$log" 2>&1 \
-    && timeout 600 apt-get install -y -qq --no-install-recommends chromium >>"$log" 2>&1 \
-    && [ -x "$CHROMIUM" ]; then
+    && timeout 600 apt-get install -y -qq --no-install-recommends chromium >>"$log" 2>&1; then
     rm -f "$log"
+    [ -x "$CHROMIUM" ] || say_why "apt-get installed chromium, but $CHROMIUM is still missing"
     exit 0
 fi
 say_why "could not install chromium with apt-get ($(tail -n 1 "$log" | tr -d '\r' | cut -c1-160))"
