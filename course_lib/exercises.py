@@ -4,8 +4,9 @@
     answer = None            # the student writes their number here
     check("bubble at p=4, m=8", answer, expected=3 / 11, hint="idle share = (p-1)/(m+p-1)")
 
-``check`` prints one line (and returns nothing, so a notebook shows only that line); it never raises, so a lesson keeps running while an
-exercise is still open. Graded assignments use ``course_lib.grading`` instead, which does raise.
+``check`` prints one line (and returns nothing, so a notebook shows only that line); it never raises,
+so a lesson keeps running while an exercise is still open. Graded assignments use
+``course_lib.grading`` instead, which does raise.
 """
 
 from __future__ import annotations

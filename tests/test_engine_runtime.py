@@ -13,12 +13,12 @@ from course_lib.partition import stage_modules, uniform
 CFG = ModelConfig(n_layers=3, d_model=16, n_heads=2, vocab_size=8, seq_len=8)
 
 
-def run_two_stages(split: bool, checkpoint: str, m: int = 2):
+def run_two_stages(split: bool, checkpoint: str, m: int = 2, track_memory: bool = True):
     torch.manual_seed(0)
     model = build_model(CFG, seed=0)
     x, y = torch.randint(0, 8, (4, 8)), torch.randint(0, 8, (4, 8))
     stages = [
-        StageRuntime(s, 2, mod, m, checkpoint)
+        StageRuntime(s, 2, mod, m, checkpoint, track_memory=track_memory)
         for s, mod in enumerate(stage_modules(model.layers, uniform(5, 2)))
     ]
     held = []
@@ -50,6 +50,15 @@ def test_held_bytes_grow_per_microbatch_and_checkpointing_keeps_less():
     _, _, always = run_two_stages(False, "always")
     assert never[1][0] == pytest.approx(2 * never[0][0], rel=0.01)  # two micro-batches, twice the bytes
     assert always[1][1] < never[1][1] / 10  # only the inputs of stage 1 (two small activations)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_without_memory_tracking_the_gradients_are_the_same_and_nothing_is_counted(split):
+    tracked, _, _ = run_two_stages(split, "never")
+    untracked, _, held = run_two_stages(split, "never", track_memory=False)
+    for a, b in zip(tracked.parameters(), untracked.parameters(), strict=True):
+        assert torch.equal(a.grad, b.grad)
+    assert held[-1] == [0, 0]
 
 
 def test_wrong_order_is_refused():

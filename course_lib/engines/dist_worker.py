@@ -147,10 +147,16 @@ def _run_rank(spec: RunSpec, rank: int, torch_device: torch.device, on_step) -> 
     modules = stage_modules(model.layers, partition)
     mine = schedule.stages_of(rank)
     n_st, m = schedule.n_stages, cfg.microbatches
-    # track_memory is passed only when switched off: StageRuntime takes it if it offers the switch
-    probe = {} if spec.track_memory else {"track_memory": False}
     runtimes = {
-        s: StageRuntime(s, n_st, modules[s], m, checkpoint=spec.checkpoint, device=torch_device, **probe)
+        s: StageRuntime(
+            s,
+            n_st,
+            modules[s],
+            m,
+            checkpoint=spec.checkpoint,
+            device=torch_device,
+            track_memory=spec.track_memory,
+        )
         for s in mine
     }
     optimizer = make_optimizer(nn.ModuleList([modules[s] for s in mine]), cfg)

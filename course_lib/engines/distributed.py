@@ -34,7 +34,6 @@ down and names the failed rank.
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import sys
@@ -46,7 +45,7 @@ from course_lib.devices import gpu_count
 from course_lib.engines.dist_launch import DistributedError, free_port, gather_and_merge, init_rank, launch
 from course_lib.engines.dist_result import DistributedResult
 from course_lib.engines.dist_worker import FAULT_KINDS, Fault, RunSpec, run_rank
-from course_lib.engines.runtime import CHECKPOINT_MODES, StageRuntime
+from course_lib.engines.runtime import CHECKPOINT_MODES
 from course_lib.errors import CourseError, require
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
@@ -116,10 +115,6 @@ def make_spec(
     if fault is not None:
         require(fault.how in FAULT_KINDS, f"fault.how must be one of {FAULT_KINDS}, got {fault.how!r}")
         require(0 <= fault.rank < stages, f"fault.rank must be in 0..{stages - 1}, got {fault.rank}")
-    require(
-        track_memory or "track_memory" in inspect.signature(StageRuntime).parameters,
-        "track_memory=False needs StageRuntime(track_memory=...), which this version does not offer",
-    )
     n_layers = cfg.n_layers + 2  # embedding + blocks + head
     spec = RunSpec(
         cfg=replace(cfg, device=device),
