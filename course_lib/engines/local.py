@@ -35,7 +35,7 @@ from course_lib.engines.runtime import StageRuntime
 from course_lib.links import Link
 from course_lib.model import build_model, count_parameters, lm_loss
 from course_lib.partition import Partition, stage_modules
-from course_lib.reference import TrainConfig, accumulate_gradients, make_optimizer, setup
+from course_lib.reference import TrainConfig, TrainResult, accumulate_gradients, make_optimizer, setup
 from course_lib.schedules.ir import Action, Kind, Schedule
 from course_lib.schedules.validate import execution_order
 from course_lib.simulator import StageCosts, simulate
@@ -54,37 +54,19 @@ class StepStats:
     peak_inflight: list[int] = field(default_factory=list)  # per stage
 
 
-@dataclass
-class PipelineResult:
-    """Like the reference trainer's result, plus the timeline and what the stages held."""
+@dataclass(kw_only=True)
+class PipelineResult(TrainResult):
+    """The reference trainer's result, plus the timeline and what the stages held."""
 
-    losses: list[float]
-    val_loss_start: float
-    val_loss_end: float
-    step_times_s: list[float]
-    n_layers: int
-    n_params: int
     timeline: Timeline  # measured compute + simulated links
     costs: StageCosts  # the measured medians the timeline was simulated from
     peak_saved_bytes: list[int]  # per stage: most bytes held for backward in any step
     peak_device_bytes: list[int]  # per device (sum of its stages), sampled between actions
     peak_inflight: list[int]  # per stage: most micro-batches held at once
     schedule: str = ""
-    config: dict = field(default_factory=dict)
-
-    @property
-    def step_time_s(self) -> float:
-        return statistics.median(self.step_times_s) if self.step_times_s else 0.0
 
     def to_json(self) -> dict:
-        return {
-            "losses": self.losses,
-            "val_loss_start": self.val_loss_start,
-            "val_loss_end": self.val_loss_end,
-            "step_time_s": self.step_time_s,
-            "n_layers": self.n_layers,
-            "n_params": self.n_params,
-            "config": self.config,
+        return super().to_json() | {
             "schedule": self.schedule,
             "bubble_fraction": self.timeline.bubble_fraction,
             "timeline_source": self.timeline.source,
