@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import html
 import io
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
+from course_lib.errors import CourseError
 from course_lib.links import Link
-from course_lib.plots import format_bytes, gantt_figsize, plot_timeline
+from course_lib.plots import format_bytes, gantt_figsize, gpipe_bubble, plot_timeline
 from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
 from course_lib.simulator import StageCosts, simulate
 from course_lib.timeline import Timeline
@@ -65,6 +67,27 @@ class DashboardConfig:
     link: Link
     costs: StageCosts
     activation_bytes: int
+
+
+def closed_form_bubble(
+    schedule: str, p: int, m: int, v: int, f: float, b: float, w: float
+) -> tuple[str, float] | None:
+    """The textbook idle share of `schedule` with equal stages and free links, as (formula, value);
+    None where no simple closed form applies (ZB-H1 with m < p, unknown schedules)."""
+    try:
+        name = resolve_name(schedule)
+    except CourseError:
+        return None
+    if name == "naive":
+        return "(p-1)/p", (p - 1) / p
+    if name in ("gpipe", "1f1b", "latency-aware-1f1b"):
+        return "(p-1)/(m+p-1)", gpipe_bubble(p, m)
+    if name == "interleaved-1f1b":
+        return "(p-1)/(v*m+p-1)", gpipe_bubble(p, m, v)
+    if name == "zb-h1" and m >= p:  # Qi et al. 2024, Table 2: idle (p-1)(F+B-W) per device
+        idle = (p - 1) * (f + b - w)
+        return "(p-1)(F+B-W) / [m(F+B+W) + (p-1)(F+B-W)]", idle / (m * (f + b + w) + idle)
+    return None
 
 
 class PipelineDashboard(widgets.VBox):
@@ -188,11 +211,16 @@ class PipelineDashboard(widgets.VBox):
 
     def _figures(self, tl: Timeline) -> str:
         c = self.config()
-        x = (c.p - 1) / (c.v * c.m)
-        formula = "(p-1)/(m+p-1)" if c.v == 1 else "(p-1)/(v*m+p-1)"
+        bubble = f"bubble: {tl.bubble_fraction:.1%} of device-time idle ({tl.source})"
+        mean = [
+            statistics.fmean(x) if isinstance(x, list | tuple) else x
+            for x in (c.costs.f, c.costs.b, c.costs.w)
+        ]
+        closed = closed_form_bubble(c.schedule, c.p, c.m, c.v, *mean)
+        if closed is not None:
+            bubble += f"; formula {closed[0]} = {closed[1]:.1%} (equal stages, free links)"
         lines = [
-            f"bubble: {tl.bubble_fraction:.1%} of device-time idle ({tl.source}); "
-            f"formula {formula} = {x / (1 + x):.1%} (equal costs, free links)",
+            bubble,
             f"makespan: {tl.makespan * 1e3:.1f} ms · link: {c.link_name}",
             "peak micro-batches in flight per device: "
             + ", ".join(str(tl.peak_inflight(d)) for d in range(tl.n_devices)),

@@ -47,9 +47,17 @@ class TrainSettings:
 
 
 def mean_costs(run: LessonRun) -> StageCosts:
-    """The run's measured F / B / W costs averaged over its stages: one number each, for the sliders."""
+    """The run's measured F / B / W costs averaged over its stages: one number each, for the sliders.
+
+    A run whose schedule does a full backward (B) measures only b + w together. For the sliders'
+    what-ifs with zero-bubble schedules that need the two apart, that measured B is split evenly
+    (T_B = T_W, the Zero Bubble paper's own assumption); a zb-h1 run measures them separately.
+    """
     f, b, w = run.result.costs.per_stage(len(run.result.peak_saved_bytes))  # one entry per stage
-    return StageCosts(f=statistics.fmean(f), b=statistics.fmean(b), w=statistics.fmean(w))
+    f_mean, b_mean, w_mean = statistics.fmean(f), statistics.fmean(b), statistics.fmean(w)
+    if w_mean == 0.0:
+        b_mean = w_mean = b_mean / 2
+    return StageCosts(f=f_mean, b=b_mean, w=w_mean)
 
 
 def run_summary(run: LessonRun, config: DashboardConfig | None = None) -> str:

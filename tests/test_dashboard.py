@@ -105,3 +105,14 @@ def test_custom_links_and_fallback_presets():
     assert FALLBACK_LINKS["free"].latency_s == 0
     dash = pipeline_dashboard("gpipe", p=3, m=2, links={"slow": Link(latency_s=1.0)}, link="slow")
     assert dash.timeline.makespan == pytest.approx((2 + 3 - 1) * 0.06 + 2 * (3 - 1) * 1.0)
+
+
+def test_the_printed_formula_belongs_to_the_schedule_shown():
+    from course_lib.dashboard import closed_form_bubble
+
+    assert closed_form_bubble("naive", 4, 8, 1, 1, 1, 1) == ("(p-1)/p", 0.75)
+    assert closed_form_bubble("GPipe", 4, 8, 1, 1, 1, 1)[1] == pytest.approx(3 / 11)
+    assert closed_form_bubble("interleaved-1f1b", 4, 8, 2, 1, 1, 1)[1] == pytest.approx(3 / 19)
+    # ZB-H1 with F = B = W: idle (p-1)T against 3mT of work per device
+    assert closed_form_bubble("zb-h1", 4, 8, 1, 1, 1, 1)[1] == pytest.approx(3 / (24 + 3))
+    assert closed_form_bubble("zb-h1", 8, 4, 1, 1, 1, 1) is None  # no simple form for m < p
