@@ -34,7 +34,7 @@ class TrainConfig:
     seq_len: int = 64
     batch_size: int = 16
     microbatches: int = 4
-    steps: int = 100
+    steps: int = 80
     lr: float = 3e-3
     warmup_steps: int = 10  # linear learning-rate ramp; 80 narrow blocks train faster with it
     seed: int = 0
