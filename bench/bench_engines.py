@@ -32,11 +32,16 @@ def timed(fn) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def bench_local_vs_reference(cfg: TrainConfig, schedule: str, stages: int, steps: int, warmup: int) -> dict:
-    """Median step times of the reference trainer and the local engine, and their ratios."""
+def bench_local_vs_reference(
+    cfg: TrainConfig, schedule: str, stages: int, steps: int, warmup: int, track_memory: bool = False
+) -> dict:
+    """Median step times of the reference trainer and the local engine, and their ratios.
+
+    The local engine's memory probe (a saved-tensors hook, about 10% of a step) is off by default:
+    the reference trainer measures no memory, so this compares the same work."""
     corpus, reference = setup(cfg)
     ref_opt = make_optimizer(reference, cfg)
-    local = LocalPipelineTrainer(cfg, schedule, stages, corpus=corpus)
+    local = LocalPipelineTrainer(cfg, schedule, stages, corpus=corpus, track_memory=track_memory)
     gen = torch.Generator().manual_seed(cfg.seed)
 
     def reference_step(x, y):
@@ -80,13 +85,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=9, help="measured steps (median)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadiest on a shared CPU)")
+    parser.add_argument(
+        "--track-memory", action="store_true", help="keep the local engine's memory probe on (about +10%%)"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     cfg = TrainConfig(n_layers=args.layers, microbatches=args.microbatches)
-    r = bench_local_vs_reference(cfg, args.schedule, args.stages, args.steps, args.warmup)
+    r = bench_local_vs_reference(cfg, args.schedule, args.stages, args.steps, args.warmup, args.track_memory)
+    probe = "on" if args.track_memory else "off (like the reference)"
     print(
         f"local engine vs reference trainer: {args.layers} layers, {args.schedule}, p={args.stages}, "
-        f"m={args.microbatches}, median of {args.steps} steps after {args.warmup} warm-up\n"
+        f"m={args.microbatches}, median of {args.steps} steps after {args.warmup} warm-up; "
+        f"memory probe {probe}\n"
         f"  reference step {r['reference_wall_s'] * 1e3:.1f} ms wall, "
         f"{r['reference_cpu_s'] * 1e3:.1f} ms CPU\n"
         f"  local step     {r['local_wall_s'] * 1e3:.1f} ms wall, {r['local_cpu_s'] * 1e3:.1f} ms CPU\n"

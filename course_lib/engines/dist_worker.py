@@ -156,6 +156,7 @@ def _run_rank(spec: RunSpec, rank: int, torch_device: torch.device, on_step) -> 
             checkpoint=spec.checkpoint,
             device=torch_device,
             track_memory=spec.track_memory,
+            split_backward=schedule.split_backward,
         )
         for s in mine
     }

@@ -95,8 +95,10 @@ class LocalPipelineTrainer:
         checkpoint: str = "never",
         links: Link | Sequence[Link] | None = None,
         corpus: Corpus | None = None,
+        track_memory: bool = True,
     ):
-        """`corpus`: an already loaded corpus (default: read cfg.data_path or the shipped one)."""
+        """`corpus`: an already loaded corpus (default: read cfg.data_path or the shipped one).
+        `track_memory=False` skips measuring bytes saved for backward (for like-for-like timing)."""
         # every check first: nothing is built or read if any input is bad
         self.plan: PipelinePlan = make_plan(cfg, schedule, stages, virtual, partition, checkpoint, links)
         self.cfg = cfg
@@ -112,7 +114,16 @@ class LocalPipelineTrainer:
         modules = stage_modules(self.model.layers, self.plan.partition)
         n = self.schedule.n_stages
         self.runtimes = [
-            StageRuntime(s, n, mod, cfg.microbatches, checkpoint, self.plan.device_of_stage(s))
+            StageRuntime(
+                s,
+                n,
+                mod,
+                cfg.microbatches,
+                checkpoint,
+                self.plan.device_of_stage(s),
+                track_memory=track_memory,
+                split_backward=self.schedule.split_backward,
+            )
             for s, mod in enumerate(modules)
         ]
         self.optimizer = make_optimizer(self.model, cfg)

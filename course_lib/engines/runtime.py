@@ -134,6 +134,7 @@ class StageRuntime:
         checkpoint: str = "never",
         device: torch.device | str = "cpu",
         track_memory: bool = True,
+        split_backward: bool = True,
     ):
         require(0 <= stage < n_stages, f"stage must be in 0..{n_stages - 1}, got {stage}")
         require(n_microbatches >= 1, f"micro-batches must be >= 1, got {n_microbatches}")
@@ -156,7 +157,14 @@ class StageRuntime:
         # layers that own weights directly: W computes their gradients from their output gradients
         self._weight_layers = [m for m in self.module.modules() if any(True for _ in m.parameters(False))]
         self._recording: list[tuple[nn.Module, Tensor]] | None = None
-        self._hooks = [layer.register_forward_hook(self._record_output) for layer in self._weight_layers]
+        # I/W needs every weight layer's output; a schedule with full backwards does not, and skips
+        # the hooks (one Python call per layer per micro-batch)
+        self.split_backward = split_backward
+        self._hooks = (
+            [layer.register_forward_hook(self._record_output) for layer in self._weight_layers]
+            if split_backward
+            else []
+        )
 
     # ---- bookkeeping ---------------------------------------------------------------------------
     def _record_output(self, layer: nn.Module, _inputs, output) -> None:
@@ -267,6 +275,11 @@ class StageRuntime:
     def backward_input(self, mb: int, grad_output: Tensor | None) -> Tensor | None:
         """I: the gradient for the stage input (returned; None on stage 0) and for the output of every
         layer with weights (kept for W). The graph stays alive until W."""
+        require(
+            self.split_backward,
+            f"stage {self.stage} was built with split_backward=False, so it cannot run I (input-gradient "
+            "backward); build it with split_backward=True for zero-bubble schedules",
+        )
         stash = self._ready_for_backward(mb)
         want = [t for _, t in stash.layer_outputs]
         if not self.is_first:
