@@ -60,7 +60,7 @@ class RunSpec:
     """Everything a rank needs, checked by the launcher before any process starts."""
 
     cfg: TrainConfig
-    schedule: str
+    schedule: str | Schedule  # a name for build_schedule, or a built Schedule (plain data: pickles)
     ranks: int  # p: pipeline ranks (processes)
     virtual: int = 1  # stages per rank
     partition_sizes: tuple[int, ...] | None = None  # layers per stage; None: uniform
@@ -79,6 +79,8 @@ class RunSpec:
         return self.ranks * self.virtual
 
     def build_schedule(self) -> Schedule:
+        if isinstance(self.schedule, Schedule):
+            return self.schedule  # checked by make_spec before any process started
         return build_schedule(self.schedule, self.ranks, self.cfg.microbatches, self.virtual)
 
     def partition(self, n_layers: int) -> Partition:

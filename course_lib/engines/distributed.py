@@ -10,6 +10,13 @@ From a notebook or Python (spawns p processes on this machine, returns the resul
     r = run_distributed(TrainConfig(n_layers=8, steps=5), "1f1b", stages=2,
                         links=Link(latency_s=0.05))               # a 50 ms link between the stages
 
+A built schedule runs as well as a name (one process per device of it), e.g. 1F1B with a deeper
+warm-up to hide a slow link (``course_lib/schedules/latency_aware.py``)::
+
+    from course_lib.schedules.latency_aware import latency_aware_1f1b
+    r = run_distributed(TrainConfig(n_layers=8, steps=5, batch_size=8, microbatches=8),
+                        latency_aware_1f1b(2, 8, extra_per_link=3), links=Link(latency_s=0.03))
+
 From the shell, with torchrun (one process per rank; rank 0 prints the summary)::
 
     torchrun --nproc-per-node 2 -m course_lib.engines.distributed --schedule 1f1b --layers 8 --steps 5
@@ -45,11 +52,12 @@ from course_lib.devices import gpu_count
 from course_lib.engines.dist_launch import DistributedError, free_port, gather_and_merge, init_rank, launch
 from course_lib.engines.dist_result import DistributedResult
 from course_lib.engines.dist_worker import FAULT_KINDS, Fault, RunSpec, run_rank
+from course_lib.engines.plan import resolve_schedule
 from course_lib.engines.runtime import CHECKPOINT_MODES
 from course_lib.errors import CourseError, require
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
-from course_lib.schedules.validate import validate
+from course_lib.schedules.ir import Schedule
 
 __all__ = ["DistributedError", "DistributedResult", "Fault", "launch", "make_spec", "run_distributed"]
 
@@ -71,10 +79,30 @@ def _per_boundary_links(links, n_boundaries: int) -> tuple[Link, ...] | None:
     return tuple(links)
 
 
+def _check_against_schedule(schedule: Schedule, stages, virtual) -> None:
+    """A built schedule fixes the ranks and stages per rank: `stages` / `virtual`, if given, must agree."""
+    p = schedule.n_devices
+    require(
+        stages is None or stages == p,
+        f"stages={stages!r} but schedule {schedule.name!r} runs on {p} devices; leave stages out "
+        "(a built schedule says how many ranks it needs)",
+    )
+    require(
+        p >= 1 and schedule.n_stages % p == 0,
+        f"schedule {schedule.name!r} puts {schedule.n_stages} stages on {p} devices; the distributed engine "
+        "needs the same number of stages on every device",
+    )
+    require(
+        virtual in (1, schedule.stages_per_device),
+        f"virtual={virtual!r} but schedule {schedule.name!r} has {schedule.stages_per_device} stages per "
+        "device; leave virtual out",
+    )
+
+
 def make_spec(
     cfg: TrainConfig,
-    schedule: str = "1f1b",
-    stages: int = 2,
+    schedule: str | Schedule = "1f1b",
+    stages: int | None = None,
     *,
     virtual: int = 1,
     partition: list[int] | tuple[int, ...] | None = None,
@@ -88,8 +116,17 @@ def make_spec(
     direction_groups: bool | None = None,
     track_memory: bool = True,
 ) -> RunSpec:
-    """Check every input and build the spec; raises CourseError before any process starts."""
+    """Check every input and build the spec; raises CourseError before any process starts.
+
+    `schedule` is a name (built for `stages` ranks, default 2, x `virtual`) or a built Schedule, such
+    as ``latency_aware_1f1b(2, 8, extra_per_link=3)``: then the schedule says how many ranks and
+    stages per rank there are, and `stages` / `virtual` may be left out."""
     cfg.check()
+    if isinstance(schedule, Schedule):
+        _check_against_schedule(schedule, stages, virtual)
+        stages, virtual = schedule.n_devices, schedule.stages_per_device
+    elif stages is None:
+        stages = 2
     require(
         isinstance(stages, int) and not isinstance(stages, bool) and stages >= 1,
         f"stages (pipeline ranks) must be a whole number >= 1, got {stages!r}",
@@ -115,6 +152,7 @@ def make_spec(
     if fault is not None:
         require(fault.how in FAULT_KINDS, f"fault.how must be one of {FAULT_KINDS}, got {fault.how!r}")
         require(0 <= fault.rank < stages, f"fault.rank must be in 0..{stages - 1}, got {fault.rank}")
+    sched = resolve_schedule(cfg, schedule, stages, virtual)  # checks the name, p, m and v; validates
     n_layers = cfg.n_layers + 2  # embedding + blocks + head
     spec = RunSpec(
         cfg=replace(cfg, device=device),
@@ -133,8 +171,6 @@ def make_spec(
         return_grads=return_grads,
         threads=threads or max(1, (os.cpu_count() or 1) // local_ranks),
     )
-    sched = spec.build_schedule()  # checks the schedule name, p, m and v
-    validate(sched)
     spec.partition(n_layers).check(n_layers)  # checks the partition
     require(
         spec.partition(n_layers).n_stages == sched.n_stages,
@@ -146,14 +182,16 @@ def make_spec(
 
 def run_distributed(
     cfg: TrainConfig,
-    schedule: str = "1f1b",
-    stages: int = 2,
+    schedule: str | Schedule = "1f1b",
+    stages: int | None = None,
     *,
     timeout_s: float = 60.0,
     progress: bool = False,
     **options,
 ) -> DistributedResult:
     """Train with `stages` processes on this machine (gloo on CPU, NCCL with ``cfg.device='cuda'``).
+
+    `schedule`: a name (``stages`` ranks, default 2) or a built Schedule (one process per device of it).
 
     Options (all checked before any process starts): ``virtual`` (stages per rank, interleaved),
     ``partition`` (layers per stage, embedding and head included), ``links`` (a Link or one per stage

@@ -72,21 +72,12 @@ def _as_links(links, n_boundaries: int) -> list[Link] | None:
     return links
 
 
-def make_plan(
-    cfg: TrainConfig,
-    schedule: str | Schedule = "1f1b",
-    stages: int = 4,
-    virtual: int = 1,
-    partition: Partition | Sequence[int] | None = None,
-    checkpoint: str = "never",
-    links: Link | Sequence[Link] | None = None,
-) -> PipelinePlan:
-    """Check everything and decide the layout; raises CourseError naming the bad value."""
-    cfg.check()
-    require(
-        checkpoint in CHECKPOINT_MODES,
-        f"unknown checkpoint mode {checkpoint!r}; expected one of {', '.join(CHECKPOINT_MODES)}",
-    )
+def resolve_schedule(
+    cfg: TrainConfig, schedule: str | Schedule, stages: int = 4, virtual: int = 1
+) -> Schedule:
+    """The Schedule to run: a built one as given (its m must be the config's), or one built by name
+    for `stages` devices x `virtual` stages each; validated either way (CourseError naming the fault).
+    Both engines call this, so a hand-made or latency-aware schedule runs wherever a name does."""
     if isinstance(schedule, Schedule):
         sched = schedule
         require(
@@ -107,6 +98,25 @@ def make_plan(
         )
         sched = build_schedule(schedule, stages, cfg.microbatches, virtual)
     validate(sched)
+    return sched
+
+
+def make_plan(
+    cfg: TrainConfig,
+    schedule: str | Schedule = "1f1b",
+    stages: int = 4,
+    virtual: int = 1,
+    partition: Partition | Sequence[int] | None = None,
+    checkpoint: str = "never",
+    links: Link | Sequence[Link] | None = None,
+) -> PipelinePlan:
+    """Check everything and decide the layout; raises CourseError naming the bad value."""
+    cfg.check()
+    require(
+        checkpoint in CHECKPOINT_MODES,
+        f"unknown checkpoint mode {checkpoint!r}; expected one of {', '.join(CHECKPOINT_MODES)}",
+    )
+    sched = resolve_schedule(cfg, schedule, stages, virtual)
     part = _as_partition(partition, cfg.n_layers + 2, sched.n_stages)
     return PipelinePlan(
         schedule=sched,
