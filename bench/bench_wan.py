@@ -1,0 +1,61 @@
+"""Plain and latency-aware 1F1B over an injected slow link, measured on real processes (issue 6).
+
+Prints, from one launch of p processes (``course_lib/wan_measured.py``):
+
+1. plain 1F1B's measured step at each latency L, beside the replay of its measured op costs and the
+   formula (m + p - 1)(t_f + t_b) + 2L[(p - 1) + floor((m - 1)(p - 1)/p)], and the growth over L = 0;
+2. latency-aware 1F1B at --aware-latency for k = 1, 2, ... extra micro-batches per link: measured step
+   and worst device idle against the flush bound (p - 1)(t_f + t_b) + 2 sum(L).
+
+Run::
+
+    .venv/bin/python bench/bench_wan.py                               # 32 blocks, L = 0, 20, 40 ms
+    .venv/bin/python bench/bench_wan.py --layers 80 --latency 0 0.05 --aware-latency 0.05 --png /tmp/w.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from course_lib.wan_measured import WanExperiment, run_wan_experiment
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    d = WanExperiment()
+    parser.add_argument("--layers", type=int, default=d.n_layers)
+    parser.add_argument("--stages", "-p", type=int, default=d.p)
+    parser.add_argument("--microbatches", "-m", type=int, default=d.m)
+    parser.add_argument("--latency", type=float, nargs="+", default=list(d.latencies_s), help="seconds")
+    parser.add_argument(
+        "--aware-latency", type=float, default=d.aware_latency_s, help="seconds, one of --latency"
+    )
+    parser.add_argument("--extras", type=int, nargs="+", default=None, help="k values (default 1, 2, ...)")
+    parser.add_argument("--steps", type=int, default=d.steps)
+    parser.add_argument("--png", default=None, help="also save the summary and Gantt charts here")
+    args = parser.parse_args()
+    e = WanExperiment(
+        n_layers=args.layers, p=args.stages, m=args.microbatches, latencies_s=tuple(args.latency),
+        steps=args.steps, aware_latency_s=args.aware_latency,
+        extras=tuple(args.extras) if args.extras else None,
+    )  # fmt: skip
+    start = time.perf_counter()
+    res = run_wan_experiment(e, progress=False)
+    print(res.table())
+    runs = len(res.plain) + len(res.aware)
+    print(f"\none launch, {runs} runs: {time.perf_counter() - start:.1f} s wall clock")
+    if args.png:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        res.plot_summary().savefig(args.png, dpi=100)
+        gantt = args.png.rsplit(".", 1)[0] + "_gantt.png"
+        res.plot_gantt().savefig(gantt, dpi=100)
+        print(f"saved {args.png} and {gantt}")
+
+
+if __name__ == "__main__":
+    main()
