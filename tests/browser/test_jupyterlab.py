@@ -215,7 +215,8 @@ def test_dashboard_sliders_and_schedule_redraw_chart_and_bubble(page, lab: LabSe
 
     # (control, new value, p and m afterwards, screenshot). With equal stage costs and free links the
     # simulated 1F1B bubble is exactly (p-1)/(m+p-1); the naive schedule (one micro-batch through the
-    # whole pipeline at a time) leaves every device idle (p-1)/p of the step, whatever m is.
+    # whole pipeline at a time) leaves every device idle (p-1)/p of the step, whatever m is, and the
+    # dashboard must print that schedule's own formula beside it.
     steps = [
         ("p (devices)", 8, (8, 8), "dashboard_2_p8.png"),  # 7/15 = 46.7%
         ("m (micro-batches)", 16, (8, 16), "dashboard_3_m16.png"),  # 7/23 = 30.4%
@@ -227,12 +228,9 @@ def test_dashboard_sliders_and_schedule_redraw_chart_and_bubble(page, lab: LabSe
         else:
             dash.drag_slider(control, value)
         new_summary, new_chart = dash.wait_for_change(summary, chart)
-        bubble, expected = bubbles(new_summary)
-        assert expected == formula(p, m), new_summary
-        if value == "naive":
-            assert bubble == round(100 * (p - 1) / p, 1), new_summary
-        else:
-            assert bubble == formula(p, m), (control, value, new_summary)
+        bubble, printed_formula = bubbles(new_summary)
+        own = round(100 * (p - 1) / p, 1) if value == "naive" else formula(p, m)
+        assert bubble == own and printed_formula == own, (control, value, new_summary)
         assert new_chart[0] != chart[0], f"the chart did not change after setting {control} to {value}"
         assert abs(new_chart[2] - expected_height(p)) <= 1, new_chart
         dash.root.screenshot(path=ARTIFACTS / shot)
