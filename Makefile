@@ -10,6 +10,10 @@ STAMP  := $(VENV)/.installed
 KERNEL := pipeline-course
 # Extra pip arguments for torch, e.g. a CUDA build: make lab TORCH_INDEX=https://download.pytorch.org/whl/cu128
 TORCH_INDEX ?=
+# Extra JupyterLab arguments, e.g. make lab LAB_ARGS="--port=9999 --no-browser"
+LAB_ARGS ?=
+# Jupyter refuses to run as root unless told; containers and cloud notebooks often are root
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: lab test lint unit notebooks setup clean
 
@@ -24,7 +28,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1
+	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check course_lib tests bench data

@@ -1,0 +1,76 @@
+"""The README's first command, for real: `make lab` serves the course on localhost, token required."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def status(url: str, wait_s: float = 20.0) -> int:
+    """HTTP status of a GET, retrying while the server is still opening its socket."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return response.status
+        except urllib.error.HTTPError as err:
+            return err.code
+        except urllib.error.URLError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.skipif(not (ROOT / ".venv" / "bin" / "jupyter").exists(), reason="no .venv: run make setup")
+def test_make_lab_serves_the_notebooks_with_token_authentication(tmp_path):
+    port = free_port()
+    env = os.environ | {"JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "BROWSER": "true"}
+    lab = subprocess.Popen(
+        ["make", "-s", "lab", f"LAB_ARGS=--port={port} --no-browser --ServerApp.port_retries=0"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # so the whole group (make and jupyter) can be stopped
+    )
+    try:
+        token, deadline, seen = None, time.monotonic() + 90, []
+        while token is None and time.monotonic() < deadline and lab.poll() is None:
+            line = lab.stdout.readline()
+            seen.append(line)
+            match = re.search(rf"http://127\.0\.0\.1:{port}/lab\?token=(\w+)", line)
+            token = match and match.group(1)
+        assert token, "make lab printed no token URL:\n" + "".join(seen[-20:])
+        api = f"http://127.0.0.1:{port}/api/contents"
+        assert status(api) == 403  # authentication is on
+        assert status(f"{api}?token={token}") == 200
+        with urllib.request.urlopen(f"{api}?token={token}", timeout=5) as response:
+            names = response.read().decode()
+        assert "00_welcome.ipynb" in names and "08_scaling_out.ipynb" in names
+    finally:
+        os.killpg(lab.pid, signal.SIGTERM)
+        try:
+            lab.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(lab.pid, signal.SIGKILL)
+            lab.wait()
