@@ -99,34 +99,35 @@ def _run_local(cfg: TrainConfig, args: argparse.Namespace, progress: bool):
 
 
 def _run_distributed(cfg: TrainConfig, args: argparse.Namespace, progress: bool):
-    # engineer B's engine: one process per rank (course_lib/engines/distributed.py)
+    # one process per rank (course_lib/engines/distributed.py); specs are checked before any spawn
+    from dataclasses import replace
+
     from course_lib.engines import distributed
 
     options = dict(virtual=args.virtual, checkpoint=args.checkpoint, links=links_from_args(args))
-    distributed.make_spec(cfg, args.schedule, args.stages, **options)  # refuse bad input before spawning
-    diff = None
-    if args.check_reference:
-        diff = _distributed_grad_diff(cfg, args, options)
-    result = distributed.run_distributed(cfg, args.schedule, args.stages, progress=progress, **options)
-    return result, result.timeline, diff
+    spec = distributed.make_spec(cfg, args.schedule, args.stages, **options)
+    if not args.check_reference:
+        result = distributed.launch([spec], progress)[0]
+        return result, result.timeline, None
+    # the gradient check is one more step from the same weights: run it in the same spawn of ranks
+    probe = distributed.make_spec(
+        replace(cfg, steps=1), args.schedule, args.stages, return_grads=True, **options
+    )
+    probe_result, result = distributed.launch([probe, spec], progress)
+    return result, result.timeline, _grad_diff_vs_reference(cfg, probe_result.grads)
 
 
-def _distributed_grad_diff(cfg: TrainConfig, args: argparse.Namespace, options: dict) -> float:
-    """One step of the distributed engine against the reference, from the same initial weights."""
-    from dataclasses import replace
-
+def _grad_diff_vs_reference(cfg: TrainConfig, grads: dict) -> float:
+    """Largest difference between `grads` (one step, first batch) and the reference trainer's."""
     import torch
 
-    from course_lib.engines import distributed
     from course_lib.reference import accumulate_gradients, setup
 
-    one = replace(cfg, steps=1)
-    run = distributed.run_distributed(one, args.schedule, args.stages, return_grads=True, **options)
-    corpus, model = setup(one)
+    corpus, model = setup(cfg)
     x, y = corpus.batch("train", cfg.batch_size, cfg.seq_len, torch.Generator().manual_seed(cfg.seed))
     accumulate_gradients(model, x, y, cfg.microbatches)
     ref = dict(model.named_parameters())
-    return max((run.grads[k].cpu() - ref[k].grad.cpu()).abs().max().item() for k in run.grads)
+    return max((grads[k].cpu() - ref[k].grad.cpu()).abs().max().item() for k in grads)
 
 
 def run(args: argparse.Namespace) -> int:
