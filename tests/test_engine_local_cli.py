@@ -49,3 +49,15 @@ def test_bad_pipeline_input_is_refused_naming_the_value(flags, words, capsys):
     assert err.startswith("error: ")
     for w in words:
         assert w in err, err
+
+
+def test_distributed_check_reference_probes_in_the_same_launch(capsys):
+    code = main(
+        ["train", "--engine", "distributed", "--stages", "2", "--layers", "2", "--width", "16",
+         "--heads", "2", "--seq-len", "16", "--batch-size", "4", "--microbatches", "2", "--steps", "2",
+         "--check-reference", "--json"]
+    )  # fmt: skip
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["timeline_source"] == "measured" and len(out["losses"]) == 2
+    assert out["max_grad_diff_vs_reference"] < 1e-6
