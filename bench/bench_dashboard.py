@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from course_lib.dashboard import pipeline_dashboard
+from course_lib.widgets.dashboard import pipeline_dashboard
 
 TOUR = [(8, 8, "1f1b"), (8, 16, "1f1b"), (4, 16, "gpipe"), (4, 32, "1f1b"), (8, 32, "zb-h1"),
         (2, 8, "naive"), (8, 32, "interleaved-1f1b"), (4, 8, "1f1b")]  # fmt: skip

@@ -2,7 +2,7 @@
 
 Part 1: the same model, partition (uniform), schedule, batches and weights, p = 2 gloo processes on
 the CPU, run by our distributed engine and by torch.distributed.pipelining (``PipelineStage`` +
-``Schedule1F1B`` or ``ScheduleGPipe``, via ``course_lib.torch_pipelining``). Step time = wall clock
+``Schedule1F1B`` or ``ScheduleGPipe``, via ``course_lib.engines.torch_pipelining``). Step time = wall clock
 of one optimizer step on the rank holding the last stage, as torch's side measures it; median of the
 steps after warm-up. Target: ours / torch <= 1.05. Both run in the *same* two processes (one
 process group), alternating ``--rounds`` times, so that load from other processes on a shared
@@ -37,15 +37,15 @@ from collections import defaultdict
 
 import torch.distributed as dist
 
-from course_lib import torch_pipelining
+from course_lib.engines import torch_pipelining
 from course_lib.engines.dist_launch import free_port, gather_and_merge, init_rank
 from course_lib.engines.dist_worker import run_rank
 from course_lib.engines.distributed import make_spec
+from course_lib.engines.torch_pipelining import make_spec as torch_spec
 from course_lib.errors import CourseError
 from course_lib.reference import TrainConfig
 from course_lib.schedules.ir import Kind
 from course_lib.simulator import StageCosts, simulate
-from course_lib.torch_pipelining import make_spec as torch_spec
 
 
 def measured_costs(timeline, n_stages: int) -> StageCosts:

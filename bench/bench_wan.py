@@ -1,6 +1,6 @@
 """Plain and latency-aware 1F1B over an injected slow link, measured on real processes (issue 6).
 
-Prints, from one launch of p processes (``course_lib/wan_measured.py``):
+Prints, from one launch of p processes (``course_lib/lessons/wan_measured.py``):
 
 1. plain 1F1B's measured step at each latency L, beside the replay of its measured op costs and the
    formula (m + p - 1)(t_f + t_b) + 2L[(p - 1) + floor((m - 1)(p - 1)/p)], and the growth over L = 0;
@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from course_lib.wan_measured import WanExperiment, run_wan_experiment
+from course_lib.lessons.wan_measured import WanExperiment, run_wan_experiment
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""``python -m course_lib ...``: see course_lib/cli.py."""
+"""``python -m course_lib ...``: see course_lib/cli/__init__.py."""
 
 from course_lib.cli import main
 

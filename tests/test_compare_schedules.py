@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 
 import pytest
 
-from course_lib.compare_schedules import Candidate, compare, format_table, plot_comparison
+from course_lib.lessons.compare_schedules import Candidate, compare, format_table, plot_comparison
 from course_lib.links import Link
 from course_lib.schedules.latency_aware import plain_1f1b_step
 

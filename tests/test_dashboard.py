@@ -7,9 +7,9 @@ import time
 import ipywidgets as widgets
 import pytest
 
-from course_lib.dashboard import FALLBACK_LINKS, PipelineDashboard, pipeline_dashboard
 from course_lib.links import Link
 from course_lib.timeline import MEASURED, Timeline
+from course_lib.widgets.dashboard import FALLBACK_LINKS, PipelineDashboard, pipeline_dashboard
 
 
 def _bubble_line(dash: PipelineDashboard) -> str:
@@ -108,7 +108,7 @@ def test_custom_links_and_fallback_presets():
 
 
 def test_the_printed_formula_belongs_to_the_schedule_shown():
-    from course_lib.dashboard import closed_form_bubble
+    from course_lib.widgets.dashboard import closed_form_bubble
 
     assert closed_form_bubble("naive", 4, 8, 1, 1, 1, 1) == ("(p-1)/p", 0.75)
     assert closed_form_bubble("GPipe", 4, 8, 1, 1, 1, 1)[1] == pytest.approx(3 / 11)

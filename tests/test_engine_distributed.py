@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from course_lib.engines import links_injected
-from course_lib.engines.comm import incoming_messages, input_message, message_of, message_tag
+from course_lib.engines.comm import message_tag
 from course_lib.engines.dist_result import build_result
 from course_lib.engines.dist_worker import Fault
 from course_lib.engines.distributed import make_spec
@@ -18,6 +18,7 @@ from course_lib.links import Link
 from course_lib.reference import TrainConfig
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Action, Kind
+from course_lib.schedules.messages import incoming_messages, input_message, message_of
 from course_lib.timeline import MEASURED
 
 TINY = dict(n_layers=6, d_model=16, n_heads=2, seq_len=16, batch_size=8, steps=1)

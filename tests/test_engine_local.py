@@ -162,7 +162,7 @@ def test_lesson_run_gives_losses_and_both_timelines():
     import matplotlib
 
     matplotlib.use("Agg")
-    from course_lib.engines.lesson_runs import train_pipeline
+    from course_lib.lessons.runs import train_pipeline
 
     run = train_pipeline("gpipe", 2, 4, steps=2, n_layers=4, progress=False, **SMALL)
     assert len(run.losses) == 2

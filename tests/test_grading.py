@@ -6,8 +6,8 @@ import pytest
 
 from course_lib import grading
 from course_lib.balance import LayerProfile
+from course_lib.lessons.wan_plan import WanPlan, WanProblem, best_plan, check_plan, throughput
 from course_lib.schedules.builders import build_schedule
-from course_lib.wan_plan import WanPlan, WanProblem, best_plan, check_plan, throughput
 
 
 def raised(fn, *args, **kwargs) -> str:

@@ -9,7 +9,7 @@ from course_lib.errors import CourseError
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.validate import check
 from course_lib.timeline import MEASURED_COMPUTE, SIMULATED
-from course_lib.train_dashboard import TrainSettings, mean_costs, training_dashboard
+from course_lib.widgets.train_dashboard import TrainSettings, mean_costs, training_dashboard
 
 TINY = TrainSettings(n_layers=2, steps=2, seq_len=8, device="cpu")
 
@@ -58,7 +58,7 @@ def test_bad_settings_are_refused_up_front():
 
 
 def test_torch_gpipe_order_is_ours_and_torch_1f1b_last_rank_is_shifted():
-    from course_lib.torch_orders import torch_order
+    from course_lib.schedules.torch_orders import torch_order
 
     try:
         gpipe = torch_order("ScheduleGPipe", 4, 6)
@@ -75,7 +75,7 @@ def test_torch_gpipe_order_is_ours_and_torch_1f1b_last_rank_is_shifted():
 
 
 def test_torch_order_names_what_it_cannot_build():
-    from course_lib.torch_orders import torch_order
+    from course_lib.schedules.torch_orders import torch_order
 
     with pytest.raises(CourseError, match="no schedule class 'ScheduleNope'"):
         torch_order("ScheduleNope", 2, 2)

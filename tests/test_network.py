@@ -145,7 +145,7 @@ def test_hiding_costs_activation_memory():
 
 
 def test_latency_map_functions_and_widget_never_raise_on_bad_input(capsys):
-    from course_lib.latency_map import latency_map, link_rows, simulate_placement
+    from course_lib.widgets.latency_map import latency_map, link_rows, simulate_placement
 
     places = ["Ashburn VA", "Dublin", "Frankfurt", "Singapore"]
     rows = link_rows(places)

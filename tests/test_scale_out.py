@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from course_lib.errors import CourseError
+from course_lib.lessons.scale_out import measured_costs, replay, torchrun_commands
 from course_lib.links import Link
-from course_lib.scale_out import measured_costs, replay, torchrun_commands
 from course_lib.schedules.builders import build_schedule
 from course_lib.simulator import StageCosts, simulate
 from course_lib.timeline import MEASURED_COMPUTE
@@ -50,8 +50,8 @@ def test_torchrun_commands():
 
 
 def test_train_for_real_refuses_too_many_ranks_before_starting():
-    from course_lib.dashboard import DashboardConfig
-    from course_lib.scale_out import train_distributed_for
+    from course_lib.lessons.scale_out import train_distributed_for
+    from course_lib.widgets.dashboard import DashboardConfig
 
     c = DashboardConfig("1f1b", 8, 4, 1, "free", Link(), StageCosts(), 0)
     with pytest.raises(CourseError, match="p=8 is more than this lesson allows"):

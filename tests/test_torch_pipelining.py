@@ -12,7 +12,7 @@ import torch
 from course_lib.errors import CourseError
 from course_lib.reference import TrainConfig, train
 
-tp = pytest.importorskip("course_lib.torch_pipelining")
+tp = pytest.importorskip("course_lib.engines.torch_pipelining")
 pytest.importorskip("torch.distributed.pipelining", reason="torch without distributed pipelining")
 
 CFG = TrainConfig(n_layers=2, steps=2, batch_size=4, seq_len=16, microbatches=2, d_model=16, n_heads=2)

@@ -24,7 +24,7 @@ step, before the optimizer step.
 Try it (no processes needed)::
 
     from course_lib.schedules.builders import build_schedule
-    from course_lib.engines.comm import incoming_messages
+    from course_lib.schedules.messages import incoming_messages
     incoming_messages(build_schedule("1f1b", 2, 4), device=1)   # what rank 1 receives, in order
 """
 
@@ -36,70 +36,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from course_lib.schedules.ir import Action, Kind, Schedule
-
-FORWARD, BACKWARD = 0, 1  # direction of a message: activation going up, gradient going down
-
-
-@dataclass(frozen=True)
-class Message:
-    """The output of `producer` (an F or a B/I action) travelling from `src` to `dst`."""
-
-    producer: Action
-    src: int
-    dst: int
-
-    @property
-    def direction(self) -> int:
-        return FORWARD if self.producer.kind is Kind.F else BACKWARD
-
-    @property
-    def boundary(self) -> int:
-        """The stage boundary (s -> s+1) this message crosses: its link."""
-        s = self.producer.stage
-        return s if self.direction == FORWARD else s - 1
-
-    @property
-    def consumer_stage(self) -> int:
-        return self.producer.stage + (1 if self.direction == FORWARD else -1)
-
-
-def message_of(action: Action, schedule: Schedule) -> Message | None:
-    """The message `action`'s output becomes, or None if it stays on its rank (or goes nowhere)."""
-    s, where = action.stage, schedule.stage_to_device
-    if action.kind is Kind.F and s < schedule.n_stages - 1:
-        nxt = s + 1
-    elif action.kind in (Kind.B, Kind.I) and s > 0:
-        nxt = s - 1
-    else:
-        return None
-    if where[nxt] == where[s]:
-        return None
-    return Message(action, where[s], where[nxt])
-
-
-def input_message(action: Action, schedule: Schedule) -> Message | None:
-    """The message `action` must receive before it can run (None if its input is local)."""
-    s = action.stage
-    grad_kind = Kind.I if schedule.split_backward else Kind.B
-    if action.kind is Kind.F and s > 0:
-        producer = Action(s - 1, Kind.F, action.microbatch)
-    elif action.kind in (Kind.B, Kind.I) and s < schedule.n_stages - 1:
-        producer = Action(s + 1, grad_kind, action.microbatch)
-    else:
-        return None
-    return message_of(producer, schedule)
-
-
-def incoming_messages(schedule: Schedule, device: int) -> list[Message]:
-    """Every message `device` receives in one step, grouped per sender in the sender's order."""
-    out = []
-    for order in schedule.orders:
-        for a in order:
-            msg = message_of(a, schedule)
-            if msg is not None and msg.dst == device:
-                out.append(msg)
-    return out
+from course_lib.schedules.ir import Action, Schedule
+from course_lib.schedules.messages import Message, incoming_messages
 
 
 def message_tag(msg: Message, schedule: Schedule, step: int) -> int:

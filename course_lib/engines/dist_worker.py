@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from course_lib.engines.comm import StepComm, direction_groups, input_message, message_of
+from course_lib.engines.comm import StepComm, direction_groups
 from course_lib.engines.links_injected import InjectedLinks
 from course_lib.engines.runtime import StageRuntime
 from course_lib.links import Link
@@ -40,6 +40,7 @@ from course_lib.partition import Partition, stage_modules, uniform
 from course_lib.reference import TrainConfig, make_optimizer, setup
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Action, Kind, Schedule
+from course_lib.schedules.messages import input_message, local_producer, message_of
 
 FAULT_KINDS = ("raise", "exit", "kill", "hang")
 
@@ -97,16 +98,6 @@ def _inject(fault: Fault, rank: int) -> None:
     if fault.how == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(10**6)  # "hang": a rank that stops answering
-
-
-def _local_producer(action: Action, schedule: Schedule) -> Action | None:
-    """The action on this same rank whose output `action` consumes (None if none or remote)."""
-    s, mb = action.stage, action.microbatch
-    if action.kind is Kind.F and s > 0:
-        return Action(s - 1, Kind.F, mb)
-    if action.kind in (Kind.B, Kind.I) and s < schedule.n_stages - 1:
-        return Action(s + 1, Kind.I if schedule.split_backward else Kind.B, mb)
-    return None
 
 
 def _global_names(module: nn.Module, first_layer: int) -> dict[str, nn.Parameter]:
@@ -197,7 +188,7 @@ def _run_rank(spec: RunSpec, rank: int, torch_device: torch.device, on_step) -> 
                 if msg_in is not None:
                     inp = comm.receive(msg_in)
                 else:
-                    producer = _local_producer(a, schedule)
+                    producer = local_producer(a, schedule)
                     inp = local.pop(producer) if producer is not None else None
                 start = comm.now()
                 if a.kind is Kind.F:

@@ -113,6 +113,19 @@ def loop_placement(n_stages: int, n_devices: int) -> list[int]:
     return [s % n_devices for s in range(n_stages)]
 
 
+def producer_of(action: Action, n_stages: int, split_backward: bool) -> Action | None:
+    """The action on another stage whose output `action` consumes (None: token ids or the loss).
+
+    F(s, m) reads F(s-1, m)'s activation; a backward of stage s reads the input gradient that the
+    backward (B, or I when split) of stage s+1 produced. W reads nothing from another stage."""
+    s, m = action.stage, action.microbatch
+    if action.kind is Kind.F and s > 0:
+        return Action(s - 1, Kind.F, m)
+    if action.kind in (Kind.B, Kind.I) and s < n_stages - 1:
+        return Action(s + 1, Kind.I if split_backward else Kind.B, m)
+    return None
+
+
 def dependencies(action: Action, n_stages: int, split_backward: bool) -> list[Action]:
     """The actions that must finish before `action` may start.
 
@@ -121,12 +134,8 @@ def dependencies(action: Action, n_stages: int, split_backward: bool) -> list[Ac
     gradient from stage s+1; ``W(s, m)`` needs ``I(s, m)``.
     """
     s, m = action.stage, action.microbatch
-    grad_kind = Kind.I if split_backward else Kind.B
-    if action.kind is Kind.F:
-        return [Action(s - 1, Kind.F, m)] if s > 0 else []
-    if action.kind in (Kind.B, Kind.I):
-        deps = [Action(s, Kind.F, m)]
-        if s < n_stages - 1:
-            deps.append(Action(s + 1, grad_kind, m))
-        return deps
-    return [Action(s, Kind.I, m)]  # Kind.W
+    if action.kind is Kind.W:
+        return [Action(s, Kind.I, m)]
+    own = [Action(s, Kind.F, m)] if action.kind is not Kind.F else []
+    producer = producer_of(action, n_stages, split_backward)
+    return own + ([producer] if producer is not None else [])

@@ -34,7 +34,7 @@ def write_dashboard_notebook(root: Path) -> str:
     """A one-dashboard notebook, as a lesson would show it (lessons 02-04 call the same function)."""
     cells = [
         "%matplotlib inline\nfrom course_lib import lesson\nlesson.setup()",
-        "from course_lib.dashboard import pipeline_dashboard\n"
+        "from course_lib.widgets.dashboard import pipeline_dashboard\n"
         'dash = pipeline_dashboard("1f1b", p=4, m=8)\n'
         "dash",
     ]

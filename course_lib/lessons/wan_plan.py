@@ -1,6 +1,6 @@
 """Planning a pipeline across two continents: the problem, a plan, and what the simulator says it does.
 
-    from course_lib.wan_plan import WanProblem, WanPlan, check_plan, simulate_plan, throughput
+    from course_lib.lessons.wan_plan import WanProblem, WanPlan, check_plan, simulate_plan, throughput
     problem = WanProblem()                                  # 4 GPUs in Ashburn VA, 4 in Frankfurt
     plan = WanPlan(p=8, m=32, schedule="1f1b", sizes=(10,) * 8)
     check_plan(problem, plan)                               # [] or the reasons it cannot run

@@ -5,7 +5,7 @@ schedule cannot take shows the reason in words instead of a chart, never a trace
 
 Try it, in a notebook cell::
 
-    from course_lib.dashboard import pipeline_dashboard
+    from course_lib.widgets.dashboard import pipeline_dashboard
     dash = pipeline_dashboard("1f1b", p=4, m=8)
     dash                       # the widget box
     dash.p_slider.value = 8    # widgets are attributes, so code (and tests) can drive them

@@ -9,7 +9,7 @@ every rank has a GPU), spawned from here, so it runs from a notebook too.
 Try it::
 
     from course_lib.reference import TrainConfig
-    from course_lib.torch_pipelining import run_torch_pipelining
+    from course_lib.engines.torch_pipelining import run_torch_pipelining
     cfg = TrainConfig(n_layers=8, steps=3, batch_size=8, seq_len=32, microbatches=4)
     r = run_torch_pipelining(cfg, "gpipe", stages=2)           # torch's ScheduleGPipe
     r = run_torch_pipelining(cfg, "1f1b", stages=2, from_csv=True)  # our 1F1B, via CSV

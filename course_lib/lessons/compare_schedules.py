@@ -1,6 +1,6 @@
 """Schedules side by side: step time, bubble, peak activation memory and messages, from the simulator.
 
-    from course_lib.compare_schedules import compare, format_table, plot_comparison
+    from course_lib.lessons.compare_schedules import compare, format_table, plot_comparison
     rows = compare(p=4, m=8)            # T_F = T_B = T_W = 1 for a device's share of the model
     print(format_table(rows))
     plot_comparison(rows)

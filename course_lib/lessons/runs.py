@@ -1,6 +1,6 @@
 """Real runs for the lessons: train with a schedule; the measured and the simulated timeline side by side.
 
-    from course_lib.engines.lesson_runs import train_pipeline
+    from course_lib.lessons.runs import train_pipeline
     run = train_pipeline("gpipe", stages=4, microbatches=8, steps=20, n_layers=16)
     run.losses                    # the loss per step (equal to the reference trainer's)
     run.measured.bubble_fraction  # measured compute + simulated links (what this machine did)

@@ -15,10 +15,10 @@ from course_lib.errors import CourseError
 
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("course_lib.train_cli", "train the toy transformer (reference or pipelined)"),
-    "schedule": ("course_lib.schedules.cli", "print a schedule's per-device orders (text or PyTorch CSV)"),
-    "simulate": ("course_lib.simulate_cli", "simulate a schedule: time, bubble and memory per device"),
-    "tp": ("course_lib.tp.cli", "tensor vs pipeline parallelism: message counts, latency sweep, measured TP"),
+    "train": ("course_lib.cli.train", "train the toy transformer (reference or pipelined)"),
+    "schedule": ("course_lib.cli.schedule", "print a schedule's per-device orders (text or PyTorch CSV)"),
+    "simulate": ("course_lib.cli.simulate", "simulate a schedule: time, bubble and memory per device"),
+    "tp": ("course_lib.cli.tp", "tensor vs pipeline parallelism: message counts, latency sweep, measured TP"),
 }
 
 

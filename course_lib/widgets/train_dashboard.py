@@ -6,7 +6,7 @@ its measured-compute Gantt chart above the simulated one, each labelled with its
 
 Try it, in a notebook cell::
 
-    from course_lib.train_dashboard import training_dashboard
+    from course_lib.widgets.train_dashboard import training_dashboard
     dash = training_dashboard("gpipe", p=4, m=8)
     dash                        # sliders, chart, and the "train for real" button
     dash.train_button.click()   # what the button does (a few seconds on a laptop CPU)
@@ -22,10 +22,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from course_lib.dashboard import DashboardConfig, PipelineDashboard
-from course_lib.engines.lesson_runs import LessonRun, train_pipeline
 from course_lib.errors import CourseError, require
+from course_lib.lessons.runs import LessonRun, train_pipeline
 from course_lib.simulator import StageCosts
+from course_lib.widgets.dashboard import DashboardConfig, PipelineDashboard
 
 
 @dataclass(frozen=True)

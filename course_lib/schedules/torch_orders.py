@@ -7,7 +7,7 @@ no model, a few milliseconds. Then our validator can read torch's order like any
 
 Try it::
 
-    from course_lib.torch_orders import torch_order
+    from course_lib.schedules.torch_orders import torch_order
     from course_lib.schedules.validate import check
     theirs = torch_order("Schedule1F1B", p=4, m=6)
     print(theirs)           # compare with build_schedule("1f1b", 4, 6)

@@ -6,7 +6,7 @@ each action kind per stage from those Timelines and let the simulator replay the
 them: any difference between the two charts is what the model leaves out (message costs, waiting
 on a busy CPU, noise).
 
-    from course_lib.scale_out import measured_costs, replay, torchrun_commands
+    from course_lib.lessons.scale_out import measured_costs, replay, torchrun_commands
     r = run_distributed(cfg, "1f1b", stages=2)                 # course_lib.engines.distributed
     sim = replay(r.timelines, build_schedule("1f1b", 2, cfg.microbatches))
     sim.source            # "measured compute + simulated links"

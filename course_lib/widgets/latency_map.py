@@ -2,12 +2,12 @@
 
 In a notebook::
 
-    from course_lib.latency_map import latency_map
+    from course_lib.widgets.latency_map import latency_map
     latency_map(["Ashburn VA", "Dublin", "Frankfurt", "Singapore"])    # a dropdown per stage
 
 Without widgets (what the widget calls, and what the tests check)::
 
-    from course_lib.latency_map import link_rows, simulate_placement
+    from course_lib.widgets.latency_map import link_rows, simulate_placement
     link_rows(["Ashburn VA", "Dublin"])            # distance, latency, bandwidth of each link
     tl = simulate_placement(["Ashburn VA", "Dublin"], microbatches=8, t_f=0.01, t_b=0.02)
 

@@ -14,7 +14,7 @@ simulation beside each run replays the op costs measured in it (source "measured
 links"), and the formula and the bound use the costs measured in that same run (on a shared
 machine an op's time depends on what else runs)::
 
-    from course_lib.wan_measured import WanExperiment, run_wan_experiment
+    from course_lib.lessons.wan_measured import WanExperiment, run_wan_experiment
     res = run_wan_experiment(WanExperiment(n_layers=32, latencies_s=(0.0, 0.02, 0.04)))  # ~20 s
     print(res.table())                 # measured vs simulated vs formula, per run
     res.plot_gantt()                   # plain and latency-aware: measured above simulated
@@ -29,9 +29,9 @@ import statistics
 from dataclasses import dataclass, field
 
 from course_lib.errors import require
+from course_lib.lessons.scale_out import measured_costs, replay
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
-from course_lib.scale_out import measured_costs, replay
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Schedule
 from course_lib.schedules.latency_aware import (
