@@ -29,3 +29,26 @@ class Link:
 
 
 FREE = Link(name="free")
+
+
+def per_boundary(value, n_boundaries: int, label: str, default=None) -> list:
+    """One value per stage boundary (stage s -> s+1), from a single value or a list of them.
+
+    ``None`` gives ``default`` everywhere; a single Link or number is repeated; a list must have
+    exactly one entry per boundary. Every consumer (simulator, plans of both engines) calls this,
+    so the rule and its error message live here once."""
+    if value is None:
+        return [default] * n_boundaries
+    if isinstance(value, (Link, int, float)):
+        return [value] * n_boundaries
+    require(
+        isinstance(value, (list, tuple)),
+        f"{label} must be one value or a list with one per stage boundary, got {value!r}",
+    )
+    values = list(value)
+    require(
+        len(values) == n_boundaries,
+        f"{label} has {len(values)} entries but the pipeline has {n_boundaries} stage boundaries "
+        "(stage s -> s+1); give one per boundary, or a single value for all",
+    )
+    return values
