@@ -1,69 +1,117 @@
-"""Which devices the course runs on: real GPUs when there are enough, otherwise simulated devices.
+"""Which devices the course runs on: one GPU per stage, one accelerator shared by every stage, or the CPU.
 
     from course_lib.devices import describe_devices, stage_devices
-    print(describe_devices())          # "2 CUDA GPUs: ..." or "no GPU: simulated devices on the CPU"
+    print(describe_devices())          # "1 GPU (NVIDIA L4): all p stages share it as simulated devices"
     stage_devices(4)                   # one torch.device per pipeline stage
 
-Simulated devices: when there are fewer GPUs than stages, every stage runs on the same real device
-(the CPU, or the one GPU) and the course *simulates* the concurrency between them. Figures made that way
-say so ("measured compute + simulated links").
+The rule for ``device="auto"`` and p stages:
+
+- at least p CUDA GPUs: one GPU per stage (cuda:0 .. cuda:p-1);
+- fewer (one laptop or cloud GPU is the common case): every stage on cuda:0;
+- no CUDA GPU but Apple silicon: every stage on ``mps``;
+- neither: every stage on the CPU.
+
+When several stages share one real device they are *simulated devices*: the engines measure each
+stage's compute on it (synchronising the accelerator, so a time covers the work and not its launch)
+and simulate the concurrency between stages; figures say so ("measured compute + simulated links").
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 
-from course_lib.errors import CourseError
+from course_lib.errors import CourseError, require
 
-DEVICE_CHOICES = ("auto", "cpu", "cuda")
+DEVICE_CHOICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
 
 
 def gpu_count() -> int:
+    """CUDA GPUs this process can use."""
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def mps_available() -> bool:
+    """Apple silicon's GPU, through torch's Metal (mps) backend."""
+    return torch.backends.mps.is_available()
+
+
+def accelerator() -> str | None:
+    """The accelerator 'auto' picks: 'cuda', else 'mps', else None (the CPU)."""
+    if gpu_count():
+        return "cuda"
+    return "mps" if mps_available() else None
+
+
+def _unknown(name: object) -> CourseError:
+    return CourseError(f"unknown device {name!r}; expected one of {', '.join(DEVICE_CHOICES)}")
+
+
 def resolve_device(name: str = "auto") -> torch.device:
-    """'auto' -> first GPU if any, else CPU; 'cpu'; 'cuda' or 'cuda:N' (must exist)."""
-    name = name.strip().lower()
-    if name == "auto":
-        return torch.device("cuda:0") if gpu_count() else torch.device("cpu")
-    if name == "cpu":
+    """'auto' -> cuda:0, else mps, else the CPU; 'cpu'; 'mps'; 'cuda' or 'cuda:N' (must exist)."""
+    if not isinstance(name, str):
+        raise _unknown(name)
+    key = name.strip().lower()
+    if key == "auto":
+        kind = accelerator()
+        return torch.device("cuda:0" if kind == "cuda" else kind or "cpu")
+    if key == "cpu":
         return torch.device("cpu")
-    if name == "cuda" or name.startswith("cuda:"):
-        index = 0 if name == "cuda" else name.split(":", 1)[1]
-        if not str(index).isdigit():
-            raise CourseError(f"unknown device {name!r}; expected one of {DEVICE_CHOICES} or 'cuda:N'")
-        if int(index) >= gpu_count():
-            raise CourseError(
-                f"device {name!r} is not available: this machine has {gpu_count()} CUDA GPU(s); "
-                "use 'cpu' or 'auto'"
-            )
+    if key == "mps":
+        require(mps_available(), "device 'mps' is not available: it needs Apple silicon; use 'cpu' or 'auto'")
+        return torch.device("mps")
+    if key == "cuda" or key.startswith("cuda:"):
+        index = "0" if key == "cuda" else key.split(":", 1)[1]
+        if not index.isdigit():
+            raise _unknown(name)
+        require(
+            int(index) < gpu_count(),
+            f"device {name!r} is not available: this machine has {gpu_count()} CUDA GPU(s); "
+            "use 'cpu' or 'auto'",
+        )
         return torch.device(f"cuda:{index}")
-    raise CourseError(f"unknown device {name!r}; expected one of {DEVICE_CHOICES} or 'cuda:N'")
+    raise _unknown(name)
 
 
 def stage_devices(n_stages: int, device: str = "auto") -> list[torch.device]:
-    """One GPU per stage when there are enough GPUs (and device is auto/cuda); otherwise every stage
-    on the same device, and the pipeline's devices are simulated."""
-    gpus = gpu_count()
-    if device in ("auto", "cuda") and gpus >= n_stages:
+    """One torch.device per pipeline stage (see the rule in the module docstring). 'auto' or 'cuda'
+    spread the stages over the GPUs when there is one per stage; any other choice, or too few GPUs,
+    puts every stage on the one device ``resolve_device(device)`` names."""
+    require(
+        isinstance(n_stages, int) and n_stages >= 1, f"n_stages must be a whole number >= 1, got {n_stages!r}"
+    )
+    shared = resolve_device(device)  # checks the name whatever the machine
+    if device.strip().lower() in ("auto", "cuda") and gpu_count() >= n_stages:
         return [torch.device(f"cuda:{i}") for i in range(n_stages)]
-    return [resolve_device(device)] * n_stages
+    return [shared] * n_stages
 
 
 def uses_simulated_devices(n_stages: int, device: str = "auto") -> bool:
     return len(set(stage_devices(n_stages, device))) < n_stages
 
 
+def synchronize(devices: Iterable[torch.device]) -> None:
+    """Wait until the accelerators among `devices` finish their queued work, so that a clock read just
+    after covers the work itself (CUDA and mps run asynchronously; the CPU needs no wait)."""
+    for d in set(devices):
+        if d.type == "cuda":
+            torch.cuda.synchronize(d)
+        elif d.type == "mps":
+            torch.mps.synchronize()
+
+
 def describe_devices() -> str:
+    """One line: what a pipeline of p stages runs on here (``lesson.setup()`` prints it)."""
     gpus = gpu_count()
-    if gpus:
-        names = ", ".join(torch.cuda.get_device_name(i) for i in range(gpus))
+    if gpus == 1:
+        return f"1 GPU ({torch.cuda.get_device_name(0)}): all p stages share it as simulated devices"
+    if gpus > 1:
+        names = sorted({torch.cuda.get_device_name(i) for i in range(gpus)})
         return (
-            f"{gpus} CUDA GPU(s): {names}. A pipeline of up to {gpus} stages gets one GPU per stage; "
-            "more stages share them as simulated devices."
+            f"{gpus} GPUs ({', '.join(names)}): one per stage for p <= {gpus}; "
+            "more stages share cuda:0 as simulated devices"
         )
-    return (
-        "no GPU found: every pipeline stage runs on the CPU as a simulated device. Compute times are "
-        "measured; the concurrency between devices and the links are simulated, and figures say so."
-    )
+    if mps_available():
+        return "1 Apple GPU (mps): all p stages share it as simulated devices"
+    return "no GPU: simulated devices on the CPU"

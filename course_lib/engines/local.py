@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from course_lib.data import Corpus, split_microbatches
-from course_lib.devices import resolve_device
+from course_lib.devices import resolve_device, synchronize
 from course_lib.engines.plan import PipelinePlan, make_plan
 from course_lib.engines.runtime import StageRuntime
 from course_lib.links import Link
@@ -75,11 +75,6 @@ class PipelineResult(TrainResult):
             "peak_device_bytes": self.peak_device_bytes,
             "peak_inflight": self.peak_inflight,
         }
-
-
-def _sync(devices: Sequence[torch.device]) -> None:
-    for d in {d for d in devices if d.type == "cuda"}:
-        torch.cuda.synchronize(d)
 
 
 class LocalPipelineTrainer:
@@ -147,7 +142,7 @@ class LocalPipelineTrainer:
             s, mb, kind = action.stage, action.microbatch, action.kind
             rt = self.runtimes[s]
             before = rt.saved_bytes()
-            _sync(self._devices)
+            synchronize(self._devices)
             t0 = time.perf_counter()
             if kind is Kind.F:
                 inp = micro[mb][0] if s == 0 else acts.pop((s - 1, mb))
@@ -161,7 +156,7 @@ class LocalPipelineTrainer:
                 out = rt.backward(mb, g) if kind is Kind.B else rt.backward_input(mb, g)
                 if out is not None:
                     grads[(s, mb)] = out
-            _sync(self._devices)
+            synchronize(self._devices)
             stats.durations[(s, kind)].append(time.perf_counter() - t0)
             if kind is Kind.F:
                 stats.stash_bytes[s].append(rt.saved_bytes() - before)
@@ -240,7 +235,7 @@ class LocalPipelineTrainer:
             x, y = self.corpus.batch("train", self.cfg.batch_size, self.cfg.seq_len, gen)
             t0 = time.perf_counter()
             loss, stats = self.step(x, y)
-            _sync(self._devices)
+            synchronize(self._devices)
             times.append(time.perf_counter() - t0)
             losses.append(loss)
             all_stats.append(stats)
