@@ -4,9 +4,10 @@
     from course_lib import lesson
     lesson.setup()
 
-It seeds every random generator, picks a colour-blind-safe plotting style, and prints one line saying
-which versions and devices this run uses (real GPUs, or simulated devices on the CPU), so that a
-screenshot of any lesson says where its numbers came from.
+It seeds every random generator, picks a colour-blind-safe plotting style, and prints which versions
+and devices this run uses (one GPU per stage, one accelerator shared by every stage, or the CPU), so
+that a screenshot of any lesson says where its numbers came from. ``train_config()`` gives the model
+size to train here: the CPU toy, or a wider model when there is a GPU.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import numpy as np
 import torch
 
 import course_lib
-from course_lib.devices import describe_devices
+from course_lib.devices import accelerator, describe_devices
+from course_lib.reference import TrainConfig, accelerator_config
 
 # Okabe-Ito: distinguishable with the common forms of colour blindness
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
@@ -30,8 +32,15 @@ def seed_everything(seed: int = 0) -> None:
     torch.manual_seed(seed)
 
 
+def train_config(**overrides) -> TrainConfig:
+    """The TrainConfig a lesson trains: the CPU toy (TrainConfig's defaults) when there is no GPU; with
+    one (CUDA or Apple's mps), ``accelerator_config()``'s wider model on device 'auto'. `overrides`
+    (steps=40, microbatches=8, ...) win either way."""
+    return accelerator_config(**overrides) if accelerator() else TrainConfig(**overrides)
+
+
 def setup(seed: int = 0, quiet: bool = False, threads: int = 1) -> str:
-    """Seed, style the plots, and say what this machine is. Returns the line it prints.
+    """Seed, style the plots, and say what this machine is. Returns the lines it prints.
 
     One CPU thread by default: the toy model's matrices are 32 wide, far too small for threads to
     help, and on a busy or small machine extra threads make every step many times slower. It also
