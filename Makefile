@@ -15,7 +15,7 @@ LAB_ARGS ?=
 # Jupyter refuses to run as root unless told; containers and cloud notebooks often are root
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test lint unit notebooks setup clean
+.PHONY: lab test lint unit notebooks setup clean gpu-check
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,10 @@ notebooks: $(STAMP)
 	$(BIN)/python -m pytest -q --nbval-lax --nbval-current-env -p no:randomly notebooks
 
 test: lint unit notebooks
+
+# every GPU path once, with a report (PASS / SKIP / FAIL); on a machine without a GPU, the CPU path
+gpu-check: $(STAMP)
+	$(BIN)/python -m course_lib.gpu_check
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
