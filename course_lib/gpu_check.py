@@ -10,7 +10,7 @@ in one process on the accelerator, and over NCCL (2 GPUs or more); memory by sav
 and by the allocator's peak; the bubble measured vs simulated; FLOP/s and MFU against the card's peak.
 
 On a GPU it trains the lessons' GPU size (``accelerator_config()``: 80 layers, 512 wide) for a few
-steps, a minute or two on one card. Without a GPU it runs the same sections on the CPU at toy sizes
+steps, sized to finish within 5 minutes on one card. Without a GPU it runs the same sections on the CPU at toy sizes
 and says so at the top; what needs a GPU says SKIP and why.
 """
 
