@@ -10,8 +10,8 @@ in one process on the accelerator, and over NCCL (2 GPUs or more); memory by sav
 and by the allocator's peak; the bubble measured vs simulated; FLOP/s and MFU against the card's peak.
 
 On a GPU it trains the lessons' GPU size (``accelerator_config()``: 80 layers, 512 wide) for a few
-steps, sized to finish within 5 minutes on one card. Without a GPU it runs the same sections on the CPU at toy sizes
-and says so at the top; what needs a GPU says SKIP and why.
+steps, sized to finish within 5 minutes on one card. Without a GPU it runs the same sections on the CPU
+at toy sizes and says so at the top; what needs a GPU says SKIP and why.
 """
 
 from __future__ import annotations
