@@ -126,7 +126,7 @@ def test_merge_makes_one_measured_timeline_with_transfers():
 
     sched = build_schedule("gpipe", 2, 1)
     f0, f1, b1, b0 = Action(0, Kind.F, 0), Action(1, Kind.F, 0), Action(1, Kind.B, 0), Action(0, Kind.B, 0)
-    step0 = dict(start=0.0, end=1.0, saved_bytes=[], peak_saved_bytes=10)
+    step0 = dict(start=0.0, end=1.0, peak_saved_bytes=10)
     rec0 = {"rank": 0, "losses": [], "steps": [step0 | {
         "spans": [(f0, 1.0, 1.1), (b0, 1.5, 1.7)],
         "sends": [SendEvent(f0, 1, 1.1, None, 64)],
