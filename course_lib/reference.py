@@ -142,14 +142,14 @@ def evaluate(model: Callable[[Tensor], Tensor], corpus: Corpus, cfg: TrainConfig
 
 def reference_gradients(
     cfg: TrainConfig,
-    corpus: Corpus,
+    corpus: Corpus | None = None,
     weights: Mapping[str, Tensor] | None = None,
     batch: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[float, dict[str, Tensor | None]]:
     """The reference trainer's loss and gradients (by parameter name) on one batch (default: the
     first training batch), from `weights` (a state dict; default: the seeded initial weights)."""
+    corpus, model = setup(cfg, corpus)
     device = resolve_device(cfg.device)
-    model = build_model(cfg.model_config(corpus.tokenizer.vocab_size), seed=cfg.seed).to(device)
     if weights is not None:
         model.load_state_dict({name: w.to(device) for name, w in weights.items()})
     x, y = first_batch(corpus, cfg) if batch is None else batch
