@@ -136,5 +136,5 @@ def build_result(records: list[dict], schedule: Schedule, config: dict) -> Distr
         grads=grads,
         params=params,
         config=config,
-        n_params=sum(r.get("n_params", 0) for r in records),
+        n_params=sum(r["n_params"] for r in records),
     )

@@ -234,9 +234,7 @@ def run_rank(spec: RunSpec, rank: int, torch_device: torch.device, on_step=None)
         torch.set_num_threads(threads)
     named = me.named_parameters()
     n_params = sum(p.numel() for p in named.values())
-    record = dict(
-        rank=rank, stages=list(me.stages), steps=steps, losses=losses, clock=clock, n_params=n_params
-    )
+    record = dict(rank=rank, steps=steps, losses=losses, clock=clock, n_params=n_params)
     if spec.return_grads:
         record["grads"] = {
             n: None if p.grad is None else p.grad.detach().cpu().clone() for n, p in named.items()
