@@ -37,7 +37,7 @@ from course_lib.partition import Partition, stage_modules, uniform
 from course_lib.reference import TrainConfig, make_optimizer, setup, train_batches
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Action, Kind, Schedule
-from course_lib.schedules.messages import input_message, message_of, producer_of
+from course_lib.schedules.messages import input_message, local_producer, message_of
 
 FAULT_KINDS = ("raise", "exit", "kill", "hang")
 
@@ -169,10 +169,10 @@ def run_schedule(
         tokens, targets = batch[action.microbatch]
         if (msg := input_message(action, schedule)) is not None:
             inp = comm.receive(msg)  # posted at the start of the step: waits only if not here yet
-        elif (producer := producer_of(action, schedule)) is not None:
-            inp = kept.pop(producer)
-        else:  # nothing produces it: stage 0's forward reads tokens, the last stage starts from the loss
-            inp = tokens if action.kind is Kind.F else None
+        elif (producer := local_producer(action, schedule)) is not None:
+            inp = kept.pop(producer)  # the output of a stage on this rank
+        else:  # no producer: stage 0's F reads token ids, the last stage's backward starts from the loss
+            inp = tokens if action.kind is Kind.F else None  # (and W needs no input)
         recorder.before(action)
         out = rank.stages[action.stage].run(action, inp, targets)
         recorder.after(action)
@@ -254,11 +254,6 @@ def _train_step(me: Rank, step: int, batch, comm: RankComm, recorder: StepRecord
     run_schedule(me, batch, comm, recorder)
     comm.finish()
     me.optimizer.step()
-    return {
-        "start": start,
-        "end": comm.now(),
-        "spans": recorder.spans,
-        "sends": comm.send_events,
-        "recvs": comm.recv_events,
-        "peak_saved_bytes": sum(stage.peak_saved_bytes for stage in me.stages.values()),
-    }
+    peak = sum(stage.peak_saved_bytes for stage in me.stages.values())
+    return dict(start=start, end=comm.now(), spans=recorder.spans, peak_saved_bytes=peak,
+                sends=comm.send_events, recvs=comm.recv_events)  # fmt: skip

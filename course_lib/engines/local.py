@@ -119,17 +119,11 @@ class LocalPipelineTrainer:
         n = self.schedule.n_stages
         self.runtimes = [
             StageRuntime(
-                s,
-                n,
-                mod,
-                cfg.microbatches,
-                checkpoint,
-                self.plan.device_of_stage(s),
-                track_memory=track_memory,
-                split_backward=self.schedule.split_backward,
+                s, n, mod, cfg.microbatches, checkpoint, self.plan.device_of_stage(s),
+                track_memory=track_memory, split_backward=self.schedule.split_backward,
             )
             for s, mod in enumerate(modules)
-        ]
+        ]  # fmt: skip
         self.optimizer = make_optimizer(self.model, cfg)
         self._devices = self.plan.devices
 
@@ -147,8 +141,8 @@ class LocalPipelineTrainer:
             tokens, targets = batch[action.microbatch]
             if (producer := producer_of(action, self.schedule)) is not None:
                 inp = outputs.pop(producer)
-            else:  # nothing produces it: stage 0's forward reads tokens, the last stage starts from the loss
-                inp = tokens if action.kind is Kind.F else None
+            else:  # no producer: stage 0's F reads token ids, the last stage's backward starts from the loss
+                inp = tokens if action.kind is Kind.F else None  # (and W needs no input)
             out = self._measured_run(action, inp, targets, stats)
             if out is not None:
                 outputs[action] = out

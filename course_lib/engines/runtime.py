@@ -267,10 +267,7 @@ class StageRuntime:
             weight_grads = torch.autograd.grad(out, params, grad, retain_graph=True, allow_unused=True)
             for p, g in zip(params, weight_grads, strict=True):
                 if g is not None:
-                    if p.grad is None:
-                        p.grad = g
-                    else:
-                        p.grad.add_(g)
+                    p.grad = g if p.grad is None else p.grad.add_(g)
         stash.free()
 
     # ---- after the flush -----------------------------------------------------------------------
