@@ -30,12 +30,14 @@ Try it (no processes needed)::
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from course_lib.engines.links_injected import InjectedLinks
+from course_lib.links import Link
 from course_lib.schedules.ir import Action, Schedule
 from course_lib.schedules.messages import Message, incoming_messages, messages
 
@@ -93,9 +95,16 @@ class RankComm:
     """
 
     def __init__(
-        self, schedule: Schedule, rank: int, shape, torch_device, t0: float, links=None, groups=None
+        self,
+        schedule: Schedule,
+        rank: int,
+        shape: tuple[int, ...],
+        torch_device: torch.device,
+        t0: float,
+        links: Sequence[Link] | None = None,
+        groups: dict[tuple[int, int], object] | None = None,
     ):
-        self.schedule, self.rank, self.shape, self.torch_device = schedule, rank, tuple(shape), torch_device
+        self.schedule, self.rank, self.shape, self.torch_device = schedule, rank, shape, torch_device
         self.t0, self.links, self.groups = t0, links, groups
         self.sender = InjectedLinks() if links is not None else None
         self.step = 0

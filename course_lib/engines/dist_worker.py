@@ -23,6 +23,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -187,7 +188,7 @@ def run_schedule(
 class StepRecorder:
     """Around each action: inject the fault (if it is due), wait for the GPU, record the span."""
 
-    def __init__(self, rank: int, fault: Fault | None, now, torch_device: torch.device):
+    def __init__(self, rank: int, fault: Fault | None, now: Callable[[], float], torch_device: torch.device):
         self.rank, self.fault, self.now, self.torch_device = rank, fault, now, torch_device
         self.step, self.spans, self._start = 0, [], 0.0
 
@@ -206,7 +207,12 @@ class StepRecorder:
         self.spans.append((action, self._start, self.now()))
 
 
-def run_rank(spec: RunSpec, rank: int, torch_device: torch.device, on_step=None) -> dict:
+def run_rank(
+    spec: RunSpec,
+    rank: int,
+    torch_device: torch.device,
+    on_step: Callable[[int, float | None], None] | None = None,
+) -> dict:
     """Train `spec.cfg.steps` batches as pipeline rank `rank`; return what this rank measured.
     `on_step(step, loss)` is called after every optimizer step (loss: None unless this rank holds
     the last stage)."""
@@ -224,9 +230,10 @@ def run_rank(spec: RunSpec, rank: int, torch_device: torch.device, on_step=None)
     try:
         for step, (x, y) in enumerate(train_batches(corpus, cfg)):
             steps.append(_train_step(me, step, split_microbatches(x, y, cfg.microbatches), comm, recorder))
-            losses += [] if me.loss() is None else [me.loss()]
+            loss = me.loss()  # None unless this rank holds the last stage
+            losses += [] if loss is None else [loss]
             if on_step is not None:
-                on_step(step, me.loss())
+                on_step(step, loss)
     finally:
         comm.close()
         for stage in me.stages.values():
@@ -243,7 +250,9 @@ def run_rank(spec: RunSpec, rank: int, torch_device: torch.device, on_step=None)
     return record
 
 
-def _train_step(me: Rank, step: int, batch, comm: RankComm, recorder: StepRecorder) -> dict:
+def _train_step(
+    me: Rank, step: int, batch: list[tuple[Tensor, Tensor]], comm: RankComm, recorder: StepRecorder
+) -> dict:
     """One batch: every action of this rank, then one optimizer step after the flush; its record."""
     start = comm.now()
     for stage in me.stages.values():
