@@ -64,15 +64,11 @@ class SavedBytes:
             self.total -= entry[1]
             del self.live[key]
 
-    def counting(self, holders: list[SavedTensor]):
+    def counting(self, holders: list[SavedTensor]) -> torch.autograd.graph.saved_tensors_hooks:
         """A context in which every tensor autograd saves is counted, its holder added to `holders`."""
-        return torch.autograd.graph.saved_tensors_hooks(lambda t: self.pack(t, holders), _unpack)
+        return torch.autograd.graph.saved_tensors_hooks(lambda t: self.pack(t, holders), lambda h: h.tensor)
 
     def clear(self) -> None:
         """Start from nothing held (also forgets what an interrupted forward packed)."""
         self.live.clear()
         self.total = self.peak = 0
-
-
-def _unpack(saved: SavedTensor) -> Tensor:
-    return saved.tensor
