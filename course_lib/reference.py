@@ -6,6 +6,13 @@ same gradients as ``accumulate_gradients`` here (the tests check it).
     from course_lib.reference import TrainConfig, train
     result = train(TrainConfig(steps=50))       # result.losses, result.val_loss_start, ...
 
+The toolkit every engine, the CLI and the tests use to compare themselves with it:
+``train_batches`` (the same batches, in the same order), ``evaluate`` (the same held-out batches),
+``reference_gradients`` (its loss and gradients on one batch) and ``max_grad_diff``::
+
+    loss, want = reference_gradients(cfg, corpus)          # first batch, seeded weights
+    max_grad_diff({n: p.grad for n, p in model.named_parameters()}, want)
+
 Synchronous training: the m micro-batches of a batch each add their gradient (scaled by 1/m, so the
 sum is the gradient of the batch's mean loss), and the optimizer steps once per batch, after all of
 them. That is what GPipe and 1F1B compute too; only the order of the work differs.
@@ -15,9 +22,11 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 
 import torch
+from torch import Tensor
 from tqdm.auto import tqdm
 
 from course_lib.data import Corpus, check_microbatches, load_corpus, split_microbatches
@@ -113,17 +122,63 @@ def accumulate_gradients(model: torch.nn.Module, x: torch.Tensor, y: torch.Tenso
     return total
 
 
+def train_batches(
+    corpus: Corpus, cfg: TrainConfig, steps: int | None = None
+) -> Iterator[tuple[Tensor, Tensor]]:
+    """The reference trainer's training batches, in its order: `steps` of them (default cfg.steps).
+    Every engine draws its batches here, so all see the same data in the same order."""
+    gen = torch.Generator().manual_seed(cfg.seed)
+    for _ in range(cfg.steps if steps is None else steps):
+        yield corpus.batch("train", cfg.batch_size, cfg.seq_len, gen)
+
+
+def first_batch(corpus: Corpus, cfg: TrainConfig) -> tuple[Tensor, Tensor]:
+    return next(train_batches(corpus, cfg, steps=1))
+
+
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, corpus: Corpus, cfg: TrainConfig) -> float:
-    """Mean held-out loss over a fixed set of batches (same batches every call)."""
+def evaluate(model: Callable[[Tensor], Tensor], corpus: Corpus, cfg: TrainConfig) -> float:
+    """Mean held-out loss over a fixed set of batches (same batches every call). `model` maps token
+    ids to logits: the whole model, or a pipeline's stages one after another."""
     gen = torch.Generator().manual_seed(cfg.seed + 12345)
     device = resolve_device(cfg.device)
     losses = []
     for _ in range(cfg.eval_batches):
         x, y = corpus.batch("val", cfg.batch_size, cfg.seq_len, gen)
-        x, y = x.to(device), y.to(device)
-        losses.append(lm_loss(model(x), y).item())
+        logits = model(x.to(device))
+        losses.append(lm_loss(logits, y.to(logits.device)).item())
     return sum(losses) / len(losses)
+
+
+def reference_gradients(
+    cfg: TrainConfig,
+    corpus: Corpus | None = None,
+    weights: Mapping[str, Tensor] | None = None,
+    batch: tuple[Tensor, Tensor] | None = None,
+) -> tuple[float, dict[str, Tensor | None]]:
+    """The reference trainer's loss and gradients (by parameter name) on one batch (default: the
+    first training batch), from `weights` (a state dict; default: the seeded initial weights)."""
+    corpus, model = setup(cfg, corpus)
+    device = resolve_device(cfg.device)
+    if weights is not None:
+        model.load_state_dict({name: w.to(device) for name, w in weights.items()})
+    x, y = first_batch(corpus, cfg) if batch is None else batch
+    loss = accumulate_gradients(model, x.to(device), y.to(device), cfg.microbatches)
+    return loss, {name: p.grad for name, p in model.named_parameters()}
+
+
+def max_grad_diff(grads: Mapping[str, Tensor | None], reference: Mapping[str, Tensor | None]) -> float:
+    """Largest |difference| between two sets of gradients, matched by parameter name. A gradient
+    missing on one side (None, or no entry) counts as zeros, so a forgotten gradient shows."""
+    diff = 0.0
+    for name in grads.keys() | reference.keys():
+        got, want = grads.get(name), reference.get(name)
+        if got is None and want is None:
+            continue
+        got = torch.zeros_like(want) if got is None else got
+        want = torch.zeros_like(got) if want is None else want
+        diff = max(diff, (got.detach().cpu() - want.detach().cpu()).abs().max().item())
+    return diff
 
 
 class WarmupAdamW(torch.optim.AdamW):
@@ -155,10 +210,12 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
     )
 
 
-def setup(cfg: TrainConfig) -> tuple[Corpus, ToyGPT]:
-    """Check the config, read the data and build the model: the start of every trainer."""
+def setup(cfg: TrainConfig, corpus: Corpus | None = None) -> tuple[Corpus, ToyGPT]:
+    """Check the config, read the data (unless `corpus` is given) and build the model: the start of
+    every trainer."""
     cfg.check()
-    corpus = load_corpus(cfg.data_path) if cfg.data_path else load_corpus()
+    if corpus is None:
+        corpus = load_corpus(cfg.data_path) if cfg.data_path else load_corpus()
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model_config(corpus.tokenizer.vocab_size), seed=cfg.seed)
     return corpus, model.to(resolve_device(cfg.device))
@@ -168,13 +225,11 @@ def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
     """Train the whole model on one device; one optimizer step per batch of m micro-batches."""
     corpus, model = setup(cfg)
     optimizer = make_optimizer(model, cfg)
-    gen = torch.Generator().manual_seed(cfg.seed)
     device = resolve_device(cfg.device)
     val_start = evaluate(model, corpus, cfg)
     losses, times = [], []
-    bar = tqdm(range(cfg.steps), desc="reference", disable=not progress)
-    for _ in bar:
-        x, y = corpus.batch("train", cfg.batch_size, cfg.seq_len, gen)
+    bar = tqdm(train_batches(corpus, cfg), total=cfg.steps, desc="reference", disable=not progress)
+    for x, y in bar:
         x, y = x.to(device), y.to(device)
         t0 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)

@@ -1,21 +1,24 @@
-"""Distributed engine without processes: input checks, the message plan, injected-link timing, merging."""
+"""Distributed engine without processes: input checks, the message plan, the rank loop (ranks as
+threads), injected-link timing, merging."""
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 
 import pytest
 import torch
 
+from course_lib.data import split_microbatches
 from course_lib.engines import links_injected
 from course_lib.engines.comm import message_tag
 from course_lib.engines.dist_result import build_result
-from course_lib.engines.dist_worker import Fault
+from course_lib.engines.dist_worker import Fault, StepRecorder, build_rank, run_schedule
 from course_lib.engines.distributed import make_spec
 from course_lib.errors import CourseError
 from course_lib.links import Link
-from course_lib.reference import TrainConfig
+from course_lib.reference import TrainConfig, first_batch, max_grad_diff, reference_gradients
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Action, Kind
 from course_lib.schedules.messages import incoming_messages, input_message, message_of
@@ -94,6 +97,59 @@ def test_tags_are_unique_over_two_steps():
     assert len(set(tags)) == len(tags) == 2 * 2 * 3 * 8  # 2 steps, 2 directions, 3 boundaries, 8 mbs
 
 
+# ---- the rank loop, with threads for ranks ------------------------------------------------------
+class ThreadComm:
+    """Stands in for RankComm: the ranks are threads, a message is an entry in a shared dict."""
+
+    def __init__(self, box: dict, ready: threading.Condition):
+        self.box, self.ready = box, ready
+
+    def receive(self, msg):
+        with self.ready:
+            assert self.ready.wait_for(lambda: msg.producer in self.box, timeout=60), f"{msg} never came"
+            return self.box.pop(msg.producer)
+
+    def send(self, msg, tensor):
+        with self.ready:
+            self.box[msg.producer] = tensor.detach().clone()
+            self.ready.notify_all()
+
+
+@pytest.mark.parametrize(
+    "schedule, ranks, virtual, m",
+    [
+        ("gpipe", 2, 1, 4),
+        ("1f1b", 3, 1, 4),
+        ("zb-h1", 2, 1, 4),
+        ("interleaved-1f1b", 2, 2, 4),
+        ("1f1b", 1, 1, 2),
+    ],
+)
+def test_the_rank_loop_gives_the_reference_gradients(corpus, schedule, ranks, virtual, m):
+    spec = make_spec(TrainConfig(**TINY, microbatches=m), schedule, ranks, virtual=virtual)
+    built = [build_rank(spec, r, torch.device("cpu"))[1] for r in range(ranks)]
+    batch = split_microbatches(*first_batch(corpus, spec.cfg), m)
+    box, ready, errors = {}, threading.Condition(), []
+
+    def rank_thread(rank):
+        try:
+            recorder = StepRecorder(rank.index, None, time.perf_counter, torch.device("cpu"))
+            run_schedule(rank, batch, ThreadComm(box, ready), recorder)
+        except BaseException as err:  # reported below, in the test's thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=rank_thread, args=(rank,)) for rank in built]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and not box  # every message sent was received
+    loss, want = reference_gradients(spec.cfg, corpus)
+    assert built[spec.build_schedule().stage_to_device[-1]].loss() == pytest.approx(loss, rel=1e-5)
+    got = {name: p.grad for rank in built for name, p in rank.named_parameters().items()}
+    assert sorted(got) == sorted(want) and max_grad_diff(got, want) < 1e-6
+
+
 # ---- injected links: delivery times, without processes ----------------------------------------
 def test_injected_link_queues_bandwidth_but_overlaps_latency(monkeypatch):
     sent = []
@@ -126,20 +182,20 @@ def test_merge_makes_one_measured_timeline_with_transfers():
 
     sched = build_schedule("gpipe", 2, 1)
     f0, f1, b1, b0 = Action(0, Kind.F, 0), Action(1, Kind.F, 0), Action(1, Kind.B, 0), Action(0, Kind.B, 0)
-    step0 = dict(start=0.0, end=1.0, saved_bytes=[], peak_saved_bytes=10)
-    rec0 = {"rank": 0, "losses": [], "steps": [step0 | {
+    step0 = dict(start=0.0, end=1.0, peak_saved_bytes=10)
+    rec0 = {"rank": 0, "losses": [], "n_params": 10, "steps": [step0 | {
         "spans": [(f0, 1.0, 1.1), (b0, 1.5, 1.7)],
         "sends": [SendEvent(f0, 1, 1.1, None, 64)],
         "recvs": [RecvEvent(b1, 1, 1.1, 1.45)],
     }]}  # fmt: skip
-    rec1 = {"rank": 1, "losses": [2.5], "steps": [step0 | {
+    rec1 = {"rank": 1, "losses": [2.5], "n_params": 20, "steps": [step0 | {
         "spans": [(f1, 1.2, 1.3), (b1, 1.3, 1.4)],
         "sends": [SendEvent(b1, 0, 1.4, None, 64)],
         "recvs": [RecvEvent(f0, 0, 1.1, 1.2)],
     }]}  # fmt: skip
     result = build_result([rec1, rec0], sched, {})
     tl = result.timeline
-    assert tl.source == MEASURED and result.losses == [2.5]
+    assert tl.source == MEASURED and result.losses == [2.5] and result.n_params == 30
     assert tl.makespan == pytest.approx(0.7)
     assert tl.busy(0) == pytest.approx(0.3) and tl.busy(1) == pytest.approx(0.2)
     assert tl.bubble_fraction == pytest.approx(1 - 0.5 / 1.4)

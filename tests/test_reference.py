@@ -1,9 +1,19 @@
-"""The reference trainer is the ground truth: its accumulated gradients must equal a full batch's."""
+"""The reference trainer is the ground truth: its accumulated gradients must equal a full batch's;
+the toolkit every engine compares itself with gives its batches, loss and gradients."""
 
+import pytest
 import torch
 
 from course_lib.model import ModelConfig, build_model, lm_loss
-from course_lib.reference import TrainConfig, accumulate_gradients, train
+from course_lib.reference import (
+    TrainConfig,
+    accumulate_gradients,
+    first_batch,
+    max_grad_diff,
+    reference_gradients,
+    train,
+    train_batches,
+)
 
 
 def _grads(model):
@@ -44,3 +54,19 @@ def test_short_training_run_lowers_the_held_out_loss_and_is_deterministic():
     assert a.losses == b.losses  # same seed, same numbers, bit for bit
     assert a.val_loss_end < 0.8 * a.val_loss_start
     assert len(a.losses) == 30 and a.n_layers == 4 and a.n_params > 0
+
+
+def test_the_toolkit_gives_the_reference_trainers_batches_loss_and_gradients(corpus):
+    cfg = TrainConfig(n_layers=2, d_model=16, n_heads=2, seq_len=16, batch_size=4, microbatches=2, steps=2)
+    (x, y), (x2, _) = train_batches(corpus, cfg)  # cfg.steps batches, in the reference's order
+    x0, y0 = first_batch(corpus, cfg)
+    assert torch.equal(x, x0) and torch.equal(y, y0) and not torch.equal(x2, x)
+    loss, grads = reference_gradients(cfg, corpus)  # first batch, seeded weights: train()'s first step
+    assert loss == train(cfg, progress=False).losses[0]
+    assert grads and all(g is not None for g in grads.values())
+    assert max_grad_diff(grads, grads) == 0
+    name = next(iter(grads))
+    assert max_grad_diff(grads | {name: grads[name] + 0.25}, grads) == pytest.approx(0.25)
+    # a gradient missing on one side counts as zeros: a forgotten gradient shows
+    assert max_grad_diff(grads | {name: None}, grads) == grads[name].abs().max().item()
+    assert max_grad_diff({}, grads) == max(g.abs().max().item() for g in grads.values())

@@ -17,7 +17,7 @@ def test_tp_formula_80_layers():
     assert tp_allreduces(80, 1, 4) == 0  # one rank: nothing to reduce
 
 
-@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "zb-h1"])
 @pytest.mark.parametrize("p", [2, 3, 4])
 @pytest.mark.parametrize("m", [1, 4])
 def test_pp_messages_read_off_the_schedule_equal_the_formula(name, p, m):
@@ -27,10 +27,11 @@ def test_pp_messages_read_off_the_schedule_equal_the_formula(name, p, m):
     assert log.count() == pp_sends(p, m) and log.nbytes == 100 * pp_sends(p, m)
 
 
-def test_a_device_holding_every_stage_sends_nothing():
+def test_interleaving_multiplies_the_sends_and_one_device_sends_nothing():
     sched = build_schedule("interleaved_1f1b", 2, 4, virtual=2)  # 4 stages on 2 devices: 3 boundaries
     log = pp_log_from_schedule(sched, 1)
     assert log.count("send", "forward") == 3 * 4  # interleaving multiplies p2p traffic by v
+    assert pp_log_from_schedule(build_schedule("1f1b", 1, 4), 1).count() == 0
 
 
 def test_comparison_rows_70b():

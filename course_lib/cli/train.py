@@ -119,15 +119,9 @@ def _run_distributed(cfg: TrainConfig, args: argparse.Namespace, progress: bool)
 
 def _grad_diff_vs_reference(cfg: TrainConfig, grads: dict) -> float:
     """Largest difference between `grads` (one step, first batch) and the reference trainer's."""
-    import torch
+    from course_lib.reference import max_grad_diff, reference_gradients
 
-    from course_lib.reference import accumulate_gradients, setup
-
-    corpus, model = setup(cfg)
-    x, y = corpus.batch("train", cfg.batch_size, cfg.seq_len, torch.Generator().manual_seed(cfg.seed))
-    accumulate_gradients(model, x, y, cfg.microbatches)
-    ref = dict(model.named_parameters())
-    return max((grads[k].cpu() - ref[k].grad.cpu()).abs().max().item() for k in grads)
+    return max_grad_diff(grads, reference_gradients(cfg)[1])
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,10 +1,9 @@
-"""Point-to-point messages between pipeline ranks: who sends what to whom, and the sends/receives.
+"""Point-to-point messages between pipeline ranks: the sends and receives of one rank.
 
-Between two stages on different ranks travel two kinds of message per micro-batch: the forward's
-activation (stage s -> s+1) and the backward's input gradient (stage s+1 -> s). Every message has
-a key (stage that produced it, micro-batch, direction), and both ends can list all of a step's
-messages from the Schedule alone, so a receiver knows in advance what will arrive, from whom, its
-shape, and in which order the sender will send it.
+Which outputs cross ranks, from whom and to whom, is derived once from the schedule
+(``schedules/messages.py``): both ends can list all of a step's messages from the Schedule alone,
+so a receiver knows in advance what will arrive, from whom, its shape, and in which order the
+sender will send it.
 
 How messages are matched, so that nothing deadlocks: the receiver posts all of a step's receives
 at the start of the step, into preallocated buffers, so data moves in the background while the
@@ -31,13 +30,16 @@ Try it (no processes needed)::
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
+from course_lib.engines.links_injected import InjectedLinks
+from course_lib.links import Link
 from course_lib.schedules.ir import Action, Schedule
-from course_lib.schedules.messages import Message, incoming_messages
+from course_lib.schedules.messages import Message, incoming_messages, messages
 
 
 def message_tag(msg: Message, schedule: Schedule, step: int) -> int:
@@ -50,9 +52,7 @@ def message_tag(msg: Message, schedule: Schedule, step: int) -> int:
 def direction_groups(schedule: Schedule) -> dict[tuple[int, int], object]:
     """One process group per (sender, receiver) pair that exchanges messages. Every rank must call
     this (in the same order), members or not: that is how torch.distributed creates groups."""
-    pairs = sorted(
-        {(m.src, m.dst) for d in range(schedule.n_devices) for m in incoming_messages(schedule, d)}
-    )
+    pairs = sorted({(m.src, m.dst) for m in messages(schedule)})
     return {pair: dist.new_group(list(pair)) for pair in pairs}
 
 
@@ -86,29 +86,40 @@ class PeerFailure(RuntimeError):
         self.peer = peer
 
 
-class StepComm:
-    """One rank's sends and receives for one step.
+class RankComm:
+    """One rank's sends and receives, step after step.
 
-    `shape_of(msg)` gives the tensor shape of a message (known from the config); `sender` is an
-    injected-links sender (or None to send directly). `t0` is the rank's aligned clock origin.
+    `shape`: the tensor shape of every message (a micro-batch's activations, or their gradients);
+    `links`: one per stage boundary, to deliver messages as over that link (None: send at once);
+    `groups`: from ``direction_groups`` (NCCL), or None; `t0`: the rank's aligned clock origin.
     """
 
-    def __init__(self, schedule, device, step, shape_of, torch_device, t0, groups=None, sender=None):
-        self.schedule, self.device, self.step, self.groups = schedule, device, step, groups
-        self.torch_device, self.t0, self.sender = torch_device, t0, sender
+    def __init__(
+        self,
+        schedule: Schedule,
+        rank: int,
+        shape: tuple[int, ...],
+        torch_device: torch.device,
+        t0: float,
+        links: Sequence[Link] | None = None,
+        groups: dict[tuple[int, int], object] | None = None,
+    ):
+        self.schedule, self.rank, self.shape, self.torch_device = schedule, rank, shape, torch_device
+        self.t0, self.links, self.groups = t0, links, groups
+        self.sender = InjectedLinks() if links is not None else None
+        self.step = 0
         self.pending: dict[Action, tuple[torch.Tensor, object]] = {}
         self.handles: list[object] = []
         self.recv_events: list[RecvEvent] = []
         self.send_events: list[SendEvent] = []
-        self._shape_of = shape_of
-        for msg in incoming_messages(schedule, device):  # per sender, in the sender's order
-            self._post(msg)
 
-    def _post(self, msg: Message) -> None:
-        buf = torch.empty(self._shape_of(msg), dtype=torch.float32, device=self.torch_device)
-        tag = message_tag(msg, self.schedule, self.step)
-        work = dist.irecv(buf, src=msg.src, group=self._group(msg), tag=tag)
-        self.pending[msg.producer] = (buf, work)
+    def begin_step(self, step: int) -> None:
+        """Post every receive of `step` at once (per sender, in the sender's order); start new logs."""
+        self.step, self.recv_events, self.send_events = step, [], []
+        for msg in incoming_messages(self.schedule, self.rank):
+            buf = torch.empty(self.shape, dtype=torch.float32, device=self.torch_device)
+            tag = message_tag(msg, self.schedule, step)
+            self.pending[msg.producer] = (buf, dist.irecv(buf, src=msg.src, group=self._group(msg), tag=tag))
 
     def _group(self, msg: Message):
         return None if self.groups is None else self.groups[(msg.src, msg.dst)]
@@ -124,21 +135,22 @@ class StepComm:
             work.wait()
         except Exception as err:  # gloo: peer closed the connection, or the timeout passed
             raise PeerFailure(
-                f"rank {self.device} waited for {msg.producer} from rank {msg.src} and the wait failed: "
+                f"rank {self.rank} waited for {msg.producer} from rank {msg.src} and the wait failed: "
                 f"{type(err).__name__}: {err}",
                 peer=msg.src,
             ) from err
         self.recv_events.append(RecvEvent(msg.producer, msg.src, start, self.now()))
         return buf
 
-    def send(self, msg: Message, tensor: torch.Tensor, link=None) -> None:
-        """Hand `tensor` over without waiting for it to arrive."""
+    def send(self, msg: Message, tensor: torch.Tensor) -> None:
+        """Hand `tensor` over without waiting for it to arrive (over its boundary's link, if any)."""
         tensor = tensor.detach().contiguous()
         tag = message_tag(msg, self.schedule, self.step)
         nbytes = tensor.numel() * tensor.element_size()
         handoff = self.now()
         deliver_at = None
-        if self.sender is not None and link is not None:
+        if self.sender is not None:
+            link = self.links[msg.boundary]
             deliver_at = self.sender.enqueue(tensor, msg.dst, tag, nbytes, link, self._group(msg)) - self.t0
         else:
             self.handles.append(dist.isend(tensor, dst=msg.dst, group=self._group(msg), tag=tag))
@@ -152,5 +164,10 @@ class StepComm:
             for work in self.handles:
                 work.wait()
         except Exception as err:
-            raise PeerFailure(f"rank {self.device}: a send failed: {type(err).__name__}: {err}") from err
+            raise PeerFailure(f"rank {self.rank}: a send failed: {type(err).__name__}: {err}") from err
         self.handles.clear()
+
+    def close(self) -> None:
+        """Stop the injected links' sender threads."""
+        if self.sender is not None:
+            self.sender.close()

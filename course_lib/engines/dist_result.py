@@ -76,7 +76,6 @@ class DistributedResult:
     step_times_s: list[list[float]]  # [rank][step]: wall clock of each rank's step
     timelines: list[Timeline]  # measured, one per step
     peak_saved_bytes: list[list[int]]  # [rank][step]: most bytes held for backward during the step
-    saved_bytes_samples: list[list[tuple[float, int]]]  # [rank]: (time, bytes) after each action, last step
     grads: dict[str, torch.Tensor] | None = None  # last step's gradients (return_grads=True)
     params: dict[str, torch.Tensor] | None = None  # weights after the last step (return_grads=True)
     config: dict = field(default_factory=dict)
@@ -134,9 +133,8 @@ def build_result(records: list[dict], schedule: Schedule, config: dict) -> Distr
         step_times_s=[[st["end"] - st["start"] for st in r["steps"]] for r in records],
         timelines=[merge_step(records, k, schedule) for k in range(n_steps)],
         peak_saved_bytes=[[st["peak_saved_bytes"] for st in r["steps"]] for r in records],
-        saved_bytes_samples=[r["steps"][-1]["saved_bytes"] if r["steps"] else [] for r in records],
         grads=grads,
         params=params,
         config=config,
-        n_params=sum(r.get("n_params", 0) for r in records),
+        n_params=sum(r["n_params"] for r in records),
     )

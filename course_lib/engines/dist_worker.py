@@ -2,15 +2,12 @@
 
 Every rank builds the *same* model from the seed (so no weights need to travel), keeps only the
 stages the schedule places on it (several with interleaving: stage s on rank s % p), and for every
-batch runs its list of actions in order:
-
-    F: input = token ids (stage 0), a local tensor (previous stage on this rank) or a received one
-    B / I: output gradient = local or received (none on the last stage, which starts from the loss)
-    W: weight gradients from what I kept
-
-Outputs go to the neighbouring stage: a Python dict when it lives on this rank, an ``isend`` (or an
-injected link) when it does not. After the last action the rank waits for its sends and steps its
-optimizer: one step per batch, after the flush, exactly as the reference trainer does.
+batch runs its list of actions in order: ``run_schedule``, the loop lesson 08 reads. Each action
+takes its input from a message, from an earlier action on this rank, or from the batch; runs on its
+stage (``StageRuntime.run``); and sends its output on, or keeps it for a later action here. After
+the last action the rank waits for its sends and steps its optimizer: one step per batch, after the
+flush, exactly as the reference trainer does. What the loop does not need to know (the injected
+fault, the GPU sync, the spans it records) lives in ``StepRecorder``.
 
 Clocks: the spans every rank records (perf_counter, seconds) must line up in one Timeline. On one
 machine all processes read the same monotonic clock, so every rank takes rank 0's time 0 and the
@@ -26,18 +23,19 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
-from torch import nn
+from torch import Tensor, nn
 
-from course_lib.engines.comm import StepComm, direction_groups
-from course_lib.engines.links_injected import InjectedLinks
+from course_lib.data import Corpus, split_microbatches
+from course_lib.engines.comm import RankComm, direction_groups
 from course_lib.engines.runtime import StageRuntime
 from course_lib.links import Link
 from course_lib.partition import Partition, stage_modules, uniform
-from course_lib.reference import TrainConfig, make_optimizer, setup
+from course_lib.reference import TrainConfig, make_optimizer, setup, train_batches
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Action, Kind, Schedule
 from course_lib.schedules.messages import input_message, local_producer, message_of
@@ -100,16 +98,7 @@ def _inject(fault: Fault, rank: int) -> None:
     time.sleep(10**6)  # "hang": a rank that stops answering
 
 
-def _global_names(module: nn.Module, first_layer: int) -> dict[str, nn.Parameter]:
-    """Parameter names as the whole model calls them (``layers.<i>.…``), to compare with the reference."""
-    out = {}
-    for name, p in module.named_parameters():
-        index, rest = name.split(".", 1)
-        out[f"layers.{first_layer + int(index)}.{rest}"] = p
-    return out
-
-
-def _common_clock(rank: int) -> tuple[float, str]:
+def _common_clock() -> tuple[float, str]:
     """Time 0 for this rank's spans, and how it was aligned with the other ranks."""
     dist.barrier()
     here = (socket.gethostname(), time.perf_counter())
@@ -120,132 +109,160 @@ def _common_clock(rank: int) -> tuple[float, str]:
     return here[1], "several machines: aligned at a barrier (error about one network latency)"
 
 
-def run_rank(spec: RunSpec, rank: int, torch_device: torch.device, on_step=None) -> dict:
-    """Train `spec.cfg.steps` batches as pipeline rank `rank`; return what this rank measured.
-    `on_step(step, loss)` is called after every optimizer step (loss: None unless this rank holds
-    the last stage)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(spec.threads)  # p ranks share the machine's cores
-    try:
-        return _run_rank(spec, rank, torch_device, on_step)
-    finally:
-        torch.set_num_threads(threads)
+@dataclass
+class Rank:
+    """One pipeline rank's part of the model: its stages (several with interleaving), its optimizer."""
+
+    index: int
+    schedule: Schedule
+    stages: dict[int, StageRuntime]  # stage -> its runtime
+    first_layer: dict[int, int]  # stage -> index of its first layer in the whole model
+    optimizer: torch.optim.Optimizer
+
+    def loss(self) -> float | None:
+        """The batch's loss, on the rank that holds the last stage (None elsewhere)."""
+        last = self.stages.get(self.schedule.n_stages - 1)
+        return None if last is None else last.loss()
+
+    def named_parameters(self) -> dict[str, nn.Parameter]:
+        """Parameters named as in the whole model (``layers.<i>.…``), to compare with the reference."""
+        out = {}
+        for s, stage in self.stages.items():
+            for name, p in stage.module.named_parameters():
+                index, rest = name.split(".", 1)
+                out[f"layers.{self.first_layer[s] + int(index)}.{rest}"] = p
+        return out
 
 
-def _run_rank(spec: RunSpec, rank: int, torch_device: torch.device, on_step) -> dict:
+def build_rank(spec: RunSpec, index: int, torch_device: torch.device) -> tuple[Corpus, Rank]:
+    """The data, and the stages the schedule places on rank `index`, from the seeded model."""
     cfg = spec.cfg
     corpus, model = setup(replace(cfg, device="cpu"))  # same weights on every rank, from the seed
     schedule = spec.build_schedule()
     partition = spec.partition(len(model.layers))
     modules = stage_modules(model.layers, partition)
-    mine = schedule.stages_of(rank)
-    n_st, m = schedule.n_stages, cfg.microbatches
-    runtimes = {
+    mine = schedule.stages_of(index)
+    stages = {
         s: StageRuntime(
-            s,
-            n_st,
-            modules[s],
-            m,
-            checkpoint=spec.checkpoint,
-            device=torch_device,
-            track_memory=spec.track_memory,
-            split_backward=schedule.split_backward,
+            s, schedule.n_stages, modules[s], cfg.microbatches, checkpoint=spec.checkpoint,
+            device=torch_device, track_memory=spec.track_memory, split_backward=schedule.split_backward,
         )
         for s in mine
-    }
+    }  # fmt: skip
     optimizer = make_optimizer(nn.ModuleList([modules[s] for s in mine]), cfg)
-    del model  # the other ranks' layers are not needed here
-    order = schedule.orders[rank]
-    last = n_st - 1
-    shape = (cfg.batch_size // m, cfg.seq_len, cfg.d_model)
-    sender = InjectedLinks() if spec.links is not None else None
-    # gloo tells messages apart by tag; NCCL needs one group per direction (see comm.py)
-    groups = direction_groups(schedule) if spec.direction_groups else None
-    on_gpu = torch_device.type == "cuda"
-    gen = torch.Generator().manual_seed(cfg.seed)  # the reference trainer's batches, in its order
+    return corpus, Rank(index, schedule, stages, {s: partition.bounds[s][0] for s in mine}, optimizer)
 
-    t0, clock = _common_clock(rank)
-    n_params = sum(p.numel() for s in mine for p in modules[s].parameters())
-    record: dict = {"rank": rank, "stages": mine, "steps": [], "clock": clock, "n_params": n_params}
-    losses: list[float] = []
+
+def run_schedule(
+    rank: Rank, batch: list[tuple[Tensor, Tensor]], comm: RankComm, recorder: StepRecorder
+) -> None:
+    """One batch on one pipeline rank: its actions, in the schedule's order.
+
+    Where an action's input comes from is known from the schedule alone (``schedules/messages.py``):
+    a message from another rank, the output of an earlier action on this rank, or the batch (stage
+    0's forward reads the token ids). The action runs on its stage, and its output goes to the rank
+    that consumes it, or is kept here for a later action. `batch` holds (token ids, targets) per
+    micro-batch; `recorder` measures each action and may inject a fault, outside this loop's logic.
+    """
+    schedule = rank.schedule
+    kept: dict[Action, Tensor] = {}  # outputs whose consumer is a stage on this rank
+    for action in schedule.orders[rank.index]:
+        tokens, targets = batch[action.microbatch]
+        if (msg := input_message(action, schedule)) is not None:
+            inp = comm.receive(msg)  # posted at the start of the step: waits only if not here yet
+        elif (producer := local_producer(action, schedule)) is not None:
+            inp = kept.pop(producer)  # the output of a stage on this rank
+        else:  # no producer: stage 0's F reads token ids, the last stage's backward starts from the loss
+            inp = tokens if action.kind is Kind.F else None  # (and W needs no input)
+        recorder.before(action)
+        out = rank.stages[action.stage].run(action, inp, targets)
+        recorder.after(action)
+        if out is None:
+            continue  # W, the loss, or stage 0's input gradient: nothing travels
+        if (msg := message_of(action, schedule)) is not None:
+            comm.send(msg, out)  # returns at once: the transfer overlaps the next actions
+        else:
+            kept[action] = out
+
+
+class StepRecorder:
+    """Around each action: inject the fault (if it is due), wait for the GPU, record the span."""
+
+    def __init__(self, rank: int, fault: Fault | None, now: Callable[[], float], torch_device: torch.device):
+        self.rank, self.fault, self.now, self.torch_device = rank, fault, now, torch_device
+        self.step, self.spans, self._start = 0, [], 0.0
+
+    def begin_step(self, step: int) -> None:
+        self.step, self.spans = step, []
+
+    def before(self, action: Action) -> None:
+        f = self.fault
+        if f is not None and (f.rank, f.step, f.after_actions) == (self.rank, self.step, len(self.spans)):
+            _inject(f, self.rank)
+        self._start = self.now()
+
+    def after(self, action: Action) -> None:
+        if self.torch_device.type == "cuda":
+            torch.cuda.synchronize(self.torch_device)  # the span must cover the GPU's work
+        self.spans.append((action, self._start, self.now()))
+
+
+def run_rank(
+    spec: RunSpec,
+    rank: int,
+    torch_device: torch.device,
+    on_step: Callable[[int, float | None], None] | None = None,
+) -> dict:
+    """Train `spec.cfg.steps` batches as pipeline rank `rank`; return what this rank measured.
+    `on_step(step, loss)` is called after every optimizer step (loss: None unless this rank holds
+    the last stage)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(spec.threads)  # p ranks share the machine's cores
+    corpus, me = build_rank(spec, rank, torch_device)
+    # gloo tells messages apart by tag; NCCL needs one group per direction (see comm.py)
+    groups = direction_groups(me.schedule) if spec.direction_groups else None
+    t0, clock = _common_clock()
+    cfg = spec.cfg
+    shape = (cfg.batch_size // cfg.microbatches, cfg.seq_len, cfg.d_model)  # every message's
+    comm = RankComm(me.schedule, rank, shape, torch_device, t0, spec.links, groups)
+    recorder = StepRecorder(rank, spec.fault, comm.now, torch_device)
+    steps, losses = [], []
     try:
-        for step in range(cfg.steps):
-            x, y = corpus.batch("train", cfg.batch_size, cfg.seq_len, gen)
-            xs, ys = x.chunk(m), y.chunk(m)
-            step_start = time.perf_counter() - t0
-            for rt in runtimes.values():
-                rt.start_batch()
-            optimizer.zero_grad(set_to_none=True)
-            comm = StepComm(schedule, rank, step, lambda msg: shape, torch_device, t0, groups, sender)
-            local: dict[Action, torch.Tensor] = {}
-            spans, samples = [], []
-            for i, a in enumerate(order):
-                fault = spec.fault
-                if fault is not None and (fault.rank, fault.step, fault.after_actions) == (rank, step, i):
-                    _inject(fault, rank)
-                rt, mb = runtimes[a.stage], a.microbatch
-                msg_in = input_message(a, schedule)
-                if msg_in is not None:
-                    inp = comm.receive(msg_in)
-                else:
-                    producer = local_producer(a, schedule)
-                    inp = local.pop(producer) if producer is not None else None
-                start = comm.now()
-                if a.kind is Kind.F:
-                    feed = xs[mb] if a.stage == 0 else inp
-                    out = rt.forward(mb, feed, ys[mb] if a.stage == last else None)
-                elif a.kind is Kind.B:
-                    out = rt.backward(mb, inp)
-                elif a.kind is Kind.I:
-                    out = rt.backward_input(mb, inp)
-                else:
-                    rt.backward_weight(mb)
-                    out = None
-                if on_gpu:
-                    torch.cuda.synchronize(torch_device)  # the span must cover the GPU's work
-                end = comm.now()
-                spans.append((a, start, end))
-                samples.append((end, sum(r.saved_bytes() for r in runtimes.values())))
-                if out is not None:
-                    msg_out = message_of(a, schedule)
-                    if msg_out is not None:
-                        link = spec.links[msg_out.boundary] if spec.links is not None else None
-                        comm.send(msg_out, out, link)
-                    else:
-                        local[a] = out
-            comm.finish()
-            optimizer.step()
-            step_end = comm.now()
-            if last in runtimes:
-                losses.append(runtimes[last].loss())
+        for step, (x, y) in enumerate(train_batches(corpus, cfg)):
+            steps.append(_train_step(me, step, split_microbatches(x, y, cfg.microbatches), comm, recorder))
+            loss = me.loss()  # None unless this rank holds the last stage
+            losses += [] if loss is None else [loss]
             if on_step is not None:
-                on_step(step, losses[-1] if last in runtimes else None)
-            record["steps"].append(
-                {
-                    "start": step_start,
-                    "end": step_end,
-                    "spans": spans,
-                    "sends": comm.send_events,
-                    "recvs": comm.recv_events,
-                    "saved_bytes": samples,
-                    "peak_saved_bytes": sum(r.peak_saved_bytes for r in runtimes.values()),
-                }
-            )
+                on_step(step, loss)
     finally:
-        if sender is not None:
-            sender.close()
-    record["losses"] = losses
+        comm.close()
+        for stage in me.stages.values():
+            stage.close()
+        torch.set_num_threads(threads)
+    named = me.named_parameters()
+    n_params = sum(p.numel() for p in named.values())
+    record = dict(rank=rank, steps=steps, losses=losses, clock=clock, n_params=n_params)
     if spec.return_grads:
-        grads = {}
-        for s in mine:
-            for name, p in _global_names(modules[s], partition.bounds[s][0]).items():
-                grads[name] = None if p.grad is None else p.grad.detach().cpu().clone()
-        record["grads"] = grads
-        record["params"] = {
-            name: p.detach().cpu().clone()
-            for s in mine
-            for name, p in _global_names(modules[s], partition.bounds[s][0]).items()
+        record["grads"] = {
+            n: None if p.grad is None else p.grad.detach().cpu().clone() for n, p in named.items()
         }
-    for rt in runtimes.values():
-        rt.close()
+        record["params"] = {n: p.detach().cpu().clone() for n, p in named.items()}
     return record
+
+
+def _train_step(
+    me: Rank, step: int, batch: list[tuple[Tensor, Tensor]], comm: RankComm, recorder: StepRecorder
+) -> dict:
+    """One batch: every action of this rank, then one optimizer step after the flush; its record."""
+    start = comm.now()
+    for stage in me.stages.values():
+        stage.start_batch()
+    me.optimizer.zero_grad(set_to_none=True)
+    comm.begin_step(step)
+    recorder.begin_step(step)
+    run_schedule(me, batch, comm, recorder)
+    comm.finish()
+    me.optimizer.step()
+    peak = sum(stage.peak_saved_bytes for stage in me.stages.values())
+    return dict(start=start, end=comm.now(), spans=recorder.spans, peak_saved_bytes=peak,
+                sends=comm.send_events, recvs=comm.recv_events)  # fmt: skip

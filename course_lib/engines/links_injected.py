@@ -24,7 +24,6 @@ measured step with the run without links.
 
 from __future__ import annotations
 
-import math
 import queue
 import threading
 import time
@@ -80,8 +79,7 @@ class InjectedLinks:
             wire = self._wires[dst] = _Wire(dst)
             wire.start()
         now = time.perf_counter()
-        on_wire = nbytes / link.bandwidth_Bps if math.isfinite(link.bandwidth_Bps) else 0.0
-        wire.wire_free = max(wire.wire_free, now) + on_wire
+        wire.wire_free = max(wire.wire_free, now) + nbytes / link.bandwidth_Bps  # 0 s on a free link
         deliver_at = wire.wire_free + link.latency_s
         wire.items.put((tensor, tag, deliver_at, group))
         return deliver_at

@@ -29,14 +29,25 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from course_lib.data import Corpus, split_microbatches
-from course_lib.devices import resolve_device, synchronize
+from course_lib.devices import synchronize
 from course_lib.engines.plan import PipelinePlan, make_plan
 from course_lib.engines.runtime import StageRuntime
 from course_lib.links import Link
-from course_lib.model import build_model, count_parameters, lm_loss
+from course_lib.model import count_parameters
 from course_lib.partition import Partition, stage_modules
-from course_lib.reference import TrainConfig, TrainResult, accumulate_gradients, make_optimizer, setup
+from course_lib.reference import (
+    TrainConfig,
+    TrainResult,
+    first_batch,
+    make_optimizer,
+    max_grad_diff,
+    reference_gradients,
+    setup,
+    train_batches,
+)
+from course_lib.reference import evaluate as held_out_loss
 from course_lib.schedules.ir import Action, Kind, Schedule
+from course_lib.schedules.messages import producer_of
 from course_lib.schedules.validate import execution_order
 from course_lib.simulator import StageCosts, simulate
 from course_lib.timeline import MEASURED_COMPUTE, Timeline
@@ -99,28 +110,16 @@ class LocalPipelineTrainer:
         self.cfg = cfg
         self.schedule = self.plan.schedule
         self.order: list[Action] = execution_order(self.schedule)
-        if corpus is None:
-            self.corpus, self.model = setup(cfg)
-        else:  # what setup() does, minus reading the data again
-            self.corpus = corpus
-            torch.manual_seed(cfg.seed)
-            model_cfg = cfg.model_config(corpus.tokenizer.vocab_size)
-            self.model = build_model(model_cfg, seed=cfg.seed).to(resolve_device(cfg.device))
+        self.corpus, self.model = setup(cfg, corpus)
         modules = stage_modules(self.model.layers, self.plan.partition)
         n = self.schedule.n_stages
         self.runtimes = [
             StageRuntime(
-                s,
-                n,
-                mod,
-                cfg.microbatches,
-                checkpoint,
-                self.plan.device_of_stage(s),
-                track_memory=track_memory,
-                split_backward=self.schedule.split_backward,
+                s, n, mod, cfg.microbatches, checkpoint, self.plan.device_of_stage(s),
+                track_memory=track_memory, split_backward=self.schedule.split_backward,
             )
             for s, mod in enumerate(modules)
-        ]
+        ]  # fmt: skip
         self.optimizer = make_optimizer(self.model, cfg)
         self._devices = self.plan.devices
 
@@ -129,45 +128,45 @@ class LocalPipelineTrainer:
         """Run every action of the schedule on one batch; gradients end up in ``.grad``. Returns the
         batch's mean loss and what was measured. No optimizer step."""
         stats = StepStats()
-        micro = split_microbatches(x, y, self.cfg.microbatches)
+        batch = split_microbatches(x, y, self.cfg.microbatches)
         for rt in self.runtimes:
             rt.start_batch()
-        acts: dict[tuple[int, int], torch.Tensor] = {}  # (stage, mb) -> activation it sent up
-        grads: dict[tuple[int, int], torch.Tensor] = {}  # (stage, mb) -> input gradient it sent down
-        n_dev = self.schedule.n_devices
-        stages_of = [self.schedule.stages_of(d) for d in range(n_dev)]
-        device_peak = [0] * n_dev
-        last = self.schedule.n_stages - 1
+        outputs: dict[Action, torch.Tensor] = {}  # outputs waiting for the action that consumes them
+        device_peak = [0] * self.schedule.n_devices
         for action in self.order:
-            s, mb, kind = action.stage, action.microbatch, action.kind
-            rt = self.runtimes[s]
-            before = rt.saved_bytes()
-            synchronize(self._devices)
-            t0 = time.perf_counter()
-            if kind is Kind.F:
-                inp = micro[mb][0] if s == 0 else acts.pop((s - 1, mb))
-                out = rt.forward(mb, inp, micro[mb][1] if s == last else None)
-                if out is not None:
-                    acts[(s, mb)] = out
-            elif kind is Kind.W:
-                rt.backward_weight(mb)
-            else:
-                g = None if s == last else grads.pop((s + 1, mb))
-                out = rt.backward(mb, g) if kind is Kind.B else rt.backward_input(mb, g)
-                if out is not None:
-                    grads[(s, mb)] = out
-            synchronize(self._devices)
-            stats.durations[(s, kind)].append(time.perf_counter() - t0)
-            if kind is Kind.F:
-                stats.stash_bytes[s].append(rt.saved_bytes() - before)
-                if s < last:
-                    stats.boundary_bytes[s] = acts[(s, mb)].nbytes
-            d = self.schedule.stage_to_device[s]
-            device_peak[d] = max(device_peak[d], sum(self.runtimes[t].saved_bytes() for t in stages_of[d]))
+            tokens, targets = batch[action.microbatch]
+            if (producer := producer_of(action, self.schedule)) is not None:
+                inp = outputs.pop(producer)
+            else:  # no producer: stage 0's F reads token ids, the last stage's backward starts from the loss
+                inp = tokens if action.kind is Kind.F else None  # (and W needs no input)
+            out = self._measured_run(action, inp, targets, stats)
+            if out is not None:
+                outputs[action] = out
+            d = self.schedule.device_of(action.stage)
+            held = sum(self.runtimes[s].saved_bytes() for s in self.schedule.stages_of(d))
+            device_peak[d] = max(device_peak[d], held)
         stats.peak_saved_bytes = [rt.peak_saved_bytes for rt in self.runtimes]
         stats.peak_inflight = [rt.peak_inflight for rt in self.runtimes]
         stats.peak_device_bytes = device_peak
         return self.runtimes[-1].loss(), stats
+
+    def _measured_run(
+        self, action: Action, inp: torch.Tensor | None, targets: torch.Tensor, stats: StepStats
+    ) -> torch.Tensor | None:
+        """Run one action, timed (GPUs synchronised on both sides, so a time is the work's and not
+        the launch's); note what a forward stashed and the size of what it passes on."""
+        rt = self.runtimes[action.stage]
+        before = rt.saved_bytes()
+        synchronize(self._devices)
+        t0 = time.perf_counter()
+        out = rt.run(action, inp, targets)
+        synchronize(self._devices)
+        stats.durations[(action.stage, action.kind)].append(time.perf_counter() - t0)
+        if action.kind is Kind.F:
+            stats.stash_bytes[action.stage].append(rt.saved_bytes() - before)
+            if out is not None:
+                stats.boundary_bytes[action.stage] = out.nbytes
+        return out
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[float, StepStats]:
         """One training step: the whole schedule, then one optimizer step after the flush."""
@@ -210,29 +209,25 @@ class LocalPipelineTrainer:
         return timeline, costs
 
     # ---- training ------------------------------------------------------------------------------
-    @torch.no_grad()
     def evaluate(self) -> float:
         """Held-out loss over the same fixed batches the reference trainer uses."""
-        gen = torch.Generator().manual_seed(self.cfg.seed + 12345)
-        losses = []
-        for _ in range(self.cfg.eval_batches):
-            x, y = self.corpus.batch("val", self.cfg.batch_size, self.cfg.seq_len, gen)
-            for rt in self.runtimes:
-                x = rt.module(x.to(rt.device))
-            losses.append(lm_loss(x, y.to(x.device)).item())
-        return sum(losses) / len(losses)
+        return held_out_loss(self._forward, self.corpus, self.cfg)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        for rt in self.runtimes:
+            x = rt.module(x.to(rt.device))
+        return x
 
     def train(self, steps: int | None = None, progress: bool = True) -> PipelineResult:
         """Train for `steps` batches (default cfg.steps) on the same batches the reference sees."""
         from tqdm.auto import tqdm
 
         steps = self.cfg.steps if steps is None else steps
-        gen = torch.Generator().manual_seed(self.cfg.seed)
         val_start = self.evaluate()
         losses, times, all_stats = [], [], []
-        bar = tqdm(range(steps), desc=f"local {self.schedule.name}", disable=not progress)
-        for _ in bar:
-            x, y = self.corpus.batch("train", self.cfg.batch_size, self.cfg.seq_len, gen)
+        batches = train_batches(self.corpus, self.cfg, steps)
+        bar = tqdm(batches, total=steps, desc=f"local {self.schedule.name}", disable=not progress)
+        for x, y in bar:
             t0 = time.perf_counter()
             loss, stats = self.step(x, y)
             synchronize(self._devices)
@@ -241,8 +236,7 @@ class LocalPipelineTrainer:
             all_stats.append(stats)
             bar.set_postfix(loss=f"{loss:.3f}")
         if not all_stats:  # zero steps: measure one batch without training, to draw the timeline
-            x, y = self.corpus.batch("train", self.cfg.batch_size, self.cfg.seq_len, gen)
-            all_stats.append(self.compute_gradients(x, y)[1])
+            all_stats.append(self.compute_gradients(*first_batch(self.corpus, self.cfg))[1])
             self.optimizer.zero_grad(set_to_none=True)
         # the first step pays for warm-up (allocations, lazy init); leave it out when there are more
         timeline, costs = self.timeline_from(all_stats[1:] or all_stats)
@@ -272,24 +266,11 @@ class LocalPipelineTrainer:
     ) -> float:
         """Largest |gradient difference| between this pipeline and the reference trainer on one batch,
         from the current weights (default batch: the first training batch). Leaves ``.grad`` cleared."""
-        if x is None or y is None:
-            x, y = self.corpus.batch(
-                "train", self.cfg.batch_size, self.cfg.seq_len, torch.Generator().manual_seed(self.cfg.seed)
-            )
-        reference = build_model(self.model.config, seed=self.cfg.seed)
-        reference.load_state_dict({k: v.to(self.plan.devices[0]) for k, v in self.model.state_dict().items()})
-        reference.to(self.plan.devices[0])
-        accumulate_gradients(
-            reference, x.to(self.plan.devices[0]), y.to(self.plan.devices[0]), self.cfg.microbatches
-        )
+        batch = first_batch(self.corpus, self.cfg) if x is None or y is None else (x, y)
+        _, want = reference_gradients(self.cfg, self.corpus, self.model.state_dict(), batch)
         self.optimizer.zero_grad(set_to_none=True)
-        self.compute_gradients(x, y)
-        diff = 0.0
-        for p, q in zip(self.model.parameters(), reference.parameters(), strict=True):
-            # a gradient missing on one side counts as zeros, so a forgotten gradient shows as a difference
-            got = p.grad.to(q.device) if p.grad is not None else torch.zeros_like(q)
-            want = q.grad if q.grad is not None else torch.zeros_like(q)
-            diff = max(diff, (got - want).abs().max().item())
+        self.compute_gradients(*batch)
+        diff = max_grad_diff({name: p.grad for name, p in self.model.named_parameters()}, want)
         self.optimizer.zero_grad(set_to_none=True)
         return diff
 

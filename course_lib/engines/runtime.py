@@ -6,11 +6,12 @@ between stages differs. Try it::
     import torch
     from course_lib.model import ModelConfig, build_model
     from course_lib.engines.runtime import StageRuntime
+    from course_lib.schedules.ir import Action
     model = build_model(ModelConfig(n_layers=2, d_model=16, vocab_size=8, seq_len=8))
     stage = StageRuntime(0, 1, torch.nn.Sequential(*model.layers), n_microbatches=1)
     x = torch.randint(0, 8, (2, 8)); y = torch.randint(0, 8, (2, 8))
-    stage.forward(0, x, y); print(stage.saved_bytes(), stage.losses)   # bytes held for backward
-    stage.backward(0, None); print(stage.saved_bytes())                # 0: the stash is freed
+    stage.run(Action.parse("0F0"), x, y); print(stage.saved_bytes(), stage.losses)  # held for backward
+    stage.run(Action.parse("0B0"), None); print(stage.saved_bytes())               # 0: stash freed
 
 What a stage keeps between a micro-batch's forward and its backward (the "stash"):
 
@@ -26,11 +27,10 @@ and keeps the graph. ``backward_weight`` (W) later turns those saved output grad
 gradients, one layer at a time, so W does only the weight work and never repeats I's. The sum is
 exactly what a full backward computes (the tests check it).
 
-Memory is *measured*, not modelled: a saved-tensors hook sees every tensor autograd saves for
-backward, and ``saved_bytes()`` is what is alive right now (weights excluded, shared storage counted
-once). ``peak_saved_bytes`` is the high-water mark since ``reset_peak()``. The hook costs about 10%
-of a step on the toy CPU model; ``track_memory=False`` skips it for like-for-like timing (then only
-checkpointed inputs are counted).
+Memory is *measured*, not modelled (``saved_memory.py``): ``saved_bytes()`` is what is held for
+backward right now, ``peak_saved_bytes`` the high-water mark since ``start_batch()``;
+``track_memory=False`` skips the measuring for like-for-like timing (then only checkpointed inputs
+are counted).
 """
 
 from __future__ import annotations
@@ -40,65 +40,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from course_lib.engines.saved_memory import SavedBytes, SavedTensor
 from course_lib.errors import require
 from course_lib.model import lm_loss
+from course_lib.schedules.ir import Action, Kind
 
 CHECKPOINT_MODES = ("never", "except_last", "always")
-
-
-class _SavedTensor:
-    """What autograd keeps instead of a saved tensor: the tensor, plus a release on garbage collection
-    so the owning stage can count bytes held for backward."""
-
-    __slots__ = ("tensor", "_tracker", "_key")
-
-    def __init__(self, tensor: Tensor, tracker: _SavedBytes, key: int | None):
-        self.tensor, self._tracker, self._key = tensor, tracker, key
-
-    def __del__(self) -> None:
-        self.drop()
-
-    def drop(self) -> None:
-        """Let go of the tensor (once the graph that saved it is done with it)."""
-        if self._key is not None:
-            self._tracker.release(self._key)
-            self._key = None
-        self.tensor = None
-
-
-class _SavedBytes:
-    """Bytes of storage alive because autograd saved them; a storage saved twice counts once."""
-
-    def __init__(self) -> None:
-        self.live: dict[int, list[int]] = {}  # storage pointer -> [times saved, bytes]
-        self.total = 0
-        self.peak = 0
-        self.excluded: set[int] = set()  # storages of the weights: not activation memory
-        self.holders: list[_SavedTensor] | None = None  # where the current forward's holders go
-
-    def pack(self, tensor: Tensor) -> _SavedTensor:
-        storage = tensor.untyped_storage()
-        key = storage.data_ptr()
-        if key in self.excluded or storage.nbytes() == 0:
-            return _SavedTensor(tensor, self, None)
-        holder = _SavedTensor(tensor, self, key)
-        if self.holders is not None:
-            self.holders.append(holder)
-        entry = self.live.get(key)
-        if entry is None:
-            self.live[key] = [1, storage.nbytes()]
-            self.total += storage.nbytes()
-            self.peak = max(self.peak, self.total)
-        else:
-            entry[0] += 1
-        return holder
-
-    def release(self, key: int) -> None:
-        entry = self.live[key]
-        entry[0] -= 1
-        if entry[0] == 0:
-            self.total -= entry[1]
-            del self.live[key]
 
 
 @dataclass
@@ -112,7 +59,7 @@ class _Stash:
     layer_grads: list[Tensor | None] | None = None  # set by I, used by W
     # what autograd saved; a saved tensor that is its own op's output would otherwise keep the
     # retained graph alive in a reference cycle until the garbage collector runs
-    holders: list[_SavedTensor] = field(default_factory=list)
+    holders: list[SavedTensor] = field(default_factory=list)
 
     def free(self) -> None:
         for holder in self.holders:
@@ -150,9 +97,8 @@ class StageRuntime:
         self.is_first, self.is_last = stage == 0, stage == n_stages - 1
         self.losses: dict[int, float] = {}  # micro-batch -> its loss already divided by m
         self._stash: dict[int, _Stash] = {}
-        self._bytes = _SavedBytes()
-        self._bytes.excluded = {p.untyped_storage().data_ptr() for p in self.module.parameters()}
-        self.peak_inflight = 0  # most micro-batches stashed at once since reset_peak()
+        self._bytes = SavedBytes({p.untyped_storage().data_ptr() for p in self.module.parameters()})
+        self.peak_inflight = 0  # most micro-batches stashed at once since start_batch()
         self._peak = 0
         # layers that own weights directly: W computes their gradients from their output gradients
         self._weight_layers = [m for m in self.module.modules() if any(True for _ in m.parameters(False))]
@@ -186,14 +132,9 @@ class StageRuntime:
     def peak_saved_bytes(self) -> int:
         return self._peak
 
-    def reset_peak(self) -> None:
-        self._bytes.peak = self._bytes.total
-        self._peak = self.saved_bytes()
-        self.peak_inflight = len(self._stash)
-
     def _note_peak(self) -> None:
         held = sum(s.inp.nbytes for s in self._stash.values() if s.out is None)
-        self._peak = max(self._peak, self._bytes.peak + held, self.saved_bytes())
+        self._peak = max(self._peak, self._bytes.peak + held)
         self.peak_inflight = max(self.peak_inflight, len(self._stash))
 
     def inflight(self) -> int:
@@ -204,25 +145,46 @@ class StageRuntime:
     def _run_forward(self, stash: _Stash) -> Tensor:
         """Forward with the graph recorded (and measured); returns the output (or the loss)."""
         self._recording = stash.layer_outputs = []
-        self._bytes.holders = stash.holders = []
+        stash.holders = []
         try:
             if self.track_memory:
-                with torch.autograd.graph.saved_tensors_hooks(self._bytes.pack, lambda saved: saved.tensor):
+                with self._bytes.counting(stash.holders):
                     out = self._forward_and_loss(stash)
             else:
                 out = self._forward_and_loss(stash)
         finally:
-            self._recording = self._bytes.holders = None
+            self._recording = None
         return out
 
     def _forward_and_loss(self, stash: _Stash) -> Tensor:
         out = self.module(stash.inp)
         return lm_loss(out, stash.target) / self.n_microbatches if self.is_last else out
 
+    # ---- one action ----------------------------------------------------------------------------
+    def run(self, action: Action, inp: Tensor | None, target: Tensor | None = None) -> Tensor | None:
+        """Run one action of this stage; return what it passes on (None when nothing travels).
+
+        F: `inp` is the token ids (stage 0) or the previous stage's activation; `target` the targets
+        (read by the last stage only). Returns the activation for the next stage.
+        B or I: `inp` is the gradient of this stage's output (None on the last stage: it starts from
+        the loss). Returns the gradient of this stage's input. W: needs nothing, returns None."""
+        require(
+            action.stage == self.stage, f"action {action} belongs to stage {action.stage}, not {self.stage}"
+        )
+        mb = action.microbatch
+        if action.kind is Kind.F:
+            return self.forward(mb, inp, target)
+        if action.kind is Kind.B:
+            return self.backward(mb, inp)
+        if action.kind is Kind.I:
+            return self.backward_input(mb, inp)
+        self.backward_weight(mb)
+        return None
+
     def forward(self, mb: int, inp: Tensor, target: Tensor | None = None) -> Tensor | None:
         """Run micro-batch `mb` through the stage. Stage 0 gets token ids; the last stage needs the
-        targets, records ``losses[mb]`` (loss / m) and returns None; other stages return the
-        activation to send on (detached: the graph stays here)."""
+        targets, records ``losses[mb]`` (loss / m) and returns None; other stages ignore the targets
+        and return the activation to send on (detached: the graph stays here)."""
         require(mb not in self._stash, f"stage {self.stage} already ran the forward of micro-batch {mb}")
         require(
             not self.is_last or target is not None,
@@ -231,8 +193,7 @@ class StageRuntime:
         inp = inp.to(self.device)
         if not self.is_first:
             inp = inp.detach().requires_grad_(True)  # a leaf: its .grad is what we send back
-        target = target.to(self.device) if target is not None else None
-        stash = _Stash(inp, target)
+        stash = _Stash(inp, target.to(self.device) if self.is_last else None)
         if self.checkpointed(mb):
             with torch.no_grad():
                 out = self._forward_and_loss(stash)
@@ -306,10 +267,7 @@ class StageRuntime:
             weight_grads = torch.autograd.grad(out, params, grad, retain_graph=True, allow_unused=True)
             for p, g in zip(params, weight_grads, strict=True):
                 if g is not None:
-                    if p.grad is None:
-                        p.grad = g
-                    else:
-                        p.grad.add_(g)
+                    p.grad = g if p.grad is None else p.grad.add_(g)
         stash.free()
 
     # ---- after the flush -----------------------------------------------------------------------
@@ -318,14 +276,14 @@ class StageRuntime:
         return sum(self.losses[mb] for mb in sorted(self.losses))
 
     def start_batch(self) -> None:
-        """Forget the previous batch's losses; refuse if a micro-batch is still waiting for backward."""
-        require(
-            not self._stash,
-            f"stage {self.stage} still holds micro-batches {sorted(self._stash)}: a batch must flush "
-            "(every backward run) before the next starts",
-        )
+        """Forget the previous batch: its losses, and whatever an interrupted batch (Ctrl-C, an
+        exception) left stashed, so the next batch starts from nothing held."""
+        for stash in self._stash.values():
+            stash.free()
+        self._stash.clear()
+        self._bytes.clear()
         self.losses = {}
-        self.reset_peak()
+        self._peak = self.peak_inflight = 0
 
     def close(self) -> None:
         """Take the forward hooks off the module (it may be reused by another runtime)."""

@@ -9,8 +9,9 @@ Formulas (checked against the counts the real runs log, in tests/test_tp_account
 - PP, p stages: p-1 boundary sends per micro-batch forward (activations, b*s*h values) and p-1 backward
   (their gradients); a generated token crosses p-1 boundaries once.
 
-The PP count also comes from the schedule itself: every dependency between actions on different
-devices (``schedules.ir.dependencies``) is one message, so ``pp_log_from_schedule`` reads it off.
+The PP count also comes from the schedule itself: ``pp_log_from_schedule`` logs one send per message
+the schedule makes cross devices (``schedules.messages``, the rule both engines follow), and the
+tests check it against the formula ``pp_sends``.
 
     from course_lib.tp.accounting import Workload, comparison
     print(comparison(Workload(n_layers=80, hidden=8192, tokens=4096, microbatches=8, bytes_per_value=2), 8))
@@ -22,7 +23,8 @@ from dataclasses import dataclass
 
 from course_lib.errors import require
 from course_lib.schedules.builders import build_schedule
-from course_lib.schedules.ir import Kind, Schedule, dependencies
+from course_lib.schedules.ir import Schedule
+from course_lib.schedules.messages import FORWARD, messages
 from course_lib.tp.comm import CommLog
 
 
@@ -68,15 +70,11 @@ def ring_bytes_per_rank(message_bytes: int, t: int) -> float:
 
 
 def pp_log_from_schedule(schedule: Schedule, message_bytes: int, values_per_message: int = 0) -> CommLog:
-    """One 'send' per dependency that crosses devices: activations forward, their gradients backward."""
+    """One 'send' per message that crosses devices: activations forward, their gradients backward."""
     log = CommLog()
-    split = schedule.split_backward
-    for order in schedule.orders:
-        for action in order:
-            for need in dependencies(action, schedule.n_stages, split):
-                if schedule.device_of(need.stage) != schedule.device_of(action.stage):
-                    phase = "forward" if action.kind is Kind.F else "backward"
-                    log.add("send", phase, values_per_message, message_bytes)
+    for msg in messages(schedule):
+        phase = "forward" if msg.direction == FORWARD else "backward"
+        log.add("send", phase, values_per_message, message_bytes)
     return log
 
 
