@@ -60,7 +60,8 @@ def test_explain_gives_the_value_or_the_range():
     interleaved = SCHEDULES["interleaved-1f1b"].bubble
     assert interleaved.explain(Case(4, 8, 2)) == "formula (p-1)/(v*m+p-1) = 15.79%"
     assert interleaved.explain(Case(4, 2, 2)) == (
-        "formula (p-1)/(v*m+p-1) holds only for m >= p (or v = 1); equal stage costs, free links"
+        "formula (p-1)/(v*m+p-1) does not apply here; it holds for m >= p (or v = 1); equal stage costs, "
+        "free links"
     )
     assert SCHEDULES["naive"].bubble.explain(Case(4, 8), ".1%") == "formula (p-1)/p = 75.0%"
 

@@ -63,10 +63,10 @@ class ClosedForm:
         return self.value(case) if self.holds(case) else None
 
     def explain(self, case: Case, fmt: str = ".2%") -> str:
-        """``formula (p-1)/p = 75.00%``, or the range where it holds when `case` is outside it."""
+        """``formula (p-1)/p = 75.00%``, or where it holds when `case` is outside that range."""
         if self.holds(case):
             return f"formula {self.text} = {self.value(case):{fmt}}"
-        return f"formula {self.text} holds only for {self.where}"
+        return f"formula {self.text} does not apply here; it holds for {self.where}"
 
 
 def megatron(bubble: float) -> float:
@@ -155,8 +155,9 @@ ZB_H1_PEAK = ClosedForm(
     source="arXiv 2401.10241 Table 2: ZB-H1 holds 1F1B's p micro-batches (each until its W)",
 )
 INTERLEAVED_PEAK = ClosedForm(
-    "min((v-1)*r + 2p-1, v*m), r = m // max(1, m // p) micro-batches per round",
-    lambda c: min((c.v - 1) * _round_size(c) + 2 * c.p - 1, c.v * c.m), _always, "every m it accepts",
+    "min((v-1)*r + 2p-1, v*m)",
+    lambda c: min((c.v - 1) * _round_size(c) + 2 * c.p - 1, c.v * c.m), _always,
+    "every m it accepts, with r = m // max(1, m // p) micro-batches per round",
     source="device 0's warm-up, (v-1)*r + 2(p-1) forwards (the order of Megatron-LM and of torch's "
     "ScheduleInterleaved1F1B), plus one in the steady state",
 )
