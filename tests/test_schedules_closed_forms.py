@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 
 from course_lib.errors import CourseError
+from course_lib.links import Link
 from course_lib.schedules.builders import SCHEDULES, build_schedule
 from course_lib.schedules.closed_forms import Case, gpipe_bubble, megatron
-from course_lib.simulator import simulate, uniform_costs
+from course_lib.simulator import StageCosts, simulate, uniform_costs
 
 # one stage's (F, I, W): uniform, and ratios either side of the zero-bubble condition W <= min(F, I)
 COSTS = [(1.0, 1.0, 1.0), (1.0, 2.0, 0.5), (2.0, 1.0, 1.0), (1.0, 3.0, 2.0), (1.0, 1.0, 0.0), (0.5, 1.0, 1.0)]
@@ -54,6 +55,16 @@ def test_the_bubble_forms_assume_equal_stages_and_free_links():
     assert form.at(Case(4, 8, free_links=False)) is None
     assert form.where == "any m; equal stage costs, free links"
     assert SCHEDULES["1f1b"].peak.at(Case(4, 8, free_links=False)) == 4  # peaks depend on the order only
+
+
+def test_case_of_a_simulation_reads_its_costs_and_link():
+    assert Case.of(2, 4) == Case(2, 4)
+    uneven = Case.of(2, 4, costs=StageCosts([1.0, 3.0], 1.0, 0.5))
+    assert (uneven.f, uneven.i, uneven.w, uneven.equal_stages) == (2.0, 1.0, 0.5, False)
+    assert Case.of(2, 4, 2, costs=StageCosts(0.5, 0.5, 0.5)).equal_stages  # p*v = 4 equal stages
+    assert not Case.of(2, 4, link=Link(latency_s=0.01)).free_links
+    assert Case.of(2, 4, link=Link(bandwidth_Bps=1e9), nbytes=0).free_links  # nothing to send
+    assert not Case.of(2, 4, link=Link(bandwidth_Bps=1e9), nbytes=1).free_links
 
 
 def test_explain_gives_the_value_or_the_range():

@@ -65,8 +65,7 @@ def _simulate(args: argparse.Namespace) -> tuple[Timeline, dict[str, object], Sc
     tl = simulate(schedule, costs, activation_bytes=args.activation_bytes, links=link)
     default_costs = (args.time_f, args.time_b, args.time_w) == (1.0, 1.0, 1.0)
     p, m = schedule.n_devices, schedule.n_microbatches
-    free = link.transfer_time(args.activation_bytes) == 0
-    case = Case(p, m, virtual, args.time_f, args.time_b, args.time_w, free_links=free)
+    case = Case.of(p, m, virtual, costs, link, args.activation_bytes)
     setup = {
         "p": p,
         "m": m,

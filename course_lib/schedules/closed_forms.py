@@ -26,10 +26,16 @@ Try it::
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from course_lib.errors import require
+
+if TYPE_CHECKING:  # only for the type hints: the simulator imports the schedules, not the other way
+    from course_lib.links import Link
+    from course_lib.simulator import StageCosts
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,24 @@ class Case:
     w: float = 1.0
     equal_stages: bool = True
     free_links: bool = True
+
+    @classmethod
+    def of(
+        cls,
+        p: int,
+        m: int,
+        v: int = 1,
+        costs: StageCosts | None = None,
+        link: Link | None = None,
+        nbytes: int = 0,
+    ) -> Case:
+        """The case a simulation is in: stage `costs` (None: 1 each; a mean where stages differ, with
+        equal_stages False), and a `link` (None: free) carrying `nbytes` per message."""
+        per_stage = costs.per_stage(p * v) if costs is not None else ([1.0], [1.0], [1.0])
+        f, i, w = (statistics.fmean(x) for x in per_stage)
+        equal = all(len(set(x)) == 1 for x in per_stage)
+        free = link is None or link.transfer_time(nbytes) == 0
+        return cls(p, m, v, f, i, w, equal_stages=equal, free_links=free)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import html
 import io
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -177,14 +176,7 @@ class PipelineDashboard(widgets.VBox):
     def _figures(self, tl: Timeline) -> str:
         c = self.config()
         bubble = f"bubble: {tl.bubble_fraction:.1%} of device-time idle ({tl.source})"
-        mean = [
-            statistics.fmean(x) if isinstance(x, list | tuple) else x
-            for x in (c.costs.f, c.costs.b, c.costs.w)
-        ]
-        per_stage = c.costs.per_stage(c.p * c.v)
-        equal = all(len(set(costs)) == 1 for costs in per_stage)
-        free = c.link.transfer_time(c.activation_bytes) == 0
-        case = Case(c.p, c.m, c.v, *mean, equal_stages=equal, free_links=free)
+        case = Case.of(c.p, c.m, c.v, c.costs, c.link, c.activation_bytes)
         bubble += "; " + SCHEDULES[c.schedule].bubble.explain(case, ".1%")
         lines = [
             bubble,
