@@ -255,7 +255,7 @@ register(
         ANY_SIZES,
         closed_forms.ZB_H1_BUBBLE,
         closed_forms.ZB_H1_PEAK,
-        "ZB-H1 (Qi et al. 2024, arXiv 2401.10241 sec 3.1)",
+        "ZB-H1 (Qi et al. 2024, arXiv 2401.10241 sec 2.1)",
         # with one stage per rank torch's class builds this order, for the m it accepts
         torch_class="ScheduleInterleavedZeroBubble",
     ),

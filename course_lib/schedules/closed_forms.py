@@ -176,7 +176,7 @@ ONE_F_ONE_B_PEAK = ClosedForm(
 )
 ZB_H1_PEAK = ClosedForm(
     "min(p, m)", lambda c: min(c.p, c.m), _always, "any p, m",
-    source="arXiv 2401.10241 Table 2: ZB-H1 holds 1F1B's p micro-batches (each until its W)",
+    source="arXiv 2401.10241 sec 2.1 and Table 2: at most 1F1B's p micro-batches (each held until its W)",
 )
 INTERLEAVED_PEAK = ClosedForm(
     "min((v-1)*r + 2p-1, v*m)",
