@@ -190,13 +190,13 @@ def _latency_aware_1f1b(n_devices: int, n_microbatches: int) -> Schedule:
     return latency_aware_1f1b(n_devices, n_microbatches, extra_per_link=1)
 
 
-ANY_SIZES = "any p >= 1, m >= 1"
+_ANY_SIZES = "any p >= 1, m >= 1"
 register(
     ScheduleInfo(
         "naive",
         naive,
         "one micro-batch at a time through the whole pipe: only one device works at any moment",
-        ANY_SIZES,
+        _ANY_SIZES,
         closed_forms.NAIVE_BUBBLE,
         closed_forms.NAIVE_PEAK,
         "the baseline of GPipe (Huang et al. 2019, arXiv 1811.06965, Fig. 2b)",
@@ -208,7 +208,7 @@ register(
         "gpipe",
         gpipe,
         "all forwards, then all backwards (GPipe); holds all m micro-batches' activations",
-        ANY_SIZES,
+        _ANY_SIZES,
         closed_forms.FLUSH_BUBBLE,
         closed_forms.GPIPE_PEAK,
         "GPipe (Huang et al. 2019, arXiv 1811.06965)",
@@ -221,7 +221,7 @@ register(
         one_f_one_b,
         "PipeDream-Flush: warm-up, one forward / one backward, cool-down; same bubble as GPipe, "
         "at most p micro-batches held",
-        ANY_SIZES,
+        _ANY_SIZES,
         closed_forms.FLUSH_BUBBLE,
         closed_forms.ONE_F_ONE_B_PEAK,
         "PipeDream-Flush (Narayanan et al. 2021, arXiv 2104.04473 sec 2.2.1)",
@@ -252,7 +252,7 @@ register(
         zb_h1,
         "Zero Bubble H1: backward split into I (input grad) and W (weight grad); W fills 1F1B's "
         "gaps, same peak memory as 1F1B",
-        ANY_SIZES,
+        _ANY_SIZES,
         closed_forms.ZB_H1_BUBBLE,
         closed_forms.ZB_H1_PEAK,
         "ZB-H1 (Qi et al. 2024, arXiv 2401.10241 sec 2.1)",
@@ -268,7 +268,7 @@ register(
         _latency_aware_1f1b,
         "1F1B with a deeper warm-up for slow links: one more micro-batch in flight per link below "
         "a device (latency_aware_1f1b(..., extra_per_link=k) for k = ceil(2L / (t_f + t_b)))",
-        ANY_SIZES,
+        _ANY_SIZES,
         closed_forms.LATENCY_AWARE_BUBBLE,
         closed_forms.LATENCY_AWARE_PEAK,
         "this course (lesson 06): Little's law applied to 1F1B's warm-up",
