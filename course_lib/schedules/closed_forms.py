@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from course_lib.errors import require
+from course_lib.schedules.interleaved import rounds_of
 
 if TYPE_CHECKING:  # only for the type hints: the simulator imports the schedules, not the other way
     from course_lib.links import Link
@@ -132,11 +133,6 @@ def _zb_h1(c: Case) -> float:
     return idle / (c.m * (c.f + c.i + c.w) + idle)
 
 
-def _round_size(c: Case) -> int:
-    """Micro-batches per round of interleaved 1F1B (PyTorch's rule; p when p divides m)."""
-    return int(c.m // max(1, c.m // c.p))
-
-
 MEGATRON = "Megatron-LM, Narayanan et al. 2021, arXiv 2104.04473"
 
 NAIVE_BUBBLE = _bubble(
@@ -180,12 +176,12 @@ ZB_H1_PEAK = ClosedForm(
 )
 INTERLEAVED_PEAK = ClosedForm(
     "min((v-1)*r + 2p-1, v*m)",
-    lambda c: min((c.v - 1) * _round_size(c) + 2 * c.p - 1, c.v * c.m), _always,
+    lambda c: min((c.v - 1) * rounds_of(c.p, c.m)[1] + 2 * c.p - 1, c.v * c.m), _always,
     "every m it accepts, with r = m // max(1, m // p) micro-batches per round",
     source="device 0's warm-up, (v-1)*r + 2(p-1) forwards (the order of Megatron-LM and of torch's "
     "ScheduleInterleaved1F1B), plus one in the steady state",
 )
 LATENCY_AWARE_PEAK = ClosedForm(
     "min(2p-1, m)", lambda c: min(2 * c.p - 1, c.m), _always, "any p, m (one extra per link)",
-    source="device 0's warm-up: 1 + 1 extra forwards per link below it, 2(p-1), plus one in the steady state",
+    source="device 0's warm-up, (1 + 1 extra) forwards per link below it, plus one in the steady state",
 )
