@@ -17,6 +17,7 @@ Try it::
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PolyCollection
@@ -24,6 +25,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from course_lib.errors import CourseError, require
+from course_lib.schedules.closed_forms import Case, megatron
+from course_lib.schedules.closed_forms import gpipe_bubble as gpipe_bubble  # notebooks import it from here
 from course_lib.schedules.ir import Kind
 from course_lib.timeline import Timeline
 
@@ -178,16 +181,6 @@ def save_timeline_png(tl: Timeline, path: str, show_transfers: bool = False, dpi
     return path
 
 
-def gpipe_bubble(p: int, m: int, v: int = 1, convention: str = "gpipe") -> float:
-    """Closed form for GPipe / 1F1B (v=1) and interleaved 1F1B (v>1), equal stage costs.
-
-    convention "gpipe": idle share of the step, (p-1)/(v*m + p-1) (GPipe's (p-1)/(m+p-1) at v=1);
-    convention "megatron": bubble time over ideal compute time, (p-1)/(v*m) (Megatron's (p-1)/m).
-    """
-    x = (p - 1) / (v * m)
-    return x if convention == "megatron" else x / (1 + x)
-
-
 def plot_bubble_vs_m(
     ps: Sequence[int] = (2, 4, 8),
     ms: Sequence[int] = tuple(range(1, 33)),
@@ -202,7 +195,7 @@ def plot_bubble_vs_m(
     `convention` "gpipe" plots the idle share of the step, (p-1)/(m+p-1); "megatron" plots bubble
     time relative to ideal compute, (p-1)/m. The same simulations, two ways of dividing.
     """
-    from course_lib.schedules.builders import build_schedule, resolve_name
+    from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
     from course_lib.simulator import simulate
 
     require(
@@ -210,7 +203,8 @@ def plot_bubble_vs_m(
     )
     name = resolve_name(schedule)
     ax = _new_axes(ax, (8.0, 4.5))
-    has_formula = name in ("gpipe", "1f1b", "interleaved-1f1b")
+    form = SCHEDULES[name].bubble  # the schedule's closed form, drawn where it holds
+    everywhere = True  # does it hold at every m plotted?
     for i, p in enumerate(ps):
         color = SERIES_COLORS[i % len(SERIES_COLORS)]
         xs, ys = [], []
@@ -223,26 +217,22 @@ def plot_bubble_vs_m(
             xs.append(m)
             ys.append(bf / (1 - bf) if convention == "megatron" else bf)
         ax.plot(xs, ys, "o", color=color, markersize=4, label=f"simulated, p={p}")
-        if has_formula:
-            dense = [ms[0] + k * (ms[-1] - ms[0]) / 200 for k in range(201)]
-            ax.plot(
-                dense,
-                [gpipe_bubble(p, m, virtual, convention) for m in dense],
-                "-",
-                color=color,
-                linewidth=1,
-                alpha=0.8,
-            )
-    formula = "(p-1)/(m+p-1)" if convention == "gpipe" else "(p-1)/m"
-    if virtual > 1:
-        formula = "(p-1)/(v·m+p-1)" if convention == "gpipe" else "(p-1)/(v·m)"
-    if has_formula:
-        ax.plot([], [], "-", color="grey", label=f"formula {formula}")
+        case = Case.of(p, 1, virtual, costs)
+        held = [m for m in xs if form.holds(replace(case, m=m))]
+        everywhere = everywhere and len(held) == len(xs)
+        if held:  # a smooth line from the first m where the formula holds to the last
+            dense = [held[0] + k * (held[-1] - held[0]) / 200 for k in range(201)]
+            line = [form.value(replace(case, m=m)) for m in dense]
+            line = [megatron(y) for y in line] if convention == "megatron" else line
+            ax.plot(dense, line, "-", color=color, linewidth=1, alpha=0.8)
+    formula = form.text if convention == "gpipe" else form.megatron_text
+    label = f"formula {formula}" + ("" if everywhere else ", where it holds")
+    ax.plot([], [], "-", color="grey", label=label)
     what = "idle share of the step" if convention == "gpipe" else "bubble time / ideal compute time"
     other = (
-        "Megatron's (p-1)/m divides by ideal compute instead"
+        f"Megatron's {form.megatron_text} divides by ideal compute instead"
         if convention == "gpipe"
-        else ("GPipe's (p-1)/(m+p-1) divides by the whole step instead")
+        else f"GPipe's {form.text} divides by the whole step instead"
     )
     ax.set_xlabel("micro-batches m")
     ax.set_ylabel(what)

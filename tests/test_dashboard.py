@@ -8,8 +8,10 @@ import ipywidgets as widgets
 import pytest
 
 from course_lib.links import Link
+from course_lib.network import PRESETS
+from course_lib.simulator import StageCosts
 from course_lib.timeline import MEASURED, Timeline
-from course_lib.widgets.dashboard import FALLBACK_LINKS, PipelineDashboard, pipeline_dashboard
+from course_lib.widgets.dashboard import PipelineDashboard, pipeline_dashboard
 
 
 def _bubble_line(dash: PipelineDashboard) -> str:
@@ -52,11 +54,15 @@ def test_changing_p_m_schedule_changes_the_printed_bubble():
 
 
 def test_a_slow_link_shows_up():
+    """Fails before the dashboard read network.PRESETS: it offered four fallback links of its own."""
     dash = pipeline_dashboard("gpipe", p=4, m=8)
+    assert list(dash.link_dropdown.options) == ["free", *PRESETS]
     free = dash.timeline.makespan
-    dash.link_dropdown.value = "transatlantic (30 ms, 1.25 GB/s)"
-    assert dash.timeline.makespan > free + 2 * 3 * 0.030
+    dash.link_dropdown.value = "transatlantic"
+    assert dash.links["transatlantic"] == PRESETS["transatlantic"].link  # one set of numbers
+    assert dash.timeline.makespan > free + 2 * 3 * PRESETS["transatlantic"].link.latency_s
     assert "link: transatlantic" in dash.summary_text
+    assert "formula (p-1)/(m+p-1) does not apply here" in _bubble_line(dash)  # links are not free
 
 
 def test_invalid_combination_is_a_message_not_a_traceback():
@@ -101,18 +107,20 @@ def test_train_hook_errors_become_messages():
     assert "no GPU here" in dash.summary_text
 
 
-def test_custom_links_and_fallback_presets():
-    assert FALLBACK_LINKS["free"].latency_s == 0
+def test_custom_links():
     dash = pipeline_dashboard("gpipe", p=3, m=2, links={"slow": Link(latency_s=1.0)}, link="slow")
     assert dash.timeline.makespan == pytest.approx((2 + 3 - 1) * 0.06 + 2 * (3 - 1) * 1.0)
 
 
 def test_the_printed_formula_belongs_to_the_schedule_shown():
-    from course_lib.widgets.dashboard import closed_form_bubble
-
-    assert closed_form_bubble("naive", 4, 8, 1, 1, 1, 1) == ("(p-1)/p", 0.75)
-    assert closed_form_bubble("GPipe", 4, 8, 1, 1, 1, 1)[1] == pytest.approx(3 / 11)
-    assert closed_form_bubble("interleaved-1f1b", 4, 8, 2, 1, 1, 1)[1] == pytest.approx(3 / 19)
-    # ZB-H1 with F = B = W: idle (p-1)T against 3mT of work per device
-    assert closed_form_bubble("zb-h1", 4, 8, 1, 1, 1, 1)[1] == pytest.approx(3 / (24 + 3))
-    assert closed_form_bubble("zb-h1", 8, 4, 1, 1, 1, 1) is None  # no simple form for m < p
+    dash = pipeline_dashboard("naive", p=4, m=8)
+    assert _bubble_line(dash) == "bubble: 75.0% of device-time idle (simulated); formula (p-1)/p = 75.0%"
+    dash.schedule_dropdown.value = "zb-h1"  # F = I = W: idle (p-1)T against 3mT of work per device
+    assert _bubble_line(dash).endswith("formula (p-1)(F+I-W) / [m(F+I+W) + (p-1)(F+I-W)] = 11.1%")
+    dash.m_slider.value = 2  # m < p: outside the Table 2 form's range
+    assert _bubble_line(dash).endswith(
+        "does not apply here; it holds for W <= min(F, I), and m >= p unless W = 0; "
+        "equal stage costs, free links"
+    )
+    dash = pipeline_dashboard("1f1b", p=2, m=4, costs=StageCosts([0.01, 0.03], [0.02, 0.02], [0.0, 0.0]))
+    assert "formula (p-1)/(m+p-1) does not apply here" in _bubble_line(dash)  # unequal stages

@@ -1,50 +1,15 @@
-"""Builders: every schedule is valid over a grid, has the right shape, and bad input is named."""
+"""Builders: every schedule is valid over a grid, has the right shape, and bad input is named.
+
+Their bubbles and peak memory are checked against the simulator in test_schedules_closed_forms.py."""
 
 from __future__ import annotations
 
 import pytest
 
 from course_lib.errors import CourseError
-from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
-from course_lib.schedules.ir import Action, Kind, Schedule, dependencies
+from course_lib.schedules.builders import SCHEDULES, build_schedule, one_f_one_b, resolve_name
+from course_lib.schedules.ir import Action
 from course_lib.schedules.validate import check
-
-
-def step_times(schedule: Schedule, cost: dict[Kind, int]) -> tuple[int, list[int]]:
-    """Makespan and idle time per device when each device runs its order as early as its inputs allow.
-
-    A deliberately tiny stand-in for the simulator (free links, integer costs) so these tests check
-    the builders' orders without depending on it.
-    """
-    end: dict[Action, int] = {}
-    free = [0] * schedule.n_devices
-    position = [0] * schedule.n_devices
-    moved = True
-    while moved:
-        moved = False
-        for d, order in enumerate(schedule.orders):
-            while position[d] < len(order):
-                action = order[position[d]]
-                needs = dependencies(action, schedule.n_stages, schedule.split_backward)
-                if any(n not in end for n in needs):
-                    break
-                start = max([free[d]] + [end[n] for n in needs])
-                end[action] = free[d] = start + cost[action.kind]
-                position[d] += 1
-                moved = True
-    makespan = max(free)
-    busy = [sum(cost[a.kind] for a in order) for order in schedule.orders]
-    return makespan, [makespan - b for b in busy]
-
-
-def max_held(order: list[Action], release: Kind) -> int:
-    """Most micro-batches a device has run forward but not yet `release` (B, or W when split)."""
-    held = peak = 0
-    for action in order:
-        held += action.kind is Kind.F
-        held -= action.kind is release
-        peak = max(peak, held)
-    return peak
 
 
 def grid(name: str):
@@ -90,6 +55,8 @@ def test_names_are_case_insensitive_and_take_pytorch_class_names():
         (lambda: build_schedule("gpipe", 4, 8, virtual=2), "got 2"),
         (lambda: build_schedule("interleaved-1f1b", 3, 7, virtual=2), "m=7"),
         (lambda: build_schedule("interleaved-1f1b", 2, 2, virtual=0), "got 0"),
+        (lambda: one_f_one_b(3, 4, warmup=[1, 2]), "warmup must give 3 whole numbers >= 0"),
+        (lambda: one_f_one_b(2, 4, warmup=[1, -1]), "got [1, -1]"),
     ],
 )
 def test_bad_input_names_the_value(call, named):
@@ -112,9 +79,9 @@ def test_small_orders_read_as_in_the_lessons():
     assert build_schedule("gpipe", 2, 3).orders[0] == [
         Action.parse(a) for a in "0F0 0F1 0F2 0B0 0B1 0B2".split()
     ]
-    one_f_one_b = build_schedule("1f1b", 4, 6).to_text().splitlines()
-    assert one_f_one_b[0] == "device 0: 0F0 0F1 0F2 0F3 0B0 0F4 0B1 0F5 0B2 0B3 0B4 0B5"
-    assert one_f_one_b[3] == "device 3: 3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3F4 3B4 3F5 3B5"
+    plain = build_schedule("1f1b", 4, 6).to_text().splitlines()
+    assert plain[0] == "device 0: 0F0 0F1 0F2 0F3 0B0 0F4 0B1 0F5 0B2 0B3 0B4 0B5"
+    assert plain[3] == "device 3: 3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3F4 3B4 3F5 3B5"
     inter = build_schedule("interleaved-1f1b", 2, 4, virtual=2)
     assert inter.stage_to_device == [0, 1, 0, 1]
     assert (
@@ -126,32 +93,10 @@ def test_small_orders_read_as_in_the_lessons():
     assert " ".join(map(str, zb.orders[3][:12])) == "3F0 3I0 3F1 3I1 3F2 3I2 3F3 3I3 3W0 3F4 3I4 3W1"
 
 
-def test_1f1b_holds_at_most_p_where_gpipe_holds_m():
-    for p in range(1, 9):
-        for m in range(1, 17):
-            assert max_held(build_schedule("1f1b", p, m).orders[0], Kind.B) == min(p, m)
-            assert max_held(build_schedule("gpipe", p, m).orders[0], Kind.B) == m
-            zb = build_schedule("zb-h1", p, m)  # activations live until W: still at most p on every device
-            assert max(max_held(order, Kind.W) for order in zb.orders) == min(p, m)
-
-
-def test_naive_never_overlaps_devices():
-    makespan, idle = step_times(build_schedule("naive", 4, 3), {Kind.F: 1, Kind.B: 2})
-    assert makespan == 4 * 3 * 3  # every F and B of every stage, one after another
-    assert idle == [27, 27, 27, 27]
-
-
-def test_bubbles_with_equal_costs():
-    """GPipe = 1F1B = (p-1)(F+B) idle per device; interleaved / v; ZB-H1 a third of 1F1B's."""
-    for p in range(1, 7):
-        for m in range(p, 13):
-            for name in ("gpipe", "1f1b"):
-                makespan, idle = step_times(build_schedule(name, p, m), {Kind.F: 1, Kind.B: 2})
-                assert idle == [3 * (p - 1)] * p, (name, p, m)
-                assert makespan == 3 * (m + p - 1)
-            _, idle = step_times(build_schedule("zb-h1", p, m), {Kind.F: 1, Kind.I: 1, Kind.W: 1})
-            assert idle == [p - 1] * p, (p, m)
-        for v in (2, 3):
-            for m in range(p, 13, p):  # Megatron's case: m a multiple of p; stage costs are 1/v of 1F1B's
-                _, idle = step_times(build_schedule("interleaved-1f1b", p, m, v), {Kind.F: 1, Kind.B: 2})
-                assert idle == [3 * (p - 1)] * p, (p, m, v)  # 1F1B with v-times bigger stages: 3v(p-1)
+def test_1f1b_takes_a_warm_up_per_device():
+    # no warm-up at all is the naive schedule; a deeper one is what latency-aware 1F1B builds
+    assert one_f_one_b(4, 6, warmup=[0, 0, 0, 0]).orders == build_schedule("naive", 4, 6).orders
+    assert one_f_one_b(4, 6, warmup=[3, 2, 1, 0]).orders == build_schedule("1f1b", 4, 6).orders
+    deeper = one_f_one_b(3, 6, warmup=[4, 2, 0])
+    assert str(deeper).splitlines()[0] == "device 0: 0F0 0F1 0F2 0F3 0F4 0B0 0F5 0B1 0B2 0B3 0B4 0B5"
+    assert check(deeper) == []

@@ -88,6 +88,11 @@ def test_cli_lists_schedules(monkeypatch, capsys):
     code, out, _ = run_cli(monkeypatch, capsys, "--list")
     assert code == 0
     assert "1f1b (PyTorch: Schedule1F1B)" in out and "zb-h1" in out
+    for info in SCHEDULES.values():  # each schedule's closed forms and where they hold, from the registry
+        assert f"    bubble: {info.bubble.text}, for {info.bubble.where}  [{info.bubble.source}]\n" in out
+        assert f"    peak in flight: {info.peak.text}, for {info.peak.where}  [{info.peak.source}]\n" in out
+        assert f"    paper: {info.paper}\n" in out
+    assert "bubble: (p-1)/(v*m+p-1), for m >= p (or v = 1); equal stage costs, free links" in out
 
 
 @pytest.mark.parametrize(

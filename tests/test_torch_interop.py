@@ -2,8 +2,9 @@
 
 PyTorch's schedule classes compute every rank's order in their constructors. They only read a few
 attributes of the stage objects (group size and rank, number of stages, the stage's module), so
-light stand-ins are enough: no process group, no model. This leans on private API (``_Action``,
-``pipeline_order``, ``_load_csv``); if a future torch moves it the tests skip and say why.
+light stand-ins are enough: no process group, no model. The tests call the library's
+``torch_order`` / ``torch_schedule``, which lean on private API (``_Action``, ``pipeline_order``,
+``_load_csv``); if a future torch moves it the tests skip and say why.
 
 Findings recorded here, for torch 2.13:
 - ScheduleGPipe and ScheduleInterleaved1F1B (v = 1, 2, 3) produce exactly our orders, and reject
@@ -15,92 +16,125 @@ Findings recorded here, for torch 2.13:
   defect is in the IR that tools read, not in training.)
 - ScheduleInterleavedZeroBubble with one stage per rank produces exactly our ZB-H1 order, where it
   accepts m (it applies the interleaved rounds rule; our ZB-H1 takes any m).
+- ScheduleInterleavedZeroBubble (v=2), ScheduleLoopedBFS and ScheduleZBVZeroBubble (V placement) give
+  orders our validator accepts; ScheduleDualPipeV overlaps F and B (OVERLAP_F_B) and mixes B with I + W,
+  which our IR cannot express.
 """
 
 from __future__ import annotations
-
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 from course_lib.errors import CourseError
 from course_lib.schedules.builders import build_schedule
-from course_lib.schedules.ir import Action, Kind, Schedule
+from course_lib.schedules.ir import Action, Kind
 from course_lib.schedules.torch_csv import read_csv, write_csv
+from course_lib.schedules.torch_orders import torch_order, torch_schedule
 from course_lib.schedules.validate import check
 
-S = pytest.importorskip(
-    "torch.distributed.pipelining.schedules", reason="torch without distributed pipelining"
-)
+pytest.importorskip("torch.distributed.pipelining.schedules", reason="torch without distributed pipelining")
 
 
-def stand_in(p: int, v: int = 1, rank: int = 0) -> SimpleNamespace:
-    """What PyTorch's schedule constructors read from a stage, and nothing more."""
-    return SimpleNamespace(
-        num_stages=p * v, group_size=p, group_rank=rank, stage_index=rank, submod=torch.nn.Identity()
-    )
-
-
-def torch_orders(cls, stages, m: int) -> list[list[Action]] | None:
-    """Per-rank compute actions of torch schedule `cls(stages, m)`; None if torch rejects the sizes."""
+def theirs_or_none(schedule: str, p: int, m: int, v: int = 1):
+    """torch_order, or None where torch refuses the sizes (a changed private API skips the test)."""
     try:
-        schedule = cls(stages, m)
-        order = schedule.pipeline_order
-        return [
-            [
-                Action(a.stage_index, Kind(a.computation_type.value), a.microbatch_index)
-                for a in order[rank]
-                if a is not None and a.is_compute_op  # None: an idle slot; REDUCE_GRAD etc.: not compute
-            ]
-            for rank in sorted(order)
-        ]
-    except ValueError:
+        return torch_order(schedule, p, m, v)
+    except CourseError as err:
+        if "changed the private pipelining API" in str(err):
+            pytest.skip(str(err))
+        if "refuses" in str(err):
+            return None
+        raise
+
+
+def ours_or_none(name: str, p: int, m: int, v: int = 1):
+    try:
+        return build_schedule(name, p, m, v)
+    except CourseError:
         return None
-    except (AttributeError, TypeError, KeyError) as err:
-        pytest.skip(f"torch {torch.__version__} changed the private pipelining API these tests read: {err!r}")
+
+
+def same(theirs, ours) -> bool:
+    """Same orders, stages, placement and kind of backward (None: both refused the sizes)."""
+    if theirs is None or ours is None:
+        return theirs is ours
+    fields = ("orders", "n_stages", "n_microbatches", "stage_to_device", "split_backward")
+    return all(getattr(theirs, f) == getattr(ours, f) for f in fields)
 
 
 def test_gpipe_matches_torch():
     for p in range(1, 9):
         for m in range(1, 17):
-            assert torch_orders(S.ScheduleGPipe, stand_in(p), m) == build_schedule("gpipe", p, m).orders
+            theirs = torch_order("ScheduleGPipe", p, m)
+            assert same(theirs, build_schedule("gpipe", p, m)) and check(theirs) == [], (p, m)
 
 
 def test_interleaved_1f1b_matches_torch_including_which_sizes_it_rejects():
+    """Fails before torch_order read p*v stages and torch's placement: the validator rejected v > 1."""
     compared = 0
     for v in (1, 2, 3):
         for p in range(1, 7):
             for m in range(1, 13):
-                theirs = torch_orders(S.ScheduleInterleaved1F1B, [stand_in(p, v)] * v, m)
-                try:
-                    ours = build_schedule("interleaved-1f1b", p, m, v).orders
-                except CourseError:
-                    ours = None
-                assert theirs == ours, (p, m, v)
-                compared += ours is not None
+                theirs = theirs_or_none("ScheduleInterleaved1F1B", p, m, v)
+                assert same(theirs, ours_or_none("interleaved-1f1b", p, m, v)), (p, m, v)
+                if theirs is not None:
+                    assert check(theirs) == [], (p, m, v)
+                    compared += 1
     assert compared > 150  # most of the grid really was compared, not just rejected on both sides
 
 
 def test_zero_bubble_one_stage_per_rank_is_our_zb_h1():
+    """Fails before torch_order set split_backward: the validator rejected every I and W."""
     compared = 0
     for p in range(1, 7):
         for m in range(1, 13):
-            theirs = torch_orders(S.ScheduleInterleavedZeroBubble, [stand_in(p)], m)
+            theirs = theirs_or_none("ScheduleInterleavedZeroBubble", p, m)
             if theirs is not None:
-                assert theirs == build_schedule("zb-h1", p, m).orders, (p, m)
+                assert same(theirs, build_schedule("zb-h1", p, m)), (p, m)
+                assert check(theirs) == [], (p, m)
                 compared += 1
     assert compared > 40
 
 
-def torch_1f1b(p: int, m: int) -> Schedule:
-    orders = torch_orders(S.Schedule1F1B, stand_in(p), m)
-    assert orders is not None
-    return Schedule("torch-1f1b", p, m, orders, list(range(p)))
+@pytest.mark.parametrize(
+    "name, v, placement",
+    [
+        ("ScheduleInterleavedZeroBubble", 2, [0, 1, 2, 3, 0, 1, 2, 3]),
+        ("ScheduleLoopedBFS", 2, [0, 1, 2, 3, 0, 1, 2, 3]),
+        ("ScheduleZBVZeroBubble", 2, [0, 1, 2, 3, 3, 2, 1, 0]),  # V placement: stages 0 and 7 on rank 0
+    ],
+)
+def test_torchs_multi_stage_classes_come_through_valid(name, v, placement):
+    for m in (4, 8, 12):
+        theirs = torch_order(name, 4, m, v)
+        assert theirs.stage_to_device == placement and theirs.n_stages == 8
+        assert theirs.split_backward == ("ZeroBubble" in name)
+        assert check(theirs) == [], (name, m)
+
+
+def test_our_names_reach_the_registered_torch_class_and_the_rest_is_refused():
+    by_our_name = torch_order("interleaved", 2, 4, 2)
+    assert by_our_name.orders == torch_order("ScheduleInterleaved1F1B", 2, 4, 2).orders
+    assert torch_order("zb-h1", 3, 6).name == "torch-ScheduleInterleavedZeroBubble"
+    with pytest.raises(CourseError, match="'latency-aware-1f1b' has no class in torch"):
+        torch_order("latency-aware-1f1b", 2, 4)
+    with pytest.raises(CourseError, match="OVERLAP_F_B actions, which our IR"):
+        torch_order("ScheduleDualPipeV", 4, 8, 2)
+    with pytest.raises(CourseError, match="one stage per rank, so v must be 1, got 2"):
+        torch_order("gpipe", 2, 4, 2)
+    with pytest.raises(CourseError, match="refuses p=4, m=8, v=3: ZBV requires exactly 2"):
+        torch_order("ScheduleZBVZeroBubble", 4, 8, 3)
+    with pytest.raises(CourseError, match="no schedule class 'ScheduleNope'"):
+        torch_order("ScheduleNope", 2, 2)
+
+
+def torch_1f1b(p: int, m: int):
+    return torch_order("Schedule1F1B", p, m)
 
 
 def test_torch_1f1b_last_rank_is_defective_and_the_validator_says_how():
-    assert torch_orders(S.Schedule1F1B, stand_in(4), 3) is None  # torch asks for m >= p
+    assert theirs_or_none("Schedule1F1B", 4, 3) is None  # torch asks for m >= p
     theirs = torch_1f1b(4, 6)
     assert " ".join(map(str, theirs.orders[3])) == "3F1 3B0 3F2 3B1 3F3 3B2 3F4 3B3 3F5 3B4 3F6 3B5"
     assert check(theirs) == [
@@ -142,7 +176,7 @@ def test_torch_1f1b_defect_over_the_grid():
 def test_torch_loads_our_csv_and_we_load_torchs(tmp_path):
     ours = build_schedule("interleaved-1f1b", 2, 4, virtual=2)
     write_csv(ours, tmp_path / "ours.csv")
-    theirs = S.ScheduleInterleaved1F1B([stand_in(2, 2)] * 2, 4)
+    theirs = torch_schedule("ScheduleInterleaved1F1B", 2, 4, 2)
     try:
         theirs._load_csv(str(tmp_path / "ours.csv"))  # runs torch's own schedule validation too
         theirs._dump_csv(str(tmp_path / "theirs.csv"), format="compute_only")

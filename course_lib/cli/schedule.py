@@ -14,15 +14,13 @@ import argparse
 import sys
 
 from course_lib.errors import require
-from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
+from course_lib.schedules.builders import SCHEDULES, ScheduleInfo, build_schedule, resolve_name
 from course_lib.schedules.torch_csv import to_csv_text
 from course_lib.schedules.validate import validate
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--schedule", help="naive, gpipe, 1f1b, interleaved-1f1b, zb-h1 (or PyTorch's class names)"
-    )
+    parser.add_argument("--schedule", help=f"{', '.join(SCHEDULES)} (or PyTorch's class names)")
     parser.add_argument(
         "--stages", type=int, help="P: pipeline devices (ranks); with --virtual V, P*V stages"
     )
@@ -34,14 +32,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="V: stages per device (interleaved only; default 2 there, else 1)",
     )
     parser.add_argument("--format", choices=("text", "torch-csv"), default="text", help="output format")
-    parser.add_argument("--list", action="store_true", help="list the schedules and their constraints")
+    parser.add_argument(
+        "--list", action="store_true", help="list the schedules, their closed forms and where those hold"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     if args.list:
         for info in SCHEDULES.values():
-            alias = f" (PyTorch: {info.torch_class})" if info.torch_class else ""
-            print(f"{info.name}{alias}: {info.description}\n    constraints: {info.constraints}")
+            _describe(info)
         return 0
     require(args.schedule is not None, "--schedule is required (or --list to see the choices)")
     require(
@@ -62,3 +61,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"# {schedule.name}: {sizes}{placement}")
     print(schedule.to_text())
     return 0
+
+
+def _describe(info: ScheduleInfo) -> None:
+    """One schedule for --list: what it is, the sizes it takes, its closed forms and where they hold."""
+    alias = f" (PyTorch: {info.torch_class})" if info.torch_class else ""
+    print(f"{info.name}{alias}: {info.description}")
+    print(f"    paper: {info.paper}")
+    print(f"    constraints: {info.constraints}")
+    print(f"    bubble: {info.bubble.text}, for {info.bubble.where}  [{info.bubble.source}]")
+    print(f"    peak in flight: {info.peak.text}, for {info.peak.where}  [{info.peak.source}]")

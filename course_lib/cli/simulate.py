@@ -20,7 +20,8 @@ import math
 
 from course_lib.errors import require
 from course_lib.links import Link
-from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
+from course_lib.schedules.builders import SCHEDULES, ScheduleInfo, build_schedule, resolve_name
+from course_lib.schedules.closed_forms import Case, ClosedForm
 from course_lib.simulator import StageCosts, simulate
 from course_lib.timeline import Timeline
 
@@ -53,17 +54,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transfers", action="store_true", help="draw transfers on the Gantt chart")
 
 
-def _simulate(args: argparse.Namespace) -> tuple[Timeline, dict[str, object]]:
+def _simulate(args: argparse.Namespace) -> tuple[Timeline, dict[str, object], ScheduleInfo, Case]:
     info = SCHEDULES[resolve_name(args.schedule)]
     virtual = args.virtual if args.virtual is not None else (2 if info.uses_virtual else 1)
     schedule = build_schedule(info.name, args.stages, args.microbatches, virtual)
     require(args.activation_bytes >= 0, f"--activation-bytes must be >= 0, got {args.activation_bytes}")
-    # the same model cut into p*v stages: each stage holds 1/v of a device's share
-    costs = StageCosts(f=args.time_f / virtual, b=args.time_b / virtual, w=args.time_w / virtual)
+    # the same model cut into p*v stages: each stage holds 1/v of a device's share (f, i, w)
+    costs = StageCosts(args.time_f / virtual, args.time_b / virtual, args.time_w / virtual)
     link = Link(latency_s=args.latency, bandwidth_Bps=args.bandwidth)
     tl = simulate(schedule, costs, activation_bytes=args.activation_bytes, links=link)
     default_costs = (args.time_f, args.time_b, args.time_w) == (1.0, 1.0, 1.0)
     p, m = schedule.n_devices, schedule.n_microbatches
+    case = Case.of(p, m, virtual, costs, link, args.activation_bytes)
     setup = {
         "p": p,
         "m": m,
@@ -77,13 +79,27 @@ def _simulate(args: argparse.Namespace) -> tuple[Timeline, dict[str, object]]:
         },
         "link": {"latency_s": args.latency, "bandwidth_Bps": args.bandwidth},
         "activation_bytes": args.activation_bytes,
-        "bubble_formula": (p - 1) / (virtual * m + p - 1),
+        "closed_forms": {
+            "bubble": _closed_form(info.bubble, case),
+            "peak_inflight": _closed_form(info.peak, case),
+        },
     }
-    return tl, setup
+    return tl, setup, info, case
+
+
+def _closed_form(form: ClosedForm, case: Case) -> dict[str, object]:
+    """The registry's formula at this run: its value where it holds here (else null), and its range."""
+    return {
+        "formula": form.text,
+        "holds_here": form.holds(case),
+        "value": form.at(case),
+        "holds_for": form.where,
+        "source": form.source,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
-    tl, setup = _simulate(args)
+    tl, setup, info, case = _simulate(args)
     if args.gantt:
         from course_lib.plots import save_timeline_png
 
@@ -95,11 +111,15 @@ def run(args: argparse.Namespace) -> int:
             out["link"]["bandwidth_Bps"] = None  # JSON has no infinity; null = unlimited
         print(json.dumps(out, indent=2))
         return 0
-    _print_text(tl, setup, args)
+    _print_setup(tl, setup, args)
+    peak = max(tl.peak_inflight(d) for d in range(tl.n_devices))
+    print(f"bubble: {tl.bubble_fraction:.2%} of device-time idle (simulated); {info.bubble.explain(case)}")
+    print(f"peak in flight: {peak} micro-batches on the busiest device; {info.peak.explain(case, 'd')}")
+    _print_devices(tl, args)
     return 0
 
 
-def _print_text(tl: Timeline, setup: dict, args: argparse.Namespace) -> None:
+def _print_setup(tl: Timeline, setup: dict, args: argparse.Namespace) -> None:
     p, m, v = setup["p"], setup["m"], setup["virtual"]
     where = f", v={v} stages per device" if v > 1 else ""
     print(f"# {tl.schedule_name}: p={p} devices, m={m} micro-batches{where}")
@@ -114,11 +134,9 @@ def _print_text(tl: Timeline, setup: dict, args: argparse.Namespace) -> None:
     print(f"links: latency {args.latency:g} s, bandwidth {bw}; {args.activation_bytes} bytes per message")
     print(f"source: {tl.source}")
     print(f"makespan: {tl.makespan:g} s")
-    formula = "(p-1)/(m+p-1)" if v == 1 else "(p-1)/(v*m+p-1)"
-    print(
-        f"bubble: {tl.bubble_fraction:.2%} of device-time idle (simulated); "
-        f"formula {formula} = {setup['bubble_formula']:.2%} (equal costs, free links)"
-    )
+
+
+def _print_devices(tl: Timeline, args: argparse.Namespace) -> None:
     print(f"{'device':>6} {'busy':>10} {'idle':>10} {'idle %':>7} {'peak in-flight':>15} {'peak bytes':>12}")
     for d in tl.summary()["per_device"]:
         nbytes = d["peak_activation_bytes"]

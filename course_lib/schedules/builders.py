@@ -1,4 +1,4 @@
-"""Schedule builders: naive, GPipe, 1F1B (and, registered from their own modules, interleaved 1F1B and ZB-H1).
+"""Schedule builders (naive, GPipe, 1F1B) and the registry of every schedule, with what derives from it.
 
 Each builder returns a :class:`~course_lib.schedules.ir.Schedule`: for every device, the list of
 actions it runs, in order. A builder only decides the *order*; when each action actually starts is
@@ -9,7 +9,7 @@ Try it::
     from course_lib.schedules.builders import build_schedule, SCHEDULES
     print(build_schedule("1f1b", n_devices=4, n_microbatches=8))
     for name, info in SCHEDULES.items():
-        print(name, "-", info.description)
+        print(name, "-", info.description, "- bubble", info.bubble.text, "for", info.bubble.where)
 
 Names are case-insensitive, and PyTorch's class names work too: ``"GPipe"``, ``"Schedule1F1B"``,
 ``"Interleaved1F1B"``.
@@ -18,11 +18,15 @@ Names are case-insensitive, and PyTorch's class names work too: ``"GPipe"``, ``"
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from course_lib.errors import CourseError, require
+from course_lib.schedules import closed_forms
+from course_lib.schedules.closed_forms import ClosedForm
+from course_lib.schedules.interleaved import interleaved_1f1b
 from course_lib.schedules.ir import Action, Kind, Schedule
+from course_lib.schedules.zero_bubble import zb_h1
 
 
 def F(stage: int, mb: int) -> Action:
@@ -73,12 +77,13 @@ def gpipe(n_devices: int, n_microbatches: int) -> Schedule:
     return Schedule("gpipe", n_devices, n_microbatches, orders, list(range(n_devices)))
 
 
-def one_f_one_b(n_devices: int, n_microbatches: int) -> Schedule:
+def one_f_one_b(n_devices: int, n_microbatches: int, warmup: Sequence[int] | None = None) -> Schedule:
     """1F1B, also called PipeDream-Flush (Narayanan et al. 2021): same bubble as GPipe, less memory.
 
     Device d (of p) works in three phases:
 
-    1. warm-up: ``p - 1 - d`` forwards, enough to fill the pipe below it;
+    1. warm-up: ``p - 1 - d`` forwards, enough to fill the pipe below it (or ``warmup[d]``: the
+       latency-aware variant passes a deeper one, to keep slow links busy);
     2. steady state: one forward, then one backward, until every forward has run;
     3. cool-down: the backwards still owed.
 
@@ -87,15 +92,21 @@ def one_f_one_b(n_devices: int, n_microbatches: int) -> Schedule:
     """
     check_sizes(n_devices, n_microbatches)
     p, m = n_devices, n_microbatches
+    warmup = [p - 1 - d for d in range(p)] if warmup is None else list(warmup)
+    require(
+        len(warmup) == p and all(isinstance(w, int) and w >= 0 for w in warmup),
+        f"warmup must give {p} whole numbers >= 0 (forwards before the first backward, per device), "
+        f"got {warmup!r}",
+    )
     orders = []
     for d in range(p):
         order: list[Action] = []
         next_f = 0  # next micro-batch to run forward
         next_b = 0  # next micro-batch to run backward
-        warmup = min(p - 1 - d, m)
-        steady = m - warmup
+        warm = min(warmup[d], m)
+        steady = m - warm
 
-        for _ in range(warmup):  # 1. warm-up: forwards only
+        for _ in range(warm):  # 1. warm-up: forwards only
             order.append(F(d, next_f))
             next_f += 1
         for _ in range(steady):  # 2. steady state: one forward, one backward
@@ -103,7 +114,7 @@ def one_f_one_b(n_devices: int, n_microbatches: int) -> Schedule:
             next_f += 1
             order.append(B(d, next_b))
             next_b += 1
-        for _ in range(warmup):  # 3. cool-down: the backwards still owed
+        for _ in range(warm):  # 3. cool-down: the backwards still owed
             order.append(B(d, next_b))
             next_b += 1
         orders.append(order)
@@ -112,12 +123,15 @@ def one_f_one_b(n_devices: int, n_microbatches: int) -> Schedule:
 
 @dataclass(frozen=True)
 class ScheduleInfo:
-    """What the CLI, the dashboard and the notebooks need to list a schedule."""
+    """What the CLI, the dashboard, the plots and the notebooks need to know about a schedule."""
 
     name: str
     build: Callable[..., Schedule]  # build(n_devices, n_microbatches[, virtual])
     description: str
     constraints: str
+    bubble: ClosedForm  # idle share of the step, with the range where the formula holds
+    peak: ClosedForm  # micro-batches in flight on the busiest device
+    paper: str
     torch_class: str | None = None  # the matching class in torch.distributed.pipelining, if any
     uses_virtual: bool = False  # True if the builder takes v stages per device
 
@@ -168,12 +182,24 @@ def build_schedule(name: str, n_devices: int, n_microbatches: int, virtual: int 
     return info.build(n_devices, n_microbatches)
 
 
+def _latency_aware_1f1b(n_devices: int, n_microbatches: int) -> Schedule:
+    """latency_aware_1f1b with one extra micro-batch in flight per link: its registered form."""
+    # imported here, not at the top: latency_aware builds on one_f_one_b, so it imports this module
+    from course_lib.schedules.latency_aware import latency_aware_1f1b
+
+    return latency_aware_1f1b(n_devices, n_microbatches, extra_per_link=1)
+
+
+_ANY_SIZES = "any p >= 1, m >= 1"
 register(
     ScheduleInfo(
         "naive",
         naive,
         "one micro-batch at a time through the whole pipe: only one device works at any moment",
-        "any p >= 1, m >= 1",
+        _ANY_SIZES,
+        closed_forms.NAIVE_BUBBLE,
+        closed_forms.NAIVE_PEAK,
+        "the baseline of GPipe (Huang et al. 2019, arXiv 1811.06965, Fig. 2b)",
     ),
     "sequential",
 )
@@ -182,7 +208,10 @@ register(
         "gpipe",
         gpipe,
         "all forwards, then all backwards (GPipe); holds all m micro-batches' activations",
-        "any p >= 1, m >= 1",
+        _ANY_SIZES,
+        closed_forms.FLUSH_BUBBLE,
+        closed_forms.GPIPE_PEAK,
+        "GPipe (Huang et al. 2019, arXiv 1811.06965)",
         torch_class="ScheduleGPipe",
     ),
 )
@@ -192,56 +221,57 @@ register(
         one_f_one_b,
         "PipeDream-Flush: warm-up, one forward / one backward, cool-down; same bubble as GPipe, "
         "at most p micro-batches held",
-        "any p >= 1, m >= 1",
+        _ANY_SIZES,
+        closed_forms.FLUSH_BUBBLE,
+        closed_forms.ONE_F_ONE_B_PEAK,
+        "PipeDream-Flush (Narayanan et al. 2021, arXiv 2104.04473 sec 2.2.1)",
         torch_class="Schedule1F1B",
     ),
     "pipedream-flush",
     "oneFoneB",
 )
-
-
-def _register_more() -> None:
-    # imported here because those modules are separate lessons, and they import nothing from this one
-    from course_lib.schedules.interleaved import interleaved_1f1b
-    from course_lib.schedules.zero_bubble import zb_h1
-
-    register(
-        ScheduleInfo(
-            "interleaved-1f1b",
-            interleaved_1f1b,
-            "1F1B with v stages per device (stage s on device s % p): bubble divided by v, "
-            "v times the point-to-point traffic",
-            "any p >= 1, v >= 1; m a multiple of max(1, m // p) "
-            "(PyTorch's rule; Megatron: m a multiple of p)",
-            torch_class="ScheduleInterleaved1F1B",
-            uses_virtual=True,
-        ),
-        "interleaved",
-        "virtual-pipeline",
-    )
-    register(
-        ScheduleInfo(
-            "zb-h1",
-            zb_h1,
-            "Zero Bubble H1: backward split into I (input grad) and W (weight grad); W fills 1F1B's "
-            "gaps, same peak memory as 1F1B",
-            "any p >= 1, m >= 1 (bubble one third of 1F1B's when T_F = T_I = T_W and m >= p)",
-        ),
-        "zbh1",
-        "zero-bubble-h1",
-    )
-    from course_lib.schedules.latency_aware import latency_aware_1f1b
-
-    register(
-        ScheduleInfo(
-            "latency-aware-1f1b",
-            latency_aware_1f1b,
-            "1F1B with a deeper warm-up for slow links: one more micro-batch in flight per link below "
-            "a device (latency_aware_1f1b(..., extra_per_link=k) for k = ceil(2L / (t_f + t_b)))",
-            "any p >= 1, m >= 1",
-        ),
-        "wan-1f1b",
-    )
-
-
-_register_more()
+register(
+    ScheduleInfo(
+        "interleaved-1f1b",
+        interleaved_1f1b,
+        "1F1B with v stages per device (stage s on device s % p): bubble divided by v, "
+        "v times the point-to-point traffic",
+        "any p >= 1, v >= 1; m a multiple of max(1, m // p) (PyTorch's rule; Megatron: m a multiple of p)",
+        closed_forms.INTERLEAVED_BUBBLE,
+        closed_forms.INTERLEAVED_PEAK,
+        "interleaved 1F1B (Narayanan et al. 2021, arXiv 2104.04473 sec 2.2.2)",
+        torch_class="ScheduleInterleaved1F1B",
+        uses_virtual=True,
+    ),
+    "interleaved",
+    "virtual-pipeline",
+)
+register(
+    ScheduleInfo(
+        "zb-h1",
+        zb_h1,
+        "Zero Bubble H1: backward split into I (input grad) and W (weight grad); W fills 1F1B's "
+        "gaps, same peak memory as 1F1B",
+        _ANY_SIZES,
+        closed_forms.ZB_H1_BUBBLE,
+        closed_forms.ZB_H1_PEAK,
+        "ZB-H1 (Qi et al. 2024, arXiv 2401.10241 sec 2.1)",
+        # with one stage per rank torch's class builds this order, for the m it accepts
+        torch_class="ScheduleInterleavedZeroBubble",
+    ),
+    "zbh1",
+    "zero-bubble-h1",
+)
+register(
+    ScheduleInfo(
+        "latency-aware-1f1b",
+        _latency_aware_1f1b,
+        "1F1B with a deeper warm-up for slow links: one more micro-batch in flight per link below "
+        "a device (latency_aware_1f1b(..., extra_per_link=k) for k = ceil(2L / (t_f + t_b)))",
+        _ANY_SIZES,
+        closed_forms.LATENCY_AWARE_BUBBLE,
+        closed_forms.LATENCY_AWARE_PEAK,
+        "this course (lesson 06): Little's law applied to 1F1B's warm-up",
+    ),
+    "wan-1f1b",
+)

@@ -11,8 +11,9 @@ L on every link, the simulator reproduces, exactly,
 so every bit of latency shows up in the step time: none of it is hidden. Hiding it takes about
 ceil(2L / (t_f + t_b)) more micro-batches in flight per link downstream of a device (the round trip
 of a link, counted in micro-batch slots), each costing one stage's stashed activations. This
-builder gives device d a warm-up of sum over links l >= d of (1 + extra_l) forwards; with that, each
-device's idle time stays within the flush bound
+builder is 1F1B (``one_f_one_b``) with a deeper warm-up: device d runs sum over links l >= d of
+(1 + extra_l) forwards before its first backward; with that, each device's idle time stays within
+the flush bound
 
     (p - 1)(t_f + t_b) + 2 * sum(L)
 
@@ -30,10 +31,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from course_lib.errors import require
 from course_lib.links import Link
-from course_lib.schedules.ir import Action, Kind, Schedule
+from course_lib.schedules.builders import check_sizes, one_f_one_b
+from course_lib.schedules.ir import Schedule
 
 
 def extra_in_flight(latency_s: float | Link, t_f: float, t_b: float, nbytes: float = 0) -> int:
@@ -72,23 +75,10 @@ def latency_aware_1f1b(
 ) -> Schedule:
     """1F1B whose warm-up is deepened by `extra_per_link` micro-batches for every link below a device
     (one number for all links, or one per link d -> d+1). extra_per_link=0 is plain 1F1B."""
-    for label, value in (("n_devices", n_devices), ("n_microbatches", n_microbatches)):
-        require(
-            isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-            f"{label} must be a whole number >= 1, got {value!r}",
-        )
-    p, m = n_devices, n_microbatches
-    warm = warmup_forwards(p, extra_per_link)
-    orders = []
-    for d in range(p):
-        w = min(warm[d], m)  # never more forwards than there are micro-batches
-        order = [Action(d, Kind.F, mb) for mb in range(w)]
-        for mb in range(w, m):  # steady state: one forward, one backward
-            order += [Action(d, Kind.F, mb), Action(d, Kind.B, mb - w)]
-        order += [Action(d, Kind.B, mb) for mb in range(m - w, m)]  # cool-down
-        orders.append(order)
-    extra = _per_link(extra_per_link, p - 1)
-    return Schedule("latency-aware-1f1b", p, m, orders, list(range(p)), notes={"extra_per_link": extra})
+    check_sizes(n_devices, n_microbatches)  # before counting links: p - 1 of them
+    extra = _per_link(extra_per_link, n_devices - 1)
+    deeper = one_f_one_b(n_devices, n_microbatches, warmup=warmup_forwards(n_devices, extra))
+    return replace(deeper, name="latency-aware-1f1b", notes={"extra_per_link": extra})
 
 
 def plain_1f1b_step(n_devices: int, n_microbatches: int, t_f: float, t_b: float, latency_s: float) -> float:

@@ -9,13 +9,15 @@ Try it::
 
     from course_lib.schedules.torch_orders import torch_order
     from course_lib.schedules.validate import check
-    theirs = torch_order("Schedule1F1B", p=4, m=6)
+    theirs = torch_order("Schedule1F1B", p=4, m=6)      # or our name: torch_order("1f1b", 4, 6)
     print(theirs)           # compare with build_schedule("1f1b", 4, 6)
     print(check(theirs))    # [] when the order is valid; otherwise what is wrong, in words
 
-This leans on torch's private API (``pipeline_order``, ``_Action``); if a torch version moves it,
-``torch_order`` raises a CourseError that says so. tests/test_torch_interop.py records what torch
-2.13 produces.
+The number of stages (p*v), where each stage lives (torch's ``stage_index_to_group_rank``: loop or
+V placement) and whether backward is split into I + W are read off torch's schedule, so every class
+whose order our IR can express comes through. This leans on torch's private API
+(``pipeline_order``, ``_Action``); if a torch version moves it, ``torch_order`` raises a CourseError
+that says so. tests/test_torch_interop.py records what torch 2.13 produces.
 """
 
 from __future__ import annotations
@@ -24,46 +26,97 @@ from types import SimpleNamespace
 
 import torch
 
-from course_lib.errors import CourseError
-from course_lib.schedules.ir import Action, Kind, Schedule, loop_placement
+from course_lib.errors import CourseError, require
+from course_lib.schedules.builders import SCHEDULES, resolve_name
+from course_lib.schedules.ir import Action, Kind, Schedule
 
 
-def _stand_in(p: int, v: int, rank: int) -> SimpleNamespace:
-    # exactly what torch's schedule constructors read from a stage object
+def _stand_in(p: int, v: int) -> SimpleNamespace:
+    # exactly what torch's schedule constructors read from a stage object (rank 0's view)
     return SimpleNamespace(
-        num_stages=p * v, group_size=p, group_rank=rank, stage_index=rank, submod=torch.nn.Identity()
+        num_stages=p * v, group_size=p, group_rank=0, stage_index=0, submod=torch.nn.Identity()
     )
 
 
-def torch_order(class_name: str, p: int, m: int, v: int = 1) -> Schedule:
-    """Rank-by-rank compute actions of ``torch.distributed.pipelining.schedules.<class_name>`` for p
-    ranks, m micro-batches and v stages per rank, as a Schedule named ``torch-<class_name>``.
+def _torch_class(schedules, name: str) -> type:
+    """torch's class for `name`: a class name of torch's, or one of our names with a torch_class."""
+    cls = getattr(schedules, name, None)
+    if name.startswith("Schedule") and isinstance(cls, type):
+        return cls
+    try:
+        info = SCHEDULES[resolve_name(name)]
+    except CourseError:
+        raise CourseError(
+            f"torch {torch.__version__} has no schedule class {name!r}, and it is none of ours "
+            f"({', '.join(SCHEDULES)})"
+        ) from None
+    require(
+        info.torch_class is not None,
+        f"schedule {info.name!r} has no class in torch.distributed.pipelining; those that do: "
+        + ", ".join(f"{i.name} ({i.torch_class})" for i in SCHEDULES.values() if i.torch_class),
+    )
+    return getattr(schedules, info.torch_class)
 
-    Raises CourseError (naming the class and sizes) if torch refuses the sizes or lacks the API."""
+
+def _compute_actions(rank_order: list, class_name: str) -> list[Action]:
+    actions = []
+    for a in rank_order:
+        if a is None or not a.is_compute_op:  # None: idle slot; REDUCE_GRAD, sends: not compute
+            continue
+        kind = a.computation_type.value
+        require(
+            kind in {k.value for k in Kind},
+            f"torch's {class_name} uses {kind} actions, which our IR (F, B, I, W) cannot express",
+        )
+        actions.append(Action(a.stage_index, Kind(kind), a.microbatch_index))
+    return actions
+
+
+def torch_schedule(schedule: str, p: int, m: int, v: int = 1):
+    """torch's schedule object for p ranks, m micro-batches and v stages per rank, built on stand-in
+    stages (rank 0's view). It holds every rank's ``pipeline_order`` and takes ``_load_csv``.
+    `schedule`: a class name of ``torch.distributed.pipelining.schedules``, or one of our names that
+    has one (``SCHEDULES[name].torch_class``)."""
     try:
         from torch.distributed.pipelining import schedules
     except ImportError as err:  # torch built without distributed
         raise CourseError(f"this torch ({torch.__version__}) has no torch.distributed.pipelining") from err
-    cls = getattr(schedules, class_name, None)
-    if cls is None:
-        raise CourseError(f"torch {torch.__version__} has no schedule class {class_name!r}")
-    stand_ins = [_stand_in(p, v, 0)] * v
+    cls = _torch_class(schedules, schedule)
+    multi = issubclass(cls, schedules.PipelineScheduleMulti)
+    require(multi or v == 1, f"torch's {cls.__name__} holds one stage per rank, so v must be 1, got {v}")
+    stand_ins = [_stand_in(p, v)] * v
     try:
-        # single-stage classes take one stage, multi-stage classes a list of this rank's stages
-        sched = cls(stand_ins if v > 1 or "Interleaved" in class_name else stand_ins[0], m)
-        order = sched.pipeline_order
+        return cls(stand_ins if multi else stand_ins[0], m)  # multi-stage classes: this rank's stages
     except ValueError as err:
-        raise CourseError(f"torch's {class_name} refuses p={p}, m={m}, v={v}: {err}") from err
+        raise CourseError(f"torch's {cls.__name__} refuses p={p}, m={m}, v={v}: {err}") from err
     except (AttributeError, TypeError, KeyError) as err:
-        raise CourseError(
-            f"torch {torch.__version__} changed the private pipelining API this reads: {err!r}"
-        ) from err
-    orders = [
-        [
-            Action(a.stage_index, Kind(a.computation_type.value), a.microbatch_index)
-            for a in order[rank]
-            if a is not None and a.is_compute_op  # None: idle slot; REDUCE_GRAD, sends: not compute
-        ]
-        for rank in sorted(order)
-    ]
-    return Schedule(f"torch-{class_name}", p, m, orders, loop_placement(p * v, p))
+        raise _api_changed(err) from err
+
+
+def _api_changed(err: Exception) -> CourseError:
+    return CourseError(f"torch {torch.__version__} changed the private pipelining API this reads: {err!r}")
+
+
+def torch_order(schedule: str, p: int, m: int, v: int = 1) -> Schedule:
+    """Rank-by-rank compute actions of torch's schedule (see torch_schedule for `schedule`) as a
+    Schedule named ``torch-<class name>``, with torch's placement of the p*v stages.
+
+    Raises CourseError (naming the class and sizes) if torch refuses the sizes or lacks the API, or
+    if the order has actions our IR cannot express."""
+    sched = torch_schedule(schedule, p, m, v)
+    name = type(sched).__name__
+    try:
+        order = sched.pipeline_order
+        # multi-stage classes say where each stage lives (loop or V placement); single: stage s on rank s
+        where = getattr(sched, "stage_index_to_group_rank", None) or {s: s for s in range(p)}
+        orders = [_compute_actions(order[rank], name) for rank in sorted(order)]
+    except (AttributeError, TypeError, KeyError) as err:
+        raise _api_changed(err) from err
+    kinds = {a.kind for o in orders for a in o}
+    split = bool(kinds & {Kind.I, Kind.W})
+    require(
+        not (split and Kind.B in kinds),
+        f"torch's {name} mixes full backwards (B) with split ones (I + W); our IR has one kind per schedule",
+    )
+    placement = [where[s] for s in range(p * v)]
+    return Schedule(f"torch-{name}", p * v, m, orders, placement, split_backward=split)

@@ -154,26 +154,30 @@ def _bookkeeping(schedule: Schedule, keyed: list[list[Key]]) -> list[str]:
     return problems
 
 
-def _run(schedule: Schedule, orders: list[list[Key]]) -> tuple[set[Key], list[int]]:
-    """Execute the orders greedily; return what ran and where each device stopped (its position)."""
+def _run(schedule: Schedule, orders: list[list[Key]]) -> tuple[list[tuple[int, int]], list[int]]:
+    """Execute the orders: devices take turns (0, 1, ..., p-1, then again), each running its next
+    action if what that action needs has run, until a whole round moves nothing. Returns what ran,
+    as (device, position) in that order, and where each device stopped."""
     n_stages, split = schedule.n_stages, schedule.split_backward
     done: set[Key] = set()
     position = [0] * schedule.n_devices
+    ran: list[tuple[int, int]] = []
     progress = True
     while progress:
         progress = False
         for device, order in enumerate(orders):
             i = position[device]
-            while i < len(order) and all(n in done for n in _needs(order[i], n_stages, split)):
-                done.add(order[i])  # a device runs on until its next action must wait
-                i += 1
-            progress = progress or i > position[device]
-            position[device] = i
-    return done, position
+            if i < len(order) and all(n in done for n in _needs(order[i], n_stages, split)):
+                done.add(order[i])
+                ran.append((device, i))
+                position[device] = i + 1
+                progress = True
+    return ran, position
 
 
 def _deadlock(schedule: Schedule, keyed: list[list[Key]]) -> list[str]:
-    done, position = _run(schedule, keyed)
+    ran, position = _run(schedule, keyed)
+    done = {keyed[d][i] for d, i in ran}
     stuck = [d for d, order in enumerate(schedule.orders) if position[d] < len(order)]
     if not stuck:
         return []
@@ -252,17 +256,5 @@ def execution_order(schedule: Schedule) -> list[Action]:
     if what that action needs has already run. The schedule is validated first.
     """
     validate(schedule)
-    orders = _keyed(schedule)
-    n_stages, split = schedule.n_stages, schedule.split_backward
-    done: set[Key] = set()
-    position = [0] * schedule.n_devices
-    result: list[Action] = []
-    remaining = sum(len(order) for order in orders)
-    while len(result) < remaining:
-        for device, order in enumerate(orders):
-            i = position[device]
-            if i < len(order) and all(n in done for n in _needs(order[i], n_stages, split)):
-                done.add(order[i])
-                result.append(schedule.orders[device][i])
-                position[device] = i + 1
-    return result
+    ran, _ = _run(schedule, _keyed(schedule))
+    return [schedule.orders[d][i] for d, i in ran]

@@ -20,39 +20,24 @@ from __future__ import annotations
 
 import html
 import io
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
-from course_lib.errors import CourseError
-from course_lib.links import Link
-from course_lib.plots import format_bytes, gantt_figsize, gpipe_bubble, plot_timeline
+from course_lib.links import FREE, Link
+from course_lib.network import PRESETS
+from course_lib.plots import format_bytes, gantt_figsize, plot_timeline
 from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
+from course_lib.schedules.closed_forms import Case
 from course_lib.simulator import StageCosts, simulate
 from course_lib.timeline import Timeline
 
-# Used when course_lib.network (the network lessons' presets) is not there. One-way latency and
-# one-direction bandwidth; sources in shared FACTS.md (NVLink/H100 peer-to-peer measured about
-# 376 GB/s; InfiniBand NDR 400 Gb/s; New York-London about 59 ms round trip).
-FALLBACK_LINKS: dict[str, Link] = {
-    "free": Link(name="free"),
-    "NVLink-ish (3 µs, 376 GB/s)": Link(3e-6, 376e9, name="NVLink-ish"),
-    "InfiniBand-ish (5 µs, 50 GB/s)": Link(5e-6, 50e9, name="InfiniBand-ish"),
-    "transatlantic (30 ms, 1.25 GB/s)": Link(30e-3, 1.25e9, name="transatlantic"),
-}
-
 
 def link_presets() -> dict[str, Link]:
-    """The network module's presets if it exists (name -> Link), else FALLBACK_LINKS."""
-    try:
-        from course_lib.network import PRESETS  # type: ignore[attr-defined]
-    except ImportError:
-        return dict(FALLBACK_LINKS)
-    presets = {name: link for name, link in dict(PRESETS).items() if isinstance(link, Link)}
-    return {"free": FALLBACK_LINKS["free"], **presets} if presets else dict(FALLBACK_LINKS)
+    """The link choices: "free", then the course's network presets (course_lib.network.PRESETS)."""
+    return {"free": FREE, **{name: preset.link for name, preset in PRESETS.items()}}
 
 
 @dataclass(frozen=True)
@@ -67,27 +52,6 @@ class DashboardConfig:
     link: Link
     costs: StageCosts
     activation_bytes: int
-
-
-def closed_form_bubble(
-    schedule: str, p: int, m: int, v: int, f: float, b: float, w: float
-) -> tuple[str, float] | None:
-    """The textbook idle share of `schedule` with equal stages and free links, as (formula, value);
-    None where no simple closed form applies (ZB-H1 with m < p, unknown schedules)."""
-    try:
-        name = resolve_name(schedule)
-    except CourseError:
-        return None
-    if name == "naive":
-        return "(p-1)/p", (p - 1) / p
-    if name in ("gpipe", "1f1b", "latency-aware-1f1b"):
-        return "(p-1)/(m+p-1)", gpipe_bubble(p, m)
-    if name == "interleaved-1f1b":
-        return "(p-1)/(v*m+p-1)", gpipe_bubble(p, m, v)
-    if name == "zb-h1" and m >= p:  # Qi et al. 2024, Table 2: idle (p-1)(F+B-W) per device
-        idle = (p - 1) * (f + b - w)
-        return "(p-1)(F+B-W) / [m(F+B+W) + (p-1)(F+B-W)]", idle / (m * (f + b + w) + idle)
-    return None
 
 
 class PipelineDashboard(widgets.VBox):
@@ -212,13 +176,8 @@ class PipelineDashboard(widgets.VBox):
     def _figures(self, tl: Timeline) -> str:
         c = self.config()
         bubble = f"bubble: {tl.bubble_fraction:.1%} of device-time idle ({tl.source})"
-        mean = [
-            statistics.fmean(x) if isinstance(x, list | tuple) else x
-            for x in (c.costs.f, c.costs.b, c.costs.w)
-        ]
-        closed = closed_form_bubble(c.schedule, c.p, c.m, c.v, *mean)
-        if closed is not None:
-            bubble += f"; formula {closed[0]} = {closed[1]:.1%} (equal stages, free links)"
+        case = Case.of(c.p, c.m, c.v, c.costs, c.link, c.activation_bytes)
+        bubble += "; " + SCHEDULES[c.schedule].bubble.explain(case, ".1%")
         lines = [
             bubble,
             f"makespan: {tl.makespan * 1e3:.1f} ms · link: {c.link_name}",

@@ -1,0 +1,187 @@
+"""Closed forms: each schedule's bubble and peak memory as a formula, with the range where it holds.
+
+Each schedule's registry entry (``SCHEDULES[name].bubble`` and ``.peak``) carries one of these; the
+CLI, the dashboard and the plots read them from there. tests/test_schedules_closed_forms.py checks
+every formula against the simulator over a grid: wherever ``holds`` says yes, the two agree to
+rounding error. Outside that range, trust the simulator.
+
+- bubble: the idle share of the step, idle / (p * makespan) (GPipe's convention). Megatron divides
+  the same idle time by the ideal compute time instead: bubble / (1 - bubble), see ``megatron``.
+  A bubble formula assumes equal costs on every stage and free links.
+- peak: micro-batches whose activations the busiest device holds at once (one per stage it holds).
+  It depends only on the order, so it holds for any costs and links.
+
+Costs are one stage's: f (forward), i (input-gradient backward), w (weight-gradient backward); a full
+backward B costs i + w.
+
+Try it::
+
+    from course_lib.schedules.builders import SCHEDULES
+    from course_lib.schedules.closed_forms import Case
+    form = SCHEDULES["interleaved-1f1b"].bubble
+    form.text, form.where              # '(p-1)/(v*m+p-1)', 'm >= p (or v = 1); equal stage costs, free links'
+    form.at(Case(p=4, m=8, v=2))       # 0.157...
+    form.at(Case(p=4, m=2, v=2))       # None: outside its range
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from course_lib.errors import require
+from course_lib.schedules.interleaved import rounds_of
+
+if TYPE_CHECKING:  # only for the type hints: the simulator imports the schedules, not the other way
+    from course_lib.links import Link
+    from course_lib.simulator import StageCosts
+
+
+@dataclass(frozen=True)
+class Case:
+    """Where a closed form is evaluated: sizes, one stage's costs, and whether the bubble forms'
+    assumptions (equal costs on every stage, free links) are met."""
+
+    p: int
+    m: int
+    v: int = 1
+    f: float = 1.0
+    i: float = 1.0
+    w: float = 1.0
+    equal_stages: bool = True
+    free_links: bool = True
+
+    @classmethod
+    def of(
+        cls,
+        p: int,
+        m: int,
+        v: int = 1,
+        costs: StageCosts | None = None,
+        link: Link | None = None,
+        nbytes: int = 0,
+    ) -> Case:
+        """The case a simulation is in: stage `costs` (None: 1 each; a mean where stages differ, with
+        equal_stages False), and a `link` (None: free) carrying `nbytes` per message."""
+        per_stage = costs.per_stage(p * v) if costs is not None else ([1.0], [1.0], [1.0])
+        f, i, w = (statistics.fmean(x) for x in per_stage)
+        equal = all(len(set(x)) == 1 for x in per_stage)
+        free = link is None or link.transfer_time(nbytes) == 0
+        return cls(p, m, v, f, i, w, equal_stages=equal, free_links=free)
+
+
+@dataclass(frozen=True)
+class ClosedForm:
+    """A formula for one figure of a schedule, the cases where it is exact, and where it comes from."""
+
+    text: str  # the formula, e.g. "(p-1)/(m+p-1)"
+    value: Callable[[Case], float]
+    holds: Callable[[Case], bool]  # True exactly where `value` equals the simulator
+    where: str  # the same range in words, e.g. "m >= p"
+    source: str  # paper and section (or how it was found)
+    megatron_text: str = ""  # bubble forms: the same idle time over ideal compute (Megatron's convention)
+
+    def at(self, case: Case) -> float | None:
+        """The formula's value at `case`, or None where it does not hold."""
+        return self.value(case) if self.holds(case) else None
+
+    def explain(self, case: Case, fmt: str = ".2%") -> str:
+        """``formula (p-1)/p = 75.00%``, or where it holds when `case` is outside that range."""
+        if self.holds(case):
+            return f"formula {self.text} = {self.value(case):{fmt}}"
+        return f"formula {self.text} does not apply here; it holds for {self.where}"
+
+
+def megatron(bubble: float) -> float:
+    """The idle share of the step (GPipe's convention) as idle time over ideal compute (Megatron's)."""
+    return bubble / (1 - bubble)
+
+
+def gpipe_bubble(p: int, m: int, v: int = 1, convention: str = "gpipe") -> float:
+    """GPipe and 1F1B (v=1), interleaved 1F1B (v>1): equal stage costs, free links, m >= p when v > 1.
+
+    convention "gpipe": idle share of the step, (p-1)/(v*m + p-1) (GPipe's (p-1)/(m+p-1) at v=1);
+    convention "megatron": bubble time over ideal compute time, (p-1)/(v*m) (Megatron's (p-1)/m).
+    """
+    require(
+        convention in ("gpipe", "megatron"), f"convention must be 'gpipe' or 'megatron', got {convention!r}"
+    )
+    bubble = (p - 1) / (v * m + p - 1)
+    return megatron(bubble) if convention == "megatron" else bubble
+
+
+def _bubble(text: str, value, holds, where: str, source: str, megatron_text: str) -> ClosedForm:
+    # every bubble formula assumes equal stage costs and free links, on top of its own range
+    return ClosedForm(
+        text,
+        value,
+        lambda c: c.equal_stages and c.free_links and holds(c),
+        f"{where}; equal stage costs, free links",
+        source,
+        megatron_text,
+    )
+
+
+def _always(case: Case) -> bool:
+    return True
+
+
+def _zb_h1(c: Case) -> float:
+    idle = (c.p - 1) * (c.f + c.i - c.w)  # per device
+    return idle / (c.m * (c.f + c.i + c.w) + idle)
+
+
+MEGATRON = "Megatron-LM, Narayanan et al. 2021, arXiv 2104.04473"
+
+NAIVE_BUBBLE = _bubble(
+    "(p-1)/p", lambda c: (c.p - 1) / c.p, _always, "any p, m",
+    source="GPipe, Huang et al. 2019, arXiv 1811.06965 Fig. 2b: one device busy at a time",
+    megatron_text="p-1",
+)
+FLUSH_BUBBLE = _bubble(  # GPipe and 1F1B: fill once, drain once
+    "(p-1)/(m+p-1)", lambda c: gpipe_bubble(c.p, c.m), _always, "any m",
+    source=f"GPipe arXiv 1811.06965 sec 2.3; {MEGATRON} sec 2.2.1 (as (p-1)/m)",
+    megatron_text="(p-1)/m",
+)
+INTERLEAVED_BUBBLE = _bubble(
+    "(p-1)/(v*m+p-1)", lambda c: gpipe_bubble(c.p, c.m, c.v), lambda c: c.m >= c.p or c.v == 1,
+    "m >= p (or v = 1)",
+    source=f"{MEGATRON} sec 2.2.2 (as (p-1)/(v*m)); the range found with the simulator",
+    megatron_text="(p-1)/(v*m)",
+)
+ZB_H1_BUBBLE = _bubble(
+    "(p-1)(F+I-W) / [m(F+I+W) + (p-1)(F+I-W)]", _zb_h1,
+    lambda c: c.w <= min(c.f, c.i) and (c.m >= c.p or c.w == 0),
+    "W <= min(F, I), and m >= p unless W = 0",
+    source="Zero Bubble, Qi et al. 2024, arXiv 2401.10241 Table 2: idle (p-1)(T_F+T_B-T_W) per device "
+    "(their B is our I), for m >= p; the condition on W found with the simulator",
+    megatron_text="(p-1)(F+I-W) / [m(F+I+W)]",
+)
+LATENCY_AWARE_BUBBLE = _bubble(
+    "(p-1)/(m+p-1)", lambda c: gpipe_bubble(c.p, c.m), _always, "any m",
+    source="this course's simulator: with free links the deeper warm-up leaves 1F1B's bubble as it is",
+    megatron_text="(p-1)/m",
+)
+
+NAIVE_PEAK = ClosedForm("1", lambda c: 1, _always, "any p, m", source="one micro-batch at a time")
+GPIPE_PEAK = ClosedForm("m", lambda c: c.m, _always, "any p, m", source=f"{MEGATRON} sec 2.2.1")
+ONE_F_ONE_B_PEAK = ClosedForm(
+    "min(p, m)", lambda c: min(c.p, c.m), _always, "any p, m", source=f"{MEGATRON} sec 2.2.1"
+)
+ZB_H1_PEAK = ClosedForm(
+    "min(p, m)", lambda c: min(c.p, c.m), _always, "any p, m",
+    source="arXiv 2401.10241 sec 2.1 and Table 2: at most 1F1B's p micro-batches (each held until its W)",
+)
+INTERLEAVED_PEAK = ClosedForm(
+    "min((v-1)*r + 2p-1, v*m)",
+    lambda c: min((c.v - 1) * rounds_of(c.p, c.m)[1] + 2 * c.p - 1, c.v * c.m), _always,
+    "every m it accepts, with r = m // max(1, m // p) micro-batches per round",
+    source="device 0's warm-up, (v-1)*r + 2(p-1) forwards (the order of Megatron-LM and of torch's "
+    "ScheduleInterleaved1F1B), plus one in the steady state",
+)
+LATENCY_AWARE_PEAK = ClosedForm(
+    "min(2p-1, m)", lambda c: min(2 * c.p - 1, c.m), _always, "any p, m (one extra per link)",
+    source="device 0's warm-up, (1 + 1 extra) forwards per link below it, plus one in the steady state",
+)
