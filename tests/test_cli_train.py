@@ -7,6 +7,7 @@ import argparse
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -100,12 +101,18 @@ def restore_threads():
     torch.set_num_threads(before)
 
 
-def test_one_thread_by_default_and_threads_flag(restore_threads, capsys):
+def test_training_runs_on_one_thread_unless_told(restore_threads, monkeypatch, capsys):
+    threads_while_training = []
+
+    def reference_trainer(cfg, progress):  # stands in for the real one: only the thread count matters
+        threads_while_training.append(torch.get_num_threads())
+        return SimpleNamespace(to_json=lambda: {"losses": []})
+
+    monkeypatch.setattr(train, "train", reference_trainer)
     torch.set_num_threads(2)
     assert main(["train", *TINY, "--json"]) == 0
-    assert torch.get_num_threads() == 1  # the lessons' policy, whatever the process had before
-    assert main(["train", "--engine", "local", "--stages", "2", *TINY, "--threads", "2", "--json"]) == 0
-    assert torch.get_num_threads() == 2
+    assert main(["train", *TINY, "--threads", "3", "--json"]) == 0
+    assert threads_while_training == [1, 3]  # the lessons' policy, whatever the process had before
 
 
 @pytest.mark.parametrize("value", ["0", "-3"])
