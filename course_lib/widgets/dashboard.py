@@ -35,7 +35,7 @@ from course_lib.simulator import StageCosts, simulate
 from course_lib.timeline import Timeline
 
 # Used when course_lib.network (the network lessons' presets) is not there. One-way latency and
-# one-direction bandwidth; sources in shared FACTS.md (NVLink/H100 peer-to-peer measured about
+# one-direction bandwidth; sources in REFERENCES.md (NVLink/H100 peer-to-peer measured about
 # 376 GB/s; InfiniBand NDR 400 Gb/s; New York-London about 59 ms round trip).
 FALLBACK_LINKS: dict[str, Link] = {
     "free": Link(name="free"),
