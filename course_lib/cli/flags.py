@@ -1,10 +1,8 @@
-"""Flag groups shared by every command that trains, so that a flag means the same everywhere.
+"""Flag groups shared by ``train`` and the torchrun entry point, so that a flag means the same in both.
 
-``python -m course_lib train`` and the torchrun entry point (``course_lib/cli/torchrun.py``) build
-their parsers from these four groups: model and training flags, pipeline flags, link flags and
-output flags. Pipeline and link flags default to None, so that a command can tell a flag the user
-gave from one left out: ``train`` refuses a flag that its engine would not read instead of
-ignoring it, and the defaults of the ones left out live in :class:`PipelineFlags`.
+Pipeline and link flags default to None, so that a command can tell a flag given from one left out
+(``train`` refuses a flag its engine would not read); the defaults of those left out are
+:class:`PipelineFlags`'s.
 """
 
 from __future__ import annotations
@@ -36,12 +34,9 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--data", default=None, help="UTF-8 text file (default: data/corpus.txt)")
     group.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="torch CPU threads per process (default 1, as in the lessons: the toy model is too small for "
-        "threads to help; distributed engine: the cores shared among the ranks)",
-    )
+        "--threads", type=int, help="torch CPU threads per process (default 1, as in the lessons; "
+        "distributed: the cores shared among the ranks)",
+    )  # fmt: skip
 
 
 def config_from_flags(args: argparse.Namespace) -> TrainConfig:
@@ -115,9 +110,8 @@ class PipelineFlags:
 
 
 def links_from_flags(args: argparse.Namespace) -> Link | None:
-    """--latency / --bandwidth -> one Link for every stage boundary (None when neither is given).
-    Link checks the values: a latency below 0 or a bandwidth of 0 is refused, not replaced."""
+    """--latency / --bandwidth -> one Link for every stage boundary (None when neither is given);
+    Link refuses a bad value (a bandwidth of 0 is not read as "unlimited")."""
     if args.latency is None and args.bandwidth is None:
         return None
-    latency = 0.0 if args.latency is None else args.latency
-    return Link(latency_s=latency, bandwidth_Bps=math.inf if args.bandwidth is None else args.bandwidth)
+    return Link(args.latency or 0.0, math.inf if args.bandwidth is None else args.bandwidth)

@@ -28,43 +28,30 @@ import sys
 
 import torch
 
-from course_lib.cli.flags import (
-    PipelineFlags,
-    add_link_flags,
-    add_model_flags,
-    add_output_flags,
-    add_pipeline_flags,
-    config_from_flags,
-)
+from course_lib.cli import flags
+from course_lib.cli.flags import PipelineFlags
 from course_lib.errors import require
 from course_lib.reference import TrainConfig, train
 
 ENGINES = ("reference", "local", "distributed")
 PIPELINE_ENGINES = ("local", "distributed")
 # flag -> the engines that read it (every other flag is read by all); any other engine refuses it
-USED_BY: dict[str, tuple[str, ...]] = {
-    "--schedule": PIPELINE_ENGINES,
-    "--stages": PIPELINE_ENGINES,
-    "--virtual": PIPELINE_ENGINES,
-    "--checkpoint": PIPELINE_ENGINES,
-    "--latency": PIPELINE_ENGINES,
-    "--bandwidth": PIPELINE_ENGINES,
-    "--gantt": PIPELINE_ENGINES,
-    "--check-reference": PIPELINE_ENGINES,
-    "--timeout": ("distributed",),
-}
+USED_BY: dict[str, tuple[str, ...]] = dict.fromkeys(
+    ("--schedule", "--stages", "--virtual", "--checkpoint", "--latency", "--bandwidth", "--gantt",
+     "--check-reference"), PIPELINE_ENGINES,
+) | {"--timeout": ("distributed",)}  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", default="reference", help=f"{', '.join(ENGINES)} (default reference)")
-    add_model_flags(parser)
-    pipeline = add_pipeline_flags(parser)
+    flags.add_model_flags(parser)
+    pipeline = flags.add_pipeline_flags(parser)
     pipeline.add_argument(
         "--check-reference", action="store_true", default=None,
         help="compare the first step's gradients with the reference trainer's",
     )  # fmt: skip
-    add_link_flags(parser)
-    add_output_flags(parser)
+    flags.add_link_flags(parser)
+    flags.add_output_flags(parser)
 
 
 def refuse_flags_the_engine_ignores(args: argparse.Namespace) -> None:
@@ -129,7 +116,7 @@ def _grad_diff_vs_reference(cfg: TrainConfig, grads: dict) -> float:
 def run(args: argparse.Namespace) -> int:
     require(args.engine in ENGINES, f"unknown engine {args.engine!r}; expected one of {', '.join(ENGINES)}")
     refuse_flags_the_engine_ignores(args)
-    cfg = config_from_flags(args)
+    cfg = flags.config_from_flags(args)
     # the lessons' thread policy (course_lib/lesson.py): on a busy machine extra threads make a step of
     # this small model many times slower; distributed ranks get their own count (--threads or a share)
     torch.set_num_threads(args.threads or 1)
