@@ -7,7 +7,12 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-KERNEL := pipeline-course
+# The Jupyter kernel the lessons ask for (every notebook's metadata.kernelspec names it). It lives inside
+# .venv, not in ~/.local: a kernel there cannot point at another checkout's (maybe deleted) .venv.
+KERNEL       := pipeline-course
+KERNEL_TITLE := Python (pipeline course)
+KERNEL_SPEC  := $(VENV)/share/jupyter/kernels/$(KERNEL)/kernel.json
+SETUP        := $(STAMP) $(KERNEL_SPEC)
 # Extra pip arguments for torch, e.g. a CUDA build: make lab TORCH_INDEX=https://download.pytorch.org/whl/cu128
 TORCH_INDEX ?=
 # Extra JupyterLab arguments, e.g. make lab LAB_ARGS="--port=9999 --no-browser"
@@ -22,22 +27,26 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(if $(TORCH_INDEX),$(BIN)/python -m pip install -q torch==2.13.0 --index-url $(TORCH_INDEX),)
 	$(BIN)/python -m pip install -q -e ".[dev]"
-	$(BIN)/python -m ipykernel install --user --name $(KERNEL) --display-name "Python (pipeline course)" >/dev/null
 	@touch $(STAMP)
 
-setup: $(STAMP)
+$(KERNEL_SPEC): $(STAMP)
+	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "$(KERNEL_TITLE)" >/dev/null
 
-lab: $(STAMP)
-	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
+setup: $(SETUP)
 
-lint: $(STAMP)
+# JUPYTER_PREFER_ENV_PATH: this .venv's kernel wins over one of the same name in ~/.local (older
+# checkouts installed theirs there)
+lab: $(SETUP)
+	JUPYTER_PREFER_ENV_PATH=1 $(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
+
+lint: $(SETUP)
 	$(BIN)/ruff check course_lib tests bench data
 
-unit: $(STAMP)
+unit: $(SETUP)
 	@bash tests/browser/ensure_browser.sh
 	$(BIN)/python -m pytest -q tests
 
-notebooks: $(STAMP)
+notebooks: $(SETUP)
 	$(BIN)/python -m pytest -q --nbval-lax --nbval-current-env -p no:randomly notebooks
 
 test: lint unit notebooks

@@ -7,9 +7,9 @@
     site_link("Ashburn VA", "Frankfurt", route_factor=1.5)   # a Link between two data/sites.csv sites
 
 Every preset is a :class:`~course_lib.links.Link` (latency + bandwidth, one direction) plus a source
-string. Numbers come from ../shared/FACTS.md; where a number is an assumption (no measurement is
-quoted), the source says "assumed". Bandwidths are per direction: NVLink's datasheet figures are
-bidirectional, so they are halved here.
+string naming where its numbers come from (the full list: REFERENCES.md at the repository root);
+where a number is an assumption (no measurement is quoted), the source says "assumed". Bandwidths
+are per direction: NVLink's datasheet figures are bidirectional, so they are halved here.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from course_lib.links import Link
 
 SPEED_IN_FIBER_KM_S = 204_000.0  # c / 1.468 (group index of silica fiber about 1.47)
 FIBER_S_PER_KM = 1.0 / SPEED_IN_FIBER_KM_S  # about 4.9 microseconds per km, one way
-INTERNET_ROUTE_FACTOR = 2.1  # internet paths vs line of sight (Bozkurt et al., FACTS.md)
+INTERNET_ROUTE_FACTOR = 2.1  # internet paths vs line of sight (Bozkurt et al. 2018, arXiv 1811.10737)
 
 GB = 1e9  # bytes; network rates are decimal
 Gbit = 1e9 / 8  # bytes per second in one Gb/s
@@ -50,7 +50,6 @@ def fiber_rtt_s(distance_km: float, route_factor: float = 1.0) -> float:
     return 2 * fiber_latency_s(distance_km, route_factor)
 
 
-_FACTS = "../shared/FACTS.md"
 PRESETS: dict[str, Preset] = {
     "nvlink4": Preset(
         Link(latency_s=10e-6, bandwidth_Bps=450 * GB, name="NVLink 4"),
@@ -88,7 +87,7 @@ PRESETS: dict[str, Preset] = {
     ),
     "metro": Preset(
         Link(latency_s=fiber_latency_s(50), bandwidth_Bps=400 * Gbit, name="metro fiber 50 km"),
-        "50 km of fiber at 4.9 us/km (light in fiber, c/1.468: FACTS.md) = 245 us one way; "
+        "50 km of fiber at 4.9 us/km (light in fiber, c/1.468: Corning SMF-28) = 245 us one way; "
         "400 Gb/s (one wavelength) assumed",
         "two datacenters in one metro area",
     ),

@@ -19,7 +19,10 @@ import pytest
 
 nbgrader = pytest.importorskip("nbgrader", reason="nbgrader is in the dev extra: pip install -e '.[dev]'")
 
-pytestmark = pytest.mark.filterwarnings("ignore:Object of type .* not in session")  # nbgrader's own
+pytestmark = [
+    pytest.mark.processes,  # nbgrader runs the notebooks in kernels
+    pytest.mark.filterwarnings("ignore:Object of type .* not in session"),  # nbgrader's own
+]
 
 COURSE = Path(__file__).resolve().parent.parent / "notebooks" / "assignments"
 ASSIGNMENTS = sorted(p.parent.name for p in (COURSE / "source").glob("*/*.ipynb"))

@@ -51,6 +51,7 @@ def test_bad_pipeline_input_is_refused_naming_the_value(flags, words, capsys):
         assert w in err, err
 
 
+@pytest.mark.processes
 def test_distributed_check_reference_probes_in_the_same_launch(capsys):
     code = main(
         ["train", "--engine", "distributed", "--stages", "2", "--layers", "2", "--width", "16",

@@ -1,7 +1,9 @@
-"""pyproject.toml is the one source of truth; environment.yml must describe the same environment."""
+"""pyproject.toml is the one source of truth; environment.yml must describe the same environment; the
+lessons ask for the kernel that `make` installs."""
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -57,3 +59,22 @@ def test_lab_keeps_token_authentication():
     lab = makefile[makefile.index("\nlab:") :].split("\n\n")[0]
     assert "127.0.0.1" in lab
     assert "token=''" not in lab and 'token=""' not in lab and "disable_check_xsrf" not in lab
+
+
+def makefile_variable(name: str) -> str:
+    match = re.search(rf"^{name}\s*:=\s*(.+)$", (ROOT / "Makefile").read_text(), re.M)
+    assert match, f"the Makefile sets no {name}"
+    return match.group(1).strip()
+
+
+def test_every_notebook_asks_for_the_kernel_that_make_installs_inside_the_venv():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "ipykernel install --sys-prefix --name $(KERNEL)" in makefile and "--user" not in makefile
+    wanted = {"name": makefile_variable("KERNEL"), "display_name": makefile_variable("KERNEL_TITLE")}
+    # the lessons and the assignments' sources (not nbgrader's generated copies or Jupyter's checkpoints)
+    lessons = ROOT / "notebooks"
+    notebooks = [*lessons.glob("*.ipynb"), *(lessons / "assignments" / "source").glob("*/*.ipynb")]
+    assert len(notebooks) >= 13
+    for path in notebooks:
+        spec = json.loads(path.read_text())["metadata"]["kernelspec"]
+        assert {k: spec[k] for k in wanted} == wanted, path.relative_to(ROOT)

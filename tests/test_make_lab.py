@@ -1,7 +1,9 @@
-"""The README's first command, for real: `make lab` serves the course on localhost, token required."""
+"""The README's first command, for real: `make lab` serves the course on localhost, token required,
+with the course's kernel from this checkout's .venv."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.processes
 
 
 def free_port() -> int:
@@ -67,6 +70,7 @@ def test_make_lab_serves_the_notebooks_with_token_authentication(tmp_path):
         with urllib.request.urlopen(f"{api}?token={token}", timeout=5) as response:
             names = response.read().decode()
         assert "00_welcome.ipynb" in names and "08_scaling_out.ipynb" in names
+        assert_course_kernel_is_this_checkouts(f"http://127.0.0.1:{port}/api/kernelspecs?token={token}")
     finally:
         os.killpg(lab.pid, signal.SIGTERM)
         try:
@@ -74,3 +78,16 @@ def test_make_lab_serves_the_notebooks_with_token_authentication(tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(lab.pid, signal.SIGKILL)
             lab.wait()
+
+
+def assert_course_kernel_is_this_checkouts(kernelspecs_url: str) -> None:
+    """The kernel the lessons ask for runs this checkout's .venv python (not another clone's, even if
+    an older checkout left a kernel of the same name in ~/.local)."""
+    wanted = json.loads((ROOT / "notebooks" / "00_welcome.ipynb").read_text())["metadata"]["kernelspec"]
+    with urllib.request.urlopen(kernelspecs_url, timeout=5) as response:
+        specs = json.load(response)["kernelspecs"]
+    assert wanted["name"] in specs, f"no kernel {wanted['name']!r}; JupyterLab offers {sorted(specs)}"
+    spec = specs[wanted["name"]]["spec"]
+    assert spec["display_name"] == wanted["display_name"]
+    python = Path(spec["argv"][0])
+    assert python.name.startswith("python") and python.parent.resolve() == (ROOT / ".venv" / "bin").resolve()

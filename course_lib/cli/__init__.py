@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+from collections.abc import Callable
 
 from course_lib.errors import CourseError
 
@@ -27,7 +29,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
         module = importlib.import_module(module_name)
-        command = sub.add_parser(name, help=help_text, description=module.__doc__)
+        command = sub.add_parser(
+            name,
+            help=help_text,
+            description=module.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         module.add_arguments(command)
         command.set_defaults(_run=module.run)
     return parser
@@ -35,8 +42,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    return report_errors(lambda: args._run(args))
+
+
+def report_errors(command: Callable[[], int | None]) -> int:
+    """Run `command` as a shell user expects: its exit code; bad input (CourseError, exit 2) and a
+    failed rank of the distributed engine (exit 1) as one line on stderr, not a traceback; and a
+    reader that went away (``... | head``) as a quiet exit 1."""
     try:
-        return int(args._run(args) or 0)
+        code = int(command() or 0)
+        sys.stdout.flush()  # inside the try: output still buffered meets a closed pipe here
+        return code
+    except BrokenPipeError:
+        # the Python docs' recipe (signal module, "Note on SIGPIPE"): point stdout at devnull so that
+        # the interpreter's last flush at exit does not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except CourseError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except Exception as err:
+        from course_lib.engines.distributed import DistributedError  # here: it loads torch.distributed
+
+        if not isinstance(err, DistributedError):
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        return 1

@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--scenario",
         choices=["train", "decode"],
         default="train",
-        help="sweep: 70B-class training step or one generated token (FACTS.md numbers)",
+        help="sweep: 70B-class training step or one generated token on H200s (sources: REFERENCES.md)",
     )
 
 

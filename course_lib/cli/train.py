@@ -11,10 +11,13 @@ runs every stage in the schedule's order; its timeline is *measured compute + si
 ``distributed`` (one process per stage, real sends and receives; its timeline is *measured*).
 
 Every flag is checked before any work starts; a bad value is refused with a message that names it
-and says what is allowed. ``--json`` prints one JSON object on stdout (the progress bar goes to
-stderr), so the output can be piped into other tools. For the pipeline engines it adds
-``bubble_fraction`` and ``timeline_source``, and ``max_grad_diff_vs_reference`` with
-``--check-reference`` (largest gradient difference against the reference trainer on the first batch).
+and says what is allowed. So is a flag the engine would not read: pipeline and link flags with the
+reference engine, ``--timeout`` with any engine but the distributed one. Each process uses one CPU
+thread, as the lessons do (``--threads N`` for more; distributed ranks share the cores by default).
+``--json`` prints one JSON object on stdout (the progress bar goes to stderr), so the output can be
+piped into other tools. For the pipeline engines it adds ``bubble_fraction`` and ``timeline_source``,
+and ``max_grad_diff_vs_reference`` with ``--check-reference`` (largest gradient difference against
+the reference trainer on the first batch).
 """
 
 from __future__ import annotations
@@ -23,95 +26,75 @@ import argparse
 import json
 import sys
 
-from course_lib.engines.runtime import CHECKPOINT_MODES
+import torch
+
+from course_lib.cli import flags
+from course_lib.cli.flags import PipelineFlags
 from course_lib.errors import require
-from course_lib.links import Link
 from course_lib.reference import TrainConfig, train
 
 ENGINES = ("reference", "local", "distributed")
+PIPELINE_ENGINES = ("local", "distributed")
+# flag -> the engines that read it (every other flag is read by all); any other engine refuses it
+USED_BY: dict[str, tuple[str, ...]] = dict.fromkeys(
+    ("--schedule", "--stages", "--virtual", "--checkpoint", "--latency", "--bandwidth", "--gantt",
+     "--check-reference"), PIPELINE_ENGINES,
+) | {"--timeout": ("distributed",)}  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = TrainConfig()
-    parser.add_argument("--engine", default="reference", help=f"one of {', '.join(ENGINES)}")
-    parser.add_argument("--layers", type=int, default=d.n_layers, help="transformer blocks (default 80)")
-    parser.add_argument("--width", type=int, default=d.d_model, help="d_model, divisible by --heads")
-    parser.add_argument("--heads", type=int, default=d.n_heads)
-    parser.add_argument("--seq-len", type=int, default=d.seq_len)
-    parser.add_argument("--steps", type=int, default=d.steps, help="optimizer steps (batches)")
-    parser.add_argument("--batch-size", type=int, default=d.batch_size, help="samples per batch")
-    parser.add_argument(
-        "--microbatches", "-m", type=int, default=d.microbatches, help="must divide the batch"
-    )
-    parser.add_argument("--lr", type=float, default=d.lr)
-    parser.add_argument("--seed", type=int, default=d.seed)
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
-    parser.add_argument("--data", default=None, help="UTF-8 text file (default: data/corpus.txt)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
-    pipe = parser.add_argument_group("pipeline (engines local and distributed)")
-    pipe.add_argument("--schedule", default="1f1b", help="naive, gpipe, 1f1b, interleaved-1f1b, zb-h1")
-    pipe.add_argument("--stages", "-p", type=int, default=4, help="pipeline devices (ranks)")
-    pipe.add_argument("--virtual", "-v", type=int, default=1, help="stages per device (interleaved-1f1b)")
-    pipe.add_argument("--latency", type=float, default=None, help="link latency per stage boundary, seconds")
-    pipe.add_argument("--bandwidth", type=float, default=None, help="link bandwidth, bytes per second")
-    pipe.add_argument(
-        "--checkpoint", default="never", help=f"activation checkpointing: {', '.join(CHECKPOINT_MODES)}"
-    )
-    pipe.add_argument("--gantt", default=None, metavar="FILE.png", help="save the step's Gantt chart")
-    pipe.add_argument(
-        "--check-reference", action="store_true", help="compare gradients with the reference trainer"
+    parser.add_argument("--engine", default="reference", help=f"{', '.join(ENGINES)} (default reference)")
+    flags.add_model_flags(parser)
+    pipeline = flags.add_pipeline_flags(parser)
+    pipeline.add_argument(
+        "--check-reference", action="store_true", default=None,
+        help="compare the first step's gradients with the reference trainer's",
+    )  # fmt: skip
+    flags.add_link_flags(parser)
+    flags.add_output_flags(parser)
+
+
+def refuse_flags_the_engine_ignores(args: argparse.Namespace) -> None:
+    """A flag the chosen engine would not read is an error, not silently ignored."""
+    ignored = [
+        f"{flag} (read by --engine {' or '.join(engines)})"
+        for flag, engines in USED_BY.items()
+        if getattr(args, flag[2:].replace("-", "_")) is not None and args.engine not in engines
+    ]
+    require(
+        not ignored,
+        f"--engine {args.engine} does not use {', '.join(ignored)}; drop those flags or choose an engine "
+        "that uses them",
     )
 
 
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    cfg = TrainConfig(
-        n_layers=args.layers,
-        d_model=args.width,
-        n_heads=args.heads,
-        seq_len=args.seq_len,
-        batch_size=args.batch_size,
-        microbatches=args.microbatches,
-        steps=args.steps,
-        lr=args.lr,
-        seed=args.seed,
-        data_path=args.data,
-        device=args.device,
-    )
-    cfg.check()
-    return cfg
-
-
-def links_from_args(args: argparse.Namespace) -> Link | None:
-    """--latency / --bandwidth -> one Link for every stage boundary (None: free links)."""
-    if args.latency is None and args.bandwidth is None:
-        return None
-    return Link(latency_s=args.latency or 0.0, bandwidth_Bps=args.bandwidth or float("inf"))
-
-
-def _run_local(cfg: TrainConfig, args: argparse.Namespace, progress: bool):
+def _run_local(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Namespace, progress: bool):
     from course_lib.engines.local import LocalPipelineTrainer
 
-    options = dict(virtual=args.virtual, checkpoint=args.checkpoint, links=links_from_args(args))
-    trainer = LocalPipelineTrainer(cfg, args.schedule, args.stages, **options)  # checks everything first
+    options = dict(virtual=pipe.virtual, checkpoint=pipe.checkpoint, links=pipe.links)
+    trainer = LocalPipelineTrainer(cfg, pipe.schedule, pipe.stages, **options)  # checks everything first
     diff = trainer.max_grad_diff_vs_reference() if args.check_reference else None
     result = trainer.train(progress=progress)
     return result, result.timeline, diff
 
 
-def _run_distributed(cfg: TrainConfig, args: argparse.Namespace, progress: bool):
+def _run_distributed(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Namespace, progress: bool):
     # one process per rank (course_lib/engines/distributed.py); specs are checked before any spawn
     from dataclasses import replace
 
     from course_lib.engines import distributed
 
-    options = dict(virtual=args.virtual, checkpoint=args.checkpoint, links=links_from_args(args))
-    spec = distributed.make_spec(cfg, args.schedule, args.stages, **options)
+    options = dict(
+        virtual=pipe.virtual, checkpoint=pipe.checkpoint, links=pipe.links, timeout_s=pipe.timeout,
+        threads=args.threads,  # None: the engine shares the cores among the ranks
+    )  # fmt: skip
+    spec = distributed.make_spec(cfg, pipe.schedule, pipe.stages, **options)
     if not args.check_reference:
         result = distributed.launch([spec], progress)[0]
         return result, result.timeline, None
     # the gradient check is one more step from the same weights: run it in the same spawn of ranks
     probe = distributed.make_spec(
-        replace(cfg, steps=1), args.schedule, args.stages, return_grads=True, **options
+        replace(cfg, steps=1), pipe.schedule, pipe.stages, return_grads=True, **options
     )
     probe_result, result = distributed.launch([probe, spec], progress)
     return result, result.timeline, _grad_diff_vs_reference(cfg, probe_result.grads)
@@ -126,19 +109,19 @@ def _grad_diff_vs_reference(cfg: TrainConfig, grads: dict) -> float:
 
 def run(args: argparse.Namespace) -> int:
     require(args.engine in ENGINES, f"unknown engine {args.engine!r}; expected one of {', '.join(ENGINES)}")
-    cfg = config_from_args(args)
+    refuse_flags_the_engine_ignores(args)
+    cfg = flags.config_from_flags(args)
+    # the lessons' thread policy (course_lib/lesson.py): on a busy machine extra threads make a step of
+    # this small model many times slower; distributed ranks get their own count (--threads or a share)
+    torch.set_num_threads(args.threads or 1)
     progress = sys.stderr.isatty() or not args.json
     if args.engine == "reference":
-        require(
-            not args.check_reference and args.gantt is None,
-            "--check-reference and --gantt need a pipeline engine (--engine local or distributed)",
-        )
         result = train(cfg, progress=progress)
         out = result.to_json() | {"engine": args.engine}
         timeline = diff = None
     else:
         runner = _run_local if args.engine == "local" else _run_distributed
-        result, timeline, diff = runner(cfg, args, progress)
+        result, timeline, diff = runner(cfg, PipelineFlags.from_args(args), args, progress)
         out = result.to_json() | {
             "engine": args.engine,
             "bubble_fraction": timeline.bubble_fraction,
@@ -172,7 +155,7 @@ def _print_summary(cfg: TrainConfig, args, out: dict, timeline, diff: float | No
     print(f"median step {out['step_time_s'] * 1000:.0f} ms (measured)")
     if timeline is not None:
         print(
-            f"schedule {timeline.schedule_name}, {args.stages} devices: "
+            f"schedule {timeline.schedule_name}, {timeline.n_devices} devices: "
             f"bubble {timeline.bubble_fraction:.1%} "
             f"of the step ({timeline.source})"
         )

@@ -40,21 +40,17 @@ down and names the failed rank.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 from dataclasses import replace
 
-import torch.distributed as dist
-
 from course_lib.devices import gpu_count
-from course_lib.engines.dist_launch import DistributedError, free_port, gather_and_merge, init_rank, launch
+from course_lib.engines.dist_launch import DistributedError, launch
 from course_lib.engines.dist_result import DistributedResult
-from course_lib.engines.dist_worker import FAULT_KINDS, Fault, RunSpec, run_rank
+from course_lib.engines.dist_worker import FAULT_KINDS, Fault, RunSpec
 from course_lib.engines.plan import resolve_schedule
 from course_lib.engines.runtime import CHECKPOINT_MODES
-from course_lib.errors import CourseError, require
+from course_lib.errors import require
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
 from course_lib.schedules.ir import Schedule
@@ -204,84 +200,7 @@ def run_distributed(
     return launch([make_spec(cfg, schedule, stages, timeout_s=timeout_s, **options)], progress)[0]
 
 
-# ---- torchrun ---------------------------------------------------------------------------------------
-def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, TrainConfig]:
-    parser = argparse.ArgumentParser(
-        prog="torchrun --nproc-per-node P -m course_lib.engines.distributed", description=__doc__
-    )
-    d = TrainConfig()
-    parser.add_argument("--schedule", default="1f1b")
-    # torchrun would take a bare --virtual for its own --virtual-local-rank: spell it out
-    parser.add_argument(
-        "--virtual-stages", "--virtual", dest="virtual", type=int, default=1, help="stages per rank"
-    )
-    parser.add_argument("--layers", type=int, default=d.n_layers)
-    parser.add_argument("--width", type=int, default=d.d_model)
-    parser.add_argument("--heads", type=int, default=d.n_heads)
-    parser.add_argument("--seq-len", type=int, default=d.seq_len)
-    parser.add_argument("--batch-size", type=int, default=d.batch_size)
-    parser.add_argument("--microbatches", "-m", type=int, default=d.microbatches)
-    parser.add_argument("--steps", type=int, default=d.steps)
-    parser.add_argument("--lr", type=float, default=d.lr)
-    parser.add_argument("--seed", type=int, default=d.seed)
-    parser.add_argument("--device", default="cpu", help="cpu (gloo) or cuda (NCCL, one GPU per rank)")
-    parser.add_argument("--checkpoint", default="never", help=", ".join(CHECKPOINT_MODES))
-    parser.add_argument("--latency", type=float, default=None, help="injected link latency, seconds")
-    parser.add_argument("--bandwidth", type=float, default=None, help="injected link bandwidth, bytes/s")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds until a silent peer is an error")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads per rank")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    cfg = TrainConfig(
-        n_layers=args.layers, d_model=args.width, n_heads=args.heads, seq_len=args.seq_len,
-        batch_size=args.batch_size, microbatches=args.microbatches, steps=args.steps, lr=args.lr,
-        seed=args.seed, device=args.device,
-    )  # fmt: skip
-    return args, cfg
+if __name__ == "__main__":  # torchrun ... -m course_lib.engines.distributed: see course_lib/cli/torchrun.py
+    from course_lib.cli.torchrun import main
 
-
-def links_from_flags(latency: float | None, bandwidth: float | None) -> Link | None:
-    """--latency / --bandwidth -> one Link for every boundary (None when neither is given)."""
-    if latency is None and bandwidth is None:
-        return None
-    return Link(latency_s=latency or 0.0, bandwidth_Bps=bandwidth or float("inf"))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run as one rank under torchrun (RANK, WORLD_SIZE, MASTER_ADDR... come from torchrun)."""
-    args, cfg = _parse(argv)
-    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
-    try:
-        spec = make_spec(
-            cfg, args.schedule, world, virtual=args.virtual, checkpoint=args.checkpoint,
-            links=links_from_flags(args.latency, args.bandwidth), timeout_s=args.timeout,
-            local_ranks=int(os.environ.get("LOCAL_WORLD_SIZE", world)), threads=args.threads,
-        )  # fmt: skip
-    except CourseError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if "MASTER_ADDR" not in os.environ:  # plain `python -m ...` with one rank
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    try:
-        device = init_rank(spec, rank, world)
-        result = gather_and_merge(spec, rank, run_rank(spec, rank, device))
-    except Exception as err:
-        print(f"[rank {rank}] failed: {type(err).__name__}: {err}", file=sys.stderr)
-        if world == 1 and dist.is_initialized():  # in-process run: leave no process group behind
-            dist.destroy_process_group()
-        raise
-    dist.destroy_process_group()
-    if result is not None:
-        if args.json:
-            print(json.dumps(result.to_json()))
-        else:
-            print(
-                f"{result.schedule}: {world} ranks, {cfg.steps} steps, loss {result.losses[0]:.3f} -> "
-                f"{result.losses[-1]:.3f}; median step {result.step_time_s * 1000:.1f} ms, "
-                f"bubble {result.bubble_fraction:.1%} (measured)"
-            )
-    return 0
-
-
-if __name__ == "__main__":
     sys.exit(main())

@@ -1,9 +1,10 @@
 """Alpha-beta cost model: step time and waiting share of TP and PP as the link latency grows.
 
 Every message costs latency plus bytes over bandwidth (``links.Link``). A ring all-reduce of n bytes
-over t ranks costs 2(t-1)*alpha + 2(t-1)/t * n/B (the bus factor NVIDIA's nccl-tests use; see
-shared/FACTS.md). Then, with C = compute of one layer for one micro-batch on one device (forward plus
-backward in training, forward only in decoding), L layers, m micro-batches and n devices:
+over t ranks costs 2(t-1)*alpha + 2(t-1)/t * n/B (the bus factor of NVIDIA's nccl-tests,
+doc/PERFORMANCE.md; all sources: REFERENCES.md). Then, with C = compute of one layer for one
+micro-batch on one device (forward plus backward in training, forward only in decoding), L layers,
+m micro-batches and n devices:
 
 - TP (t = n): every rank computes L*C/t per micro-batch and waits for 4L all-reduces (2L in decoding):
   ``T_tp = m * (L*C/t + 4L * allreduce)``. Each all-reduce blocks the next matmul, so none of it hides.
@@ -67,7 +68,7 @@ class Scenario:
 
         Compute: about 0.86e9 parameters per layer, 6 flops per parameter per token (forward+backward),
         4096 tokens, at 500 TFLOP/s sustained: ~42 ms per layer per micro-batch on one GPU.
-        Links: NVLink-class 376 GB/s one way (FACTS.md: measured H100 peer-to-peer).
+        Links: NVLink-class 376 GB/s one way (measured H100 peer-to-peer, NVIDIA/nccl issue 1264).
         """
         flops = 6 * 0.86e9 * 4096
         return cls(
@@ -76,7 +77,7 @@ class Scenario:
 
     @classmethod
     def h200_70b_decode(cls, devices: int = 8) -> Scenario:
-        """One generated token, TP=8: about 42 us of weight streaming per layer per GPU (FACTS.md), so
+        """One generated token, TP=8: about 42 us of weight streaming per layer per GPU (assumed), so
         42 us * 8 for the unsplit layer; the message is one token's activations, h=8192 bf16 values."""
         return cls(
             "70B-class decode (one token), H200",

@@ -21,7 +21,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from course_lib.plots import gantt_figsize
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.processes]  # a JupyterLab server and a browser
 
 LESSON = "04_1f1b.ipynb"  # its dashboard: training_dashboard("1f1b", p=4, m=8, run=<its 1F1B run>)
 DASHBOARD_NOTEBOOK = "browser_dashboard.ipynb"  # stand-in, only where the lesson is missing

@@ -1,0 +1,95 @@
+"""The distributed engine's torchrun entry point: this process is one rank; rank 0 prints the result.
+
+    torchrun --nproc-per-node 2 -m course_lib.engines.distributed --schedule 1f1b --layers 8 --steps 5
+
+(More examples, and several machines: course_lib/engines/distributed.py.) The flags are ``train``'s
+(course_lib/cli/flags.py), so each means the same in both. The ranks torchrun starts are the stages:
+``--stages`` may be left out, and must agree if given. Spell flags out under torchrun: it reads ``-m``
+and abbreviations such as ``--virtual`` as its own (``--virtual-stages`` is the same flag).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch.distributed as dist
+
+from course_lib.cli import flags, report_errors
+from course_lib.engines.dist_launch import free_port, gather_and_merge, init_rank
+from course_lib.engines.dist_result import DistributedResult
+from course_lib.engines.dist_worker import RunSpec, run_rank
+from course_lib.engines.distributed import make_spec
+from course_lib.errors import require
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="torchrun --nproc-per-node P -m course_lib.engines.distributed",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    flags.add_model_flags(parser)
+    flags.add_pipeline_flags(parser)
+    flags.add_link_flags(parser)
+    flags.add_output_flags(parser)
+    return parser
+
+
+def spec_from_flags(args: argparse.Namespace, world: int) -> RunSpec:
+    """Every flag checked, before this rank joins the others."""
+    require(
+        args.stages in (None, world),
+        f"--stages {args.stages} but torchrun started {world} ranks (--nproc-per-node x --nnodes); "
+        "leave --stages out: under torchrun the ranks are the stages",
+    )
+    pipe = flags.PipelineFlags.from_args(args, stages=world)
+    return make_spec(
+        flags.config_from_flags(args), pipe.schedule, world, virtual=pipe.virtual, checkpoint=pipe.checkpoint,
+        links=pipe.links, timeout_s=pipe.timeout, threads=args.threads,
+        local_ranks=int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+    )  # fmt: skip
+
+
+def run_this_rank(spec: RunSpec, rank: int, world: int) -> DistributedResult | None:
+    """Join the process group, run the schedule's actions for this rank; rank 0 gets the result."""
+    if "MASTER_ADDR" not in os.environ:  # plain `python -m ...` with one rank
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    try:
+        device = init_rank(spec, rank, world)
+        result = gather_and_merge(spec, rank, run_rank(spec, rank, device))
+    except Exception as err:
+        print(f"[rank {rank}] failed: {type(err).__name__}: {err}", file=sys.stderr)
+        if world == 1 and dist.is_initialized():  # in-process run: leave no process group behind
+            dist.destroy_process_group()
+        raise
+    dist.destroy_process_group()
+    return result
+
+
+def _main(argv: list[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    result = run_this_rank(spec_from_flags(args, world), rank, world)
+    if result is None:  # ranks other than 0
+        return 0
+    if args.gantt:
+        from course_lib.plots import save_timeline_png
+
+        save_timeline_png(result.timeline, args.gantt)
+    if args.json:
+        print(json.dumps(result.to_json()))
+        return 0
+    print(
+        f"{result.schedule}: {result.ranks} ranks, {len(result.losses)} steps, "
+        f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}; "
+        f"median step {result.step_time_s * 1000:.1f} ms, bubble {result.bubble_fraction:.1%} (measured)"
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run as one rank under torchrun (RANK, WORLD_SIZE, MASTER_ADDR... come from torchrun)."""
+    return report_errors(lambda: _main(argv))
