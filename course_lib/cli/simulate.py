@@ -59,9 +59,9 @@ def _simulate(args: argparse.Namespace) -> tuple[Timeline, dict[str, object]]:
     schedule = build_schedule(info.name, args.stages, args.microbatches, virtual)
     require(args.activation_bytes >= 0, f"--activation-bytes must be >= 0, got {args.activation_bytes}")
     # the same model cut into p*v stages: each stage holds 1/v of a device's share
-    costs = StageCosts(f=args.time_f / virtual, b=args.time_b / virtual, w=args.time_w / virtual)
+    costs = StageCosts(f=args.time_f / virtual, i=args.time_b / virtual, w=args.time_w / virtual)
     link = Link(latency_s=args.latency, bandwidth_Bps=args.bandwidth)
-    tl = simulate(schedule, costs, activation_bytes=args.activation_bytes, links=link)
+    tl = simulate(schedule, costs, boundary_bytes=args.activation_bytes, links=link)
     default_costs = (args.time_f, args.time_b, args.time_w) == (1.0, 1.0, 1.0)
     p, m = schedule.n_devices, schedule.n_microbatches
     setup = {
@@ -121,7 +121,7 @@ def _print_text(tl: Timeline, setup: dict, args: argparse.Namespace) -> None:
     )
     print(f"{'device':>6} {'busy':>10} {'idle':>10} {'idle %':>7} {'peak in-flight':>15} {'peak bytes':>12}")
     for d in tl.summary()["per_device"]:
-        nbytes = d["peak_activation_bytes"]
+        nbytes = d["peak_stash_bytes"]
         print(
             f"{d['device']:>6} {d['busy']:>10.4g} {d['idle']:>10.4g} {d['idle_fraction']:>7.1%} "
             f"{d['peak_inflight_microbatches']:>15} {nbytes if nbytes else '-':>12}"
