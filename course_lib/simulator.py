@@ -51,6 +51,8 @@ _KIND_CODE = {kind: code for code, kind in enumerate(_KINDS)}
 _F, _B, _I, _W = 0, 1, 2, 3
 
 Route = tuple[int, int, float, float]  # (destination device, bytes, seconds on the wire, latency)
+Started = tuple[int, int, float, float]  # (device, position in its order, start, end)
+Sent = tuple[int, int, int, float, float, int]  # (src, position, dst, begin, arrival, bytes)
 
 
 def simulate(
@@ -81,10 +83,11 @@ def simulate(
     durations = _durations(costs if costs is not None else StageCosts(), n_st)
     routes = _routes(schedule, nbytes, wires)
     deps = [[_dependency_keys(k, n_st, schedule.split_backward) for k in dk] for dk in keys]
-    started, sent, finished = _play(keys, deps, owner, durations, routes)
-    if not finished:
-        _reject(schedule)  # a deadlock: the validator explains it best (and the same way everywhere)
-    return _timeline(schedule, started, sent, nbytes, stash_bytes, source)
+    with _gc_paused():
+        started, sent, finished = _play(keys, deps, owner, durations, routes)
+        if not finished:
+            _reject(schedule)  # a deadlock: the validator explains it best (and the same way everywhere)
+        return _timeline(schedule, started, sent, nbytes, stash_bytes, source)
 
 
 def _index_actions(schedule: Schedule) -> tuple[list[list[int]], list[int]]:
@@ -159,20 +162,24 @@ def _routes(schedule: Schedule, nbytes: list, wires: list[Link]) -> list[Route |
     return table
 
 
-def _play(keys, deps, owner, durations, routes) -> tuple[list, list, bool]:
-    """The event loop: run every device's order; returns the spans started (device, position,
-    start, end), the messages sent (src, position, dst, begin, arrival, bytes), and whether every
-    device got to the end of its order (False: a deadlock)."""
+def _play(
+    keys: list[list[int]],
+    deps: list[list[list[int]]],
+    owner: list[int],
+    durations: list[float],
+    routes: list[Route | None],
+) -> tuple[list[Started], list[Sent], bool]:
+    """The event loop: run every device's order; returns the actions started, the messages sent, and
+    whether every device got to the end of its order (False: a deadlock)."""
     n_sk, n_dev, n_keys = len(durations), len(keys), len(owner)
     end = [0.0] * n_keys  # when the action finished, on its own device
     arrive = [0.0] * n_keys  # when its output reached the device that needs it
     done = [False] * n_keys
     waiters: dict[int, list[int]] = {}  # key -> devices blocked until it is done
-    ptr = [0] * n_dev  # next position in each device's order
-    free = [0.0] * n_dev  # when each device finishes its current action
+    ptr, free = [0] * n_dev, [0.0] * n_dev  # per device: next position in its order, when it is free
     wire_free: dict[tuple[int, int], float] = {}  # (src, dst) -> when that wire is next idle
-    started: list[tuple[int, int, float, float]] = []
-    sent: list[tuple[int, int, int, float, float, int]] = []
+    started: list[Started] = []
+    sent: list[Sent] = []
     heap: list[tuple[float, int, int, int]] = []  # completions (end, key, device, position), in time order
     push, pop = heapq.heappush, heapq.heappop
 
@@ -195,25 +202,24 @@ def _play(keys, deps, owner, durations, routes) -> tuple[list, list, bool]:
         free[d], ptr[d] = finish, pos + 1
         push(heap, (finish, k, d, pos))
 
-    with _gc_paused():
-        for d in range(n_dev):
-            try_start(d)
-        while heap:
-            t, k, d, pos = pop(heap)
-            done[k], end[k] = True, t
-            route = routes[k % n_sk]
-            if route is None:
-                arrive[k] = t
-            else:  # bandwidth serialises messages on one wire; latency overlaps the next message
-                dst, nbytes, on_wire, latency = route
-                begin = max(t, wire_free.get((d, dst), 0.0))
-                wire_free[(d, dst)] = begin + on_wire
-                arrive[k] = begin + on_wire + latency
-                sent.append((d, pos, dst, begin, arrive[k], nbytes))
-            if k in waiters:
-                for waiting in waiters.pop(k):
-                    try_start(waiting)
-            try_start(d)
+    for d in range(n_dev):
+        try_start(d)
+    while heap:
+        t, k, d, pos = pop(heap)
+        done[k], end[k] = True, t
+        route = routes[k % n_sk]
+        if route is None:
+            arrive[k] = t
+        else:  # bandwidth serialises messages on one wire; latency overlaps the next message
+            dst, nbytes, on_wire, latency = route
+            begin = max(t, wire_free.get((d, dst), 0.0))
+            wire_free[(d, dst)] = begin + on_wire
+            arrive[k] = begin + on_wire + latency
+            sent.append((d, pos, dst, begin, arrive[k], nbytes))
+        if k in waiters:
+            for waiting in waiters.pop(k):
+                try_start(waiting)
+        try_start(d)
     return started, sent, all(ptr[d] == len(keys[d]) for d in range(n_dev))
 
 
@@ -230,12 +236,13 @@ def _gc_paused():
             gc.enable()
 
 
-def _timeline(schedule: Schedule, started, sent, nbytes: list, stash_bytes, source: str) -> Timeline:
+def _timeline(
+    schedule: Schedule, started: list[Started], sent: list[Sent], nbytes: list, stash_bytes, source: str
+) -> Timeline:
     """The event loop's record as a Timeline, with what the schedule and the sizes were."""
     orders, n_st = schedule.orders, schedule.n_stages
-    with _gc_paused():
-        spans = [Span(d, orders[d][pos], t0, t1) for d, pos, t0, t1 in started]
-        transfers = [Transfer(d, dst, orders[d][pos], t0, t1, nb) for d, pos, dst, t0, t1, nb in sent]
+    spans = [Span(d, orders[d][pos], t0, t1) for d, pos, t0, t1 in started]
+    transfers = [Transfer(d, dst, orders[d][pos], t0, t1, nb) for d, pos, dst, t0, t1, nb in sent]
     if stash_bytes is None:  # the tensor each stage receives (stage 0 is charged the size it sends)
         stash = [int(nbytes[max(s - 1, 0)]) if n_st > 1 else 0 for s in range(n_st)]
     else:
