@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from course_lib.costs import StageCosts
-from course_lib.errors import CourseError, require
+from course_lib.errors import require
 from course_lib.links import FREE, Link, per_boundary
 from course_lib.schedules.ir import Action, Kind, Schedule
 from course_lib.schedules.messages import message_of
@@ -114,11 +114,9 @@ def _index_actions(schedule: Schedule) -> tuple[list[list[int]], list[int]]:
 
 
 def _reject(schedule: Schedule) -> NoReturn:
-    """Raise the validator's explanation of why `schedule` cannot run."""
-    problems = check(schedule)
-    if not problems:
-        raise CourseError(f"internal error: cannot simulate {schedule.name!r}, yet the validator accepts it")
-    raise ScheduleError(schedule.name, problems)
+    """Raise the validator's explanation of why `schedule` cannot run. It checks the same rules (the
+    same dependencies, every action once on its stage's device), so it always finds the reason."""
+    raise ScheduleError(schedule.name, check(schedule))
 
 
 def _dependency_keys(k: int, n_st: int, split_backward: bool) -> list[int]:
@@ -139,10 +137,7 @@ def _dependency_keys(k: int, n_st: int, split_backward: bool) -> list[int]:
 def _durations(costs: StageCosts, n_st: int) -> list[float]:
     """Seconds per (stage, kind), at stage * 4 + kind: F costs f, B costs i + w, I costs i, W costs w."""
     f, i, w = costs.per_stage(n_st)
-    table: list[float] = []
-    for s in range(n_st):
-        table += [f[s], i[s] + w[s], i[s], w[s]]
-    return table
+    return [cost for s in range(n_st) for cost in (f[s], i[s] + w[s], i[s], w[s])]
 
 
 def _routes(schedule: Schedule, nbytes: list, wires: list[Link]) -> list[Route | None]:
