@@ -9,7 +9,7 @@ process group), alternating ``--rounds`` times, so that load from other processe
 machine hits both alike and neither pays for starting processes.
 
 Part 2: the simulator's predicted step from measured op costs against the measured step. For each
-measured step, the op costs are the medians of that step's own spans per stage (F, and B as b + w
+measured step, the op costs are the medians of that step's own spans per stage (F, and B as i + w
 with w = 0, since B runs as one piece); the simulator replays the schedule with them (free links:
 on localhost a message costs well under a millisecond) and predicts the makespan, which is set
 against the measured makespan of the same step. Printed: the median of those ratios. Target: within
@@ -33,10 +33,10 @@ import os
 import pickle
 import statistics
 import traceback
-from collections import defaultdict
 
 import torch.distributed as dist
 
+from course_lib.costs import costs_from
 from course_lib.engines import torch_pipelining
 from course_lib.engines.dist_launch import free_port, gather_and_merge, init_rank
 from course_lib.engines.dist_worker import run_rank
@@ -44,18 +44,7 @@ from course_lib.engines.distributed import make_spec
 from course_lib.engines.torch_pipelining import make_spec as torch_spec
 from course_lib.errors import CourseError
 from course_lib.reference import TrainConfig
-from course_lib.schedules.ir import Kind
-from course_lib.simulator import StageCosts, simulate
-
-
-def measured_costs(timeline, n_stages: int) -> StageCosts:
-    """Median F and B time per stage over the micro-batches of one measured step."""
-    seen: dict[tuple[int, Kind], list[float]] = defaultdict(list)
-    for span in timeline.spans:
-        seen[(span.action.stage, span.action.kind)].append(span.duration)
-    f = [statistics.median(seen[(s, Kind.F)]) for s in range(n_stages)]
-    b = [statistics.median(seen[(s, Kind.B)]) for s in range(n_stages)]
-    return StageCosts(f=f, b=b, w=[0.0] * n_stages)
+from course_lib.simulator import simulate
 
 
 def _alternating_rank(rank: int, world: int, port: int, ours, theirs, rounds: int, results) -> None:
@@ -139,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     # the load drifts between steps; within one step both see the same)
     schedule = ours_spec.build_schedule()
     steps = [tl for run in ours_runs for tl in run.timelines[args.warmup :]]
-    predicted = [simulate(schedule, measured_costs(tl, schedule.n_stages)).makespan for tl in steps]
+    predicted = [simulate(schedule, costs_from([tl])).makespan for tl in steps]
     ratios = [sim / tl.makespan for sim, tl in zip(predicted, steps, strict=True)]
     sim_ms = statistics.median(predicted) * 1000
     meas_ms = statistics.median(tl.makespan for tl in steps) * 1000

@@ -142,7 +142,7 @@ def plot_timeline(
 
 
 def _default_title(tl: Timeline) -> str:
-    m = tl.notes.get("n_microbatches")
+    m = tl.n_microbatches
     name = tl.schedule_name or "schedule"
     return f"{name}: p={tl.n_devices}" + (f", m={m}" if m is not None else "")
 
@@ -261,7 +261,7 @@ def plot_memory(tl: Timeline, ax: Axes | None = None) -> Axes:
     devices = list(range(tl.n_devices))
     peaks = [tl.peak_inflight(d) for d in devices]
     bars = ax.bar(devices, peaks, color=SERIES_COLORS[0])
-    nbytes = [tl.peak_activation_bytes(d) for d in devices]
+    nbytes = [tl.peak_stash_bytes(d) for d in devices]
     if any(nbytes):
         for bar, b in zip(bars, nbytes, strict=True):
             ax.annotate(
@@ -275,7 +275,7 @@ def plot_memory(tl: Timeline, ax: Axes | None = None) -> Axes:
     ax.set_xlabel("device")
     ax.set_ylabel("peak micro-batches held")
     caption = f"source: {tl.source}"
-    if any(nbytes) and not tl.notes.get("stash_bytes_given", True):
+    if any(nbytes) and tl.stash_is_lower_bound:
         caption += " · bytes: boundary tensors only (a lower bound on what a stage stashes)"
     ax.set_title(f"{_default_title(tl)}: activations held per device\n{caption}", fontsize=10)
     return ax

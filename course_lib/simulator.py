@@ -6,19 +6,25 @@ Rules, the same ones a real pipeline obeys:
 - an action starts when its device is free AND everything it depends on has arrived
   (``ir.dependencies``: F needs the previous stage's F, a backward needs its own F and the next
   stage's input gradient, W needs its I);
+- an output crosses to another device exactly when ``schedules.messages`` says it does (the rule
+  the engines use too); a dependency between stages on the same device costs nothing;
 - a send overlaps compute (the sender moves on at once), a receive waits for the last byte;
 - messages on the same wire (one direction between two devices) queue for bandwidth, but latency
-  pipelines: a second message may be in flight while the first is still travelling;
-- a dependency between stages on the same device costs nothing.
+  pipelines: a second message may be in flight while the first is still travelling.
 
 Try it::
 
     from course_lib.schedules.builders import build_schedule
-    from course_lib.simulator import simulate, uniform_costs
+    from course_lib.simulator import StageCosts, simulate
     from course_lib.links import Link
-    tl = simulate(build_schedule("1f1b", 4, 8), uniform_costs(f=1e-3, b=1e-3, w=1e-3),
-                  activation_bytes=64 * 2**20, links=Link(latency_s=1e-4, bandwidth_Bps=50e9))
+    tl = simulate(build_schedule("1f1b", 4, 8), StageCosts(f=1e-3, i=1e-3, w=1e-3),
+                  boundary_bytes=64 * 2**20, links=Link(latency_s=1e-4, bandwidth_Bps=50e9))
     print(tl.makespan, tl.bubble_fraction)
+
+How ``simulate`` works, one function per step: ``_index_actions`` numbers every action, so the
+event loop works on plain lists of numbers (hashing Action objects 100k times would dominate the
+run time); ``_durations`` and ``_routes`` say, per stage and kind, how long an action takes and
+where its output goes; ``_play`` runs the event loop; ``_timeline`` writes down what happened.
 """
 
 from __future__ import annotations
@@ -28,123 +34,89 @@ import gc
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NoReturn
 
-from course_lib.errors import CourseError, require
-from course_lib.links import FREE, Link
+from course_lib.costs import StageCosts
+from course_lib.errors import require
+from course_lib.links import FREE, Link, per_boundary
 from course_lib.schedules.ir import Action, Kind, Schedule
+from course_lib.schedules.messages import message_of
+from course_lib.schedules.validate import ScheduleError, check
 from course_lib.timeline import SIMULATED, SOURCES, Span, Timeline, Transfer
 
-# Actions are numbered (micro-batch, stage, kind) -> int so the event loop works on plain lists;
-# hashing Action objects 100k times would dominate the run time.
-_KIND_CODE = {Kind.F: 0, Kind.B: 1, Kind.I: 2, Kind.W: 3}
+# An action's key is (micro-batch * n_stages + stage) * 4 + kind code; key % (4 * n_stages) is then
+# stage * 4 + kind, the index into the tables that depend only on stage and kind.
+_KINDS = (Kind.F, Kind.B, Kind.I, Kind.W)
+_KIND_CODE = {kind: code for code, kind in enumerate(_KINDS)}
 _F, _B, _I, _W = 0, 1, 2, 3
 
-Number = float | int
+Route = tuple[int, int, float, float]  # (destination device, bytes, seconds on the wire, latency)
+Started = tuple[int, int, float, float]  # (device, position in its order, start, end)
+Sent = tuple[int, int, int, float, float, int]  # (src, position, dst, begin, arrival, bytes)
 
 
-@dataclass(frozen=True)
-class StageCosts:
-    """How long each piece of work takes on each stage (seconds, or any one consistent unit).
+def simulate(
+    schedule: Schedule,
+    costs: StageCosts | None = None,
+    boundary_bytes: int | Sequence[int] = 0,
+    links: Link | Sequence[Link] | None = None,
+    *,
+    stash_bytes: Sequence[int] | None = None,
+    source: str = SIMULATED,
+) -> Timeline:
+    """Run `schedule` under the cost model and return what happened, as a Timeline.
 
-    ``f``: forward; ``b``: backward for the input gradient; ``w``: backward for the weight gradient.
-    Each is one number for every stage or a list indexed by stage. A full backward ``B`` costs
-    ``b + w``, a split one costs ``b`` for ``I`` and ``w`` for ``W``.
+    `costs`: StageCosts (default: 1 for each of F, I and W). `boundary_bytes`: bytes one
+    micro-batch sends across each stage boundary (s -> s+1), one number or one per boundary;
+    gradients going back have the same size. `links`: one Link for every boundary or one per
+    boundary (default: free). `stash_bytes`: bytes of activations one micro-batch keeps alive on
+    each stage until its backward; if not given, the boundary tensor the stage receives (a lower
+    bound: a real stage stashes every layer's activations). `source`: SIMULATED, or
+    MEASURED_COMPUTE when `costs` were measured.
     """
-
-    f: Number | Sequence[Number] = 1.0
-    b: Number | Sequence[Number] = 1.0
-    w: Number | Sequence[Number] = 1.0
-
-    def per_stage(self, n_stages: int) -> tuple[list[float], list[float], list[float]]:
-        """The three cost lists expanded to `n_stages` entries (checked: finite, >= 0)."""
-        out = []
-        for label, value in (("f", self.f), ("b", self.b), ("w", self.w)):
-            if isinstance(value, (int, float)):
-                values = [float(value)] * n_stages
-            else:
-                values = [float(x) for x in value]
-                require(
-                    len(values) == n_stages,
-                    f"StageCosts.{label} has {len(values)} entries but the schedule has {n_stages} "
-                    "stages; give one number per stage, or a single number for all",
-                )
-            bad = [x for x in values if not (math.isfinite(x) and x >= 0)]
-            require(not bad, f"StageCosts.{label} must be finite and >= 0, got {bad[0] if bad else None!r}")
-            out.append(values)
-        return out[0], out[1], out[2]
-
-    def of(self, action: Action, n_stages: int) -> float:
-        """Duration of one action (convenience; the simulator uses per_stage directly)."""
-        f, b, w = self.per_stage(n_stages)
-        s = action.stage
-        return {Kind.F: f[s], Kind.B: b[s] + w[s], Kind.I: b[s], Kind.W: w[s]}[action.kind]
+    require(source in SOURCES, f"unknown timeline source {source!r}; expected one of {SOURCES}")
+    n_st = schedule.n_stages
+    nbytes = per_boundary(boundary_bytes, n_st - 1, "boundary_bytes", 0)
+    require(all(x >= 0 for x in nbytes), f"boundary_bytes must be >= 0, got {nbytes}")
+    wires = per_boundary(links, n_st - 1, "links", FREE)
+    keys, owner = _index_actions(schedule)
+    durations = _durations(costs if costs is not None else StageCosts(), n_st)
+    routes = _routes(schedule, nbytes, wires)
+    deps = [[_dependency_keys(k, n_st, schedule.split_backward) for k in dk] for dk in keys]
+    with _gc_paused():
+        started, sent, finished = _play(keys, deps, owner, durations, routes)
+        if not finished:
+            _reject(schedule)  # a deadlock: the validator explains it best (and the same way everywhere)
+        return _timeline(schedule, started, sent, nbytes, stash_bytes, source)
 
 
-def uniform_costs(f: float = 1.0, b: float = 1.0, w: float = 1.0) -> StageCosts:
-    """The same F, B (input grad) and W (weight grad) time on every stage."""
-    return StageCosts(f=f, b=b, w=w)
+def _index_actions(schedule: Schedule) -> tuple[list[list[int]], list[int]]:
+    """Each device's action keys in order, and key -> the device that runs it (-1: nobody).
 
-
-def _per_boundary(value, n_boundaries: int, label: str, default):
-    """One value per stage boundary (s -> s+1), from a scalar/Link or a list of them."""
-    if value is None:
-        return [default] * n_boundaries
-    if isinstance(value, (Link, int, float)):
-        return [value] * n_boundaries
-    values = list(value)
-    require(
-        len(values) == n_boundaries,
-        f"{label} has {len(values)} entries but the schedule has {n_boundaries} stage boundaries "
-        "(stage s -> s+1); give one per boundary, or a single value for all",
-    )
-    return values
-
-
-def _index_actions(schedule: Schedule):
-    """Number every action, check it is placed on the device that holds its stage, reject repeats."""
-    n_st, n_mb = schedule.n_stages, schedule.n_microbatches
-    require(
-        len(schedule.stage_to_device) == n_st,
-        f"stage_to_device has {len(schedule.stage_to_device)} entries for {n_st} stages",
-    )
-    owner = [-1] * (n_mb * n_st * 4)  # key -> device that runs it (-1: nobody)
-    where = schedule.stage_to_device
+    An action the simulator cannot place (unknown stage or micro-batch, on a device that does not
+    hold its stage, or seen twice) hands the schedule to the validator, which says what is wrong."""
+    n_st, n_mb, where = schedule.n_stages, schedule.n_microbatches, schedule.stage_to_device
+    if len(where) != n_st:
+        _reject(schedule)
+    owner = [-1] * (n_mb * n_st * 4)
     keys: list[list[int]] = []
     for d, order in enumerate(schedule.orders):
         dk = []
-        for pos, a in enumerate(order):
+        for a in order:
             s, m = a.stage, a.microbatch
-            # messages are built only on failure: formatting 100k actions would cost more than the run
-            if not (0 <= s < n_st and 0 <= m < n_mb):
-                raise CourseError(
-                    f"device {d} runs {a} (position {pos}) but the schedule has stages 0..{n_st - 1} "
-                    f"and micro-batches 0..{n_mb - 1}"
-                )
-            if where[s] != d:
-                raise CourseError(
-                    f"device {d} runs {a} (position {pos}) but stage {s} lives on device {where[s]}"
-                )
             k = (m * n_st + s) * 4 + _KIND_CODE[a.kind]
-            if owner[k] != -1:
-                raise CourseError(f"action {a} appears twice (devices {owner[k]} and {d}); each runs once")
+            if not (0 <= s < n_st and 0 <= m < n_mb and where[s] == d and owner[k] == -1):
+                _reject(schedule)
             owner[k] = d
             dk.append(k)
         keys.append(dk)
     return keys, owner
 
 
-@contextlib.contextmanager
-def _gc_paused():
-    """Pause the cyclic garbage collector while we build 100k small objects that hold no cycles:
-    its repeated scans would otherwise cost about a third of the run. Restores the previous state."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+def _reject(schedule: Schedule) -> NoReturn:
+    """Raise the validator's explanation of why `schedule` cannot run. It checks the same rules (the
+    same dependencies, every action once on its stage's device), so it always finds the reason."""
+    raise ScheduleError(schedule.name, check(schedule))
 
 
 def _dependency_keys(k: int, n_st: int, split_backward: bool) -> list[int]:
@@ -162,65 +134,47 @@ def _dependency_keys(k: int, n_st: int, split_backward: bool) -> list[int]:
     return deps
 
 
-def _describe(k: int, n_st: int) -> str:
-    kind, sm = k & 3, k >> 2
-    return f"{sm % n_st}{'FBIW'[kind]}{sm // n_st}"
+def _durations(costs: StageCosts, n_st: int) -> list[float]:
+    """Seconds per (stage, kind), at stage * 4 + kind: F costs f, B costs i + w, I costs i, W costs w."""
+    f, i, w = costs.per_stage(n_st)
+    return [cost for s in range(n_st) for cost in (f[s], i[s] + w[s], i[s], w[s])]
 
 
-def simulate(
-    schedule: Schedule,
-    costs: StageCosts | None = None,
-    activation_bytes: int | Sequence[int] = 0,
-    links: Link | Sequence[Link] | None = None,
-    *,
-    stash_bytes: Sequence[int] | None = None,
-    source: str = SIMULATED,
-) -> Timeline:
-    """Run `schedule` under the cost model and return what happened, as a Timeline.
+def _routes(schedule: Schedule, nbytes: list, wires: list[Link]) -> list[Route | None]:
+    """Where each (stage, kind)'s output goes, at stage * 4 + kind (None: it stays on its device).
 
-    `activation_bytes`: bytes one micro-batch sends across each stage boundary (s -> s+1), one
-    number or one per boundary; gradients going back have the same size. `links`: one Link for
-    every boundary or one per boundary (default: free). `stash_bytes`: bytes of activations one
-    micro-batch keeps alive on each stage until its backward; if not given, the boundary tensor
-    the stage receives (a lower bound: a real stage stashes every layer's activations).
-    `source`: SIMULATED, or MEASURED_COMPUTE when `costs` were measured.
-    """
-    require(source in SOURCES, f"unknown timeline source {source!r}; expected one of {SOURCES}")
-    costs = costs if costs is not None else StageCosts()
-    n_st, n_dev = schedule.n_stages, schedule.n_devices
-    f_cost, b_cost, w_cost = costs.per_stage(n_st)
-    bound_bytes = _per_boundary(activation_bytes, n_st - 1, "activation_bytes", 0)
-    bound_links = _per_boundary(links, n_st - 1, "links", FREE)
-    require(all(x >= 0 for x in bound_bytes), f"activation_bytes must be >= 0, got {bound_bytes}")
-    where = schedule.stage_to_device
+    ``message_of`` decides which outputs cross devices; the same holds for every micro-batch, so
+    micro-batch 0 stands for all. The boundary a message crosses picks its link and its size."""
+    table: list[Route | None] = [None] * (4 * schedule.n_stages)
+    for s in range(schedule.n_stages):
+        for code, kind in enumerate(_KINDS):
+            msg = message_of(Action(s, kind, 0), schedule)
+            if msg is None:
+                continue
+            link, size = wires[msg.boundary], nbytes[msg.boundary]
+            on_wire = size / link.bandwidth_Bps if size and math.isfinite(link.bandwidth_Bps) else 0.0
+            table[s * 4 + code] = (msg.dst, int(size), on_wire, link.latency_s)
+    return table
 
-    keys, owner = _index_actions(schedule)
-    split = schedule.split_backward
-    deps = [[_dependency_keys(k, n_st, split) for k in dk] for dk in keys]
-    # Everything that depends only on (stage, kind) lives in tables indexed by k % (4 * n_st),
-    # which is stage * 4 + kind for key k.
-    n_sk = 4 * n_st
-    dur = [0.0] * n_sk  # how long the action takes
-    route: list[tuple[int, int, float, float] | None] = [None] * n_sk  # (dst, bytes, on-wire s, latency)
-    for st in range(n_st):
-        dur[st * 4 : st * 4 + 4] = [f_cost[st], b_cost[st] + w_cost[st], b_cost[st], w_cost[st]]
-        # where the output goes: F's activation to stage s+1, the backward's gradient to stage s-1
-        for kind, nxt, boundary in ((_F, st + 1, st), (_B, st - 1, st - 1), (_I, st - 1, st - 1)):
-            if 0 <= nxt < n_st and where[nxt] != where[st]:
-                link, nbytes = bound_links[boundary], bound_bytes[boundary]
-                on_wire = nbytes / link.bandwidth_Bps if nbytes and math.isfinite(link.bandwidth_Bps) else 0.0
-                route[st * 4 + kind] = (where[nxt], int(nbytes), on_wire, link.latency_s)
 
-    n_keys = len(owner)
+def _play(
+    keys: list[list[int]],
+    deps: list[list[list[int]]],
+    owner: list[int],
+    durations: list[float],
+    routes: list[Route | None],
+) -> tuple[list[Started], list[Sent], bool]:
+    """The event loop: run every device's order; returns the actions started, the messages sent, and
+    whether every device got to the end of its order (False: a deadlock)."""
+    n_sk, n_dev, n_keys = len(durations), len(keys), len(owner)
     end = [0.0] * n_keys  # when the action finished, on its own device
-    arrive = [0.0] * n_keys  # when its output reached the neighbouring device
+    arrive = [0.0] * n_keys  # when its output reached the device that needs it
     done = [False] * n_keys
     waiters: dict[int, list[int]] = {}  # key -> devices blocked until it is done
-    ptr = [0] * n_dev  # next position in each device's order
-    free = [0.0] * n_dev  # when each device finishes its current action
-    wire_free: dict[tuple[int, int], float] = {}  # (src, dst) -> when the wire is next idle
-    started: list[tuple[int, int, float, float]] = []  # (device, position, start, end)
-    sent: list[tuple[int, int, int, float, float, int]] = []  # (src, position, dst, begin, arrive, bytes)
+    ptr, free = [0] * n_dev, [0.0] * n_dev  # per device: next position in its order, when it is free
+    wire_free: dict[tuple[int, int], float] = {}  # (src, dst) -> when that wire is next idle
+    started: list[Started] = []
+    sent: list[Sent] = []
     heap: list[tuple[float, int, int, int]] = []  # completions (end, key, device, position), in time order
     push, pop = heapq.heappush, heapq.heappop
 
@@ -238,95 +192,69 @@ def simulate(
             if ready > t:
                 t = ready
         k = keys[d][pos]
-        finish = t + dur[k % n_sk]
+        finish = t + durations[k % n_sk]
         started.append((d, pos, t, finish))
-        free[d] = finish
-        ptr[d] = pos + 1
+        free[d], ptr[d] = finish, pos + 1
         push(heap, (finish, k, d, pos))
 
-    with _gc_paused():
-        for d in range(n_dev):
-            try_start(d)
-        while heap:
-            t, k, d, pos = pop(heap)
-            done[k] = True
-            end[k] = t
-            r = route[k % n_sk]
-            if r is None:
-                arrive[k] = t
-            else:
-                dst, nbytes, on_wire, latency = r
-                wire = (d, dst)
-                begin = max(t, wire_free.get(wire, 0.0))  # wait for the wire: bandwidth serialises
-                wire_free[wire] = begin + on_wire
-                arrive[k] = begin + on_wire + latency  # latency overlaps the next message
-                sent.append((d, pos, dst, begin, arrive[k], nbytes))
-            if k in waiters:
-                for w in waiters.pop(k):
-                    try_start(w)
-            try_start(d)
+    for d in range(n_dev):
+        try_start(d)
+    while heap:
+        t, k, d, pos = pop(heap)
+        done[k], end[k] = True, t
+        route = routes[k % n_sk]
+        if route is None:
+            arrive[k] = t
+        else:  # bandwidth serialises messages on one wire; latency overlaps the next message
+            dst, nbytes, on_wire, latency = route
+            begin = max(t, wire_free.get((d, dst), 0.0))
+            wire_free[(d, dst)] = begin + on_wire
+            arrive[k] = begin + on_wire + latency
+            sent.append((d, pos, dst, begin, arrive[k], nbytes))
+        if k in waiters:
+            for waiting in waiters.pop(k):
+                try_start(waiting)
+        try_start(d)
+    return started, sent, all(ptr[d] == len(keys[d]) for d in range(n_dev))
 
-    stuck = [d for d in range(n_dev) if ptr[d] < len(keys[d])]
-    if stuck:
-        # The validator explains deadlocks best (and the same way everywhere); our own message is
-        # the fallback should it see no problem.
-        from course_lib.schedules.validate import ScheduleError, check
 
-        problems = check(schedule)
-        if problems:
-            raise ScheduleError(schedule.name, problems)
-        raise CourseError(_deadlock_message(schedule, stuck, ptr, keys, deps, done, owner, n_st))
+@contextlib.contextmanager
+def _gc_paused():
+    """Pause the cyclic garbage collector while we build 100k small objects that hold no cycles:
+    its repeated scans would otherwise cost about a third of the run. Restores the previous state."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
-    orders = schedule.orders
-    with _gc_paused():
-        spans = [Span(d, orders[d][pos], t0, t1) for d, pos, t0, t1 in started]
-        transfers = [Transfer(d, dst, orders[d][pos], t0, t1, nb) for d, pos, dst, t0, t1, nb in sent]
-    if stash_bytes is None:
-        # the tensor each stage receives (stage 0 is charged the size it sends)
-        stash = [int(bound_bytes[max(s - 1, 0)]) if n_st > 1 else 0 for s in range(n_st)]
+
+def _timeline(
+    schedule: Schedule, started: list[Started], sent: list[Sent], nbytes: list, stash_bytes, source: str
+) -> Timeline:
+    """The event loop's record as a Timeline, with what the schedule and the sizes were."""
+    orders, n_st = schedule.orders, schedule.n_stages
+    spans = [Span(d, orders[d][pos], t0, t1) for d, pos, t0, t1 in started]
+    transfers = [Transfer(d, dst, orders[d][pos], t0, t1, nb) for d, pos, dst, t0, t1, nb in sent]
+    if stash_bytes is None:  # the tensor each stage receives (stage 0 is charged the size it sends)
+        stash = [int(nbytes[max(s - 1, 0)]) if n_st > 1 else 0 for s in range(n_st)]
     else:
-        stash = [int(x) for x in _per_boundary(stash_bytes, n_st, "stash_bytes", 0)]
+        stash = [int(x) for x in stash_bytes]
+        require(
+            len(stash) == n_st,
+            f"stash_bytes has {len(stash)} entries but the schedule has {n_st} stages; give one per stage",
+        )
     return Timeline(
         source=source,
-        n_devices=n_dev,
+        n_devices=schedule.n_devices,
         spans=spans,
         transfers=transfers,
         schedule_name=schedule.name,
-        activation_bytes=stash,
-        notes={
-            "n_stages": n_st,
-            "n_microbatches": schedule.n_microbatches,
-            "stage_to_device": list(where),
-            "boundary_bytes": [int(x) for x in bound_bytes],
-            "stash_bytes_given": stash_bytes is not None,
-        },
+        n_stages=n_st,
+        n_microbatches=schedule.n_microbatches,
+        boundary_bytes=[int(x) for x in nbytes],
+        stash_bytes=stash,
+        stash_is_lower_bound=stash_bytes is None,
     )
-
-
-def _deadlock_message(schedule, stuck, ptr, keys, deps, done, owner, n_st) -> str:
-    """Say which device is stuck at which action, and what it waits for."""
-    lines = ["deadlock: these per-device orders can never finish."]
-    for d in stuck[:4]:
-        pos = ptr[d]
-        action = schedule.orders[d][pos]
-        missing = [dep for dep in deps[d][pos] if not done[dep]]
-        parts = []
-        for dep in missing:
-            name = _describe(dep, n_st)
-            if owner[dep] < 0:
-                parts.append(f"{name}, which no device runs")
-            else:
-                od = owner[dep]
-                blocker = schedule.orders[od][ptr[od]] if ptr[od] < len(keys[od]) else None
-                where = f"device {od}, position {keys[od].index(dep)} in its order"
-                if od == d:
-                    parts.append(f"{name}, which comes later in device {d}'s own order ({where})")
-                else:
-                    parts.append(f"{name} ({where}), but device {od} is itself stuck at {blocker}")
-        lines.append(
-            f"device {d} cannot run {action} (position {pos} in its order): it waits for " + "; ".join(parts)
-        )
-    if len(stuck) > 4:
-        lines.append(f"... and {len(stuck) - 4} more stuck devices")
-    lines.append("Reorder the actions so every action comes after what it needs (see ir.dependencies).")
-    return "\n".join(lines)

@@ -55,9 +55,13 @@ class Timeline:
     spans: list[Span]
     transfers: list[Transfer] = field(default_factory=list)
     schedule_name: str = ""
-    # bytes of activations one micro-batch keeps alive on each stage (index = stage); optional
-    activation_bytes: list[int] | None = None
-    notes: dict[str, object] = field(default_factory=dict)
+    n_stages: int | None = None  # the schedule's stages (more than n_devices when interleaved)
+    n_microbatches: int | None = None
+    boundary_bytes: list[int] = field(default_factory=list)  # one micro-batch's message, boundary s -> s+1
+    # bytes one micro-batch keeps alive on each stage until its backward (index = stage); optional
+    stash_bytes: list[int] | None = None
+    stash_is_lower_bound: bool = False  # True: stash_bytes count only the boundary tensor a stage got
+    notes: dict[str, str] = field(default_factory=dict)  # free-form remarks (say, how clocks were aligned)
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -143,11 +147,11 @@ class Timeline:
         """Most micro-batches (per stage held) whose activations `device` kept at once."""
         return self._peak(device, lambda key: 1)
 
-    def peak_activation_bytes(self, device: int) -> int | None:
-        """Peak bytes of stashed activations on `device` (None if activation sizes are unknown)."""
-        if self.activation_bytes is None:
+    def peak_stash_bytes(self, device: int) -> int | None:
+        """Peak bytes of stashed activations on `device` (None if stash sizes are unknown)."""
+        if self.stash_bytes is None:
             return None
-        sizes = self.activation_bytes
+        sizes = self.stash_bytes
         return self._peak(device, lambda key: sizes[key[0]])
 
     # ---- summaries --------------------------------------------------------------------------
@@ -165,7 +169,7 @@ class Timeline:
                     "idle": self.idle(d),
                     "idle_fraction": self.idle_fraction(d),
                     "peak_inflight_microbatches": self.peak_inflight(d),
-                    "peak_activation_bytes": self.peak_activation_bytes(d),
+                    "peak_stash_bytes": self.peak_stash_bytes(d),
                 }
                 for d in range(self.n_devices)
             ],

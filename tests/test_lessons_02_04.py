@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from course_lib.costs import costs_from
 from course_lib.errors import CourseError
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.validate import check
 from course_lib.timeline import MEASURED_COMPUTE, SIMULATED
-from course_lib.widgets.train_dashboard import TrainSettings, mean_costs, training_dashboard
+from course_lib.widgets.train_dashboard import TrainSettings, training_dashboard
 
 TINY = TrainSettings(n_layers=2, steps=2, seq_len=8, device="cpu")
 
@@ -43,13 +44,13 @@ def test_train_button_explains_a_setting_the_engine_refuses():
 def test_costs_from_a_run_set_the_sliders_time_scale():
     dash = training_dashboard("1f1b", p=2, m=2, settings=TINY)
     dash.train_button.click()
-    costs = mean_costs(dash.last_run)
-    # a full backward measures b + w together; the sliders split it evenly (T_B = T_W)
-    assert costs.f > 0 and costs.b > 0 and costs.w == costs.b
     again = training_dashboard("1f1b", p=2, m=2, run=dash.last_run, settings=TINY)
-    assert again.costs == costs
-    # the simulated step is (m + p - 1) * (f + b) with equal stages and free links
-    assert again.timeline.makespan == pytest.approx(3 * (costs.f + costs.b + costs.w))
+    costs, measured = again.costs, costs_from([dash.last_run.measured], "mean", equal_stages=True)
+    # a full backward measures i + w together; the sliders split it evenly (T_I = T_W)
+    assert costs.f == measured.f > 0 and costs.i == costs.w == measured.i / 2 > 0
+    assert again.boundary_bytes == max(dash.last_run.measured.boundary_bytes) > 0
+    # the simulated step is (m + p - 1) * (f + i + w) with equal stages and free links
+    assert again.timeline.makespan == pytest.approx(3 * (costs.f + costs.i + costs.w))
 
 
 def test_bad_settings_are_refused_up_front():

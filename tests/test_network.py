@@ -105,7 +105,7 @@ def test_plain_1f1b_step_grows_with_latency_as_predicted():
     for _ in range(60):
         p, m = rng.randint(2, 8), rng.randint(1, 40)
         t_f, t_b, lat = rng.uniform(0.5, 2), rng.uniform(0.5, 3), rng.uniform(0, 20)
-        tl = simulate(build_schedule("1f1b", p, m), StageCosts(f=t_f, b=t_b, w=0), links=Link(latency_s=lat))
+        tl = simulate(build_schedule("1f1b", p, m), StageCosts.fused(f=t_f, b=t_b), links=Link(latency_s=lat))
         assert tl.makespan == pytest.approx(plain_1f1b_step(p, m, t_f, t_b, lat), rel=1e-9), (p, m, lat)
     # none of it is hidden: the step grows by 2L per round trip on the critical path
     no_lat = plain_1f1b_step(4, 16, 1, 2, 0)
@@ -120,7 +120,7 @@ def test_latency_aware_idle_stays_within_the_flush_bound():
         lats = [rng.choice([0.0, rng.uniform(0, 2), rng.uniform(0, 20)]) for _ in range(p - 1)]
         links = [Link(latency_s=x) for x in lats]
         extra = [extra_in_flight(x, t_f, t_b) for x in lats]
-        costs = StageCosts(f=t_f, b=t_b, w=0)
+        costs = StageCosts.fused(f=t_f, b=t_b)
         aware = simulate(latency_aware_1f1b(p, m, extra), costs, links=links)
         bound = flush_bound(p, t_f, t_b, lats)
         for d in range(p):
@@ -133,8 +133,9 @@ def test_hiding_costs_activation_memory():
     p, m, lat, t_f, t_b = 4, 32, 5.0, 1.0, 2.0
     k = extra_in_flight(lat, t_f, t_b)  # ceil(10 / 3) = 4
     assert k == 4
-    aware = simulate(latency_aware_1f1b(p, m, k), StageCosts(f=t_f, b=t_b, w=0), links=Link(latency_s=lat))
-    plain = simulate(build_schedule("1f1b", p, m), StageCosts(f=t_f, b=t_b, w=0), links=Link(latency_s=lat))
+    costs = StageCosts.fused(f=t_f, b=t_b)
+    aware = simulate(latency_aware_1f1b(p, m, k), costs, links=Link(latency_s=lat))
+    plain = simulate(build_schedule("1f1b", p, m), costs, links=Link(latency_s=lat))
     assert [plain.peak_inflight(d) for d in range(p)] == [4, 3, 2, 1]
     # device d holds p - d plus k for every link below it
     assert [aware.peak_inflight(d) for d in range(p)] == [4 + 3 * k, 3 + 2 * k, 2 + k, 1]
@@ -145,7 +146,7 @@ def test_hiding_costs_activation_memory():
 
 
 def test_latency_map_functions_and_widget_never_raise_on_bad_input(capsys):
-    from course_lib.widgets.latency_map import latency_map, link_rows, simulate_placement
+    from course_lib.widgets.latency_map import latency_map, link_rows, placement_links, simulate_placement
 
     places = ["Ashburn VA", "Dublin", "Frankfurt", "Singapore"]
     rows = link_rows(places)
@@ -154,7 +155,8 @@ def test_latency_map_functions_and_widget_never_raise_on_bad_input(capsys):
     plain = simulate_placement(places, 8, 0.01, 0.02, "1f1b")
     aware = simulate_placement(places, 8, 0.01, 0.02, "latency-aware-1f1b")
     assert aware.makespan < plain.makespan
-    assert max(aware.idle(d) for d in range(4)) <= aware.notes["flush_bound_s"] + 1e-12
+    bound = flush_bound(4, 0.01, 0.02, [link.latency_s for link in placement_links(places)])
+    assert max(aware.idle(d) for d in range(4)) <= bound + 1e-12
     box = latency_map(places)
     capsys.readouterr()
     box.children[5].value = -3.0  # t_f: a negative compute time gives a message, not a traceback

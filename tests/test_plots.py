@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 
 matplotlib.use("Agg")
 
+from course_lib.costs import uniform_costs  # noqa: E402
 from course_lib.links import Link  # noqa: E402
 from course_lib.plots import (  # noqa: E402
     gpipe_bubble,
@@ -21,7 +22,7 @@ from course_lib.plots import (  # noqa: E402
     time_scale,
 )
 from course_lib.schedules.builders import build_schedule  # noqa: E402
-from course_lib.simulator import simulate, uniform_costs  # noqa: E402
+from course_lib.simulator import simulate  # noqa: E402
 from course_lib.timeline import MEASURED, Timeline  # noqa: E402
 
 
@@ -104,8 +105,11 @@ def test_bubble_curve_interleaved_skips_invalid_m():
 
 
 def test_memory_bars_match_peaks():
-    tl = simulate(build_schedule("1f1b", 4, 8), activation_bytes=2**20)
+    tl = simulate(build_schedule("1f1b", 4, 8), boundary_bytes=2**20)
     ax = plot_memory(tl, ax=_axes())
     assert [bar.get_height() for bar in ax.patches] == [4, 3, 2, 1]
     assert [t.get_text() for t in ax.texts] == ["4.0 MiB", "3.0 MiB", "2.0 MiB", "1.0 MiB"]
     assert "source: simulated" in ax.get_title() and "lower bound" in ax.get_title()
+    assert "p=4, m=8" in ax.get_title()  # the Timeline knows its micro-batches
+    given = plot_memory(simulate(build_schedule("1f1b", 4, 8), stash_bytes=[2**20] * 4), ax=_axes())
+    assert "lower bound" not in given.get_title()  # stash sizes given: no caveat

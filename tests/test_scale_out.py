@@ -4,32 +4,23 @@ from __future__ import annotations
 
 import pytest
 
+from course_lib.costs import StageCosts
 from course_lib.errors import CourseError
-from course_lib.lessons.scale_out import measured_costs, replay, torchrun_commands
+from course_lib.lessons.scale_out import replay, torchrun_commands
 from course_lib.links import Link
 from course_lib.schedules.builders import build_schedule
-from course_lib.simulator import StageCosts, simulate
+from course_lib.simulator import simulate
 from course_lib.timeline import MEASURED_COMPUTE
 
 
 def test_costs_read_back_and_replayed_reproduce_the_timeline():
     sched = build_schedule("1f1b", 3, 6)
-    truth = StageCosts(f=[1.0, 2.0, 3.0], b=[2.0, 4.0, 5.0], w=0.0)
-    tl = simulate(sched, truth)
-    got = measured_costs([tl], sched)
-    assert got.per_stage(3) == truth.per_stage(3)
-    again = replay([tl, tl], sched)
+    tl = simulate(sched, StageCosts.fused(f=[1.0, 2.0, 3.0], b=[2.0, 4.0, 5.0]), boundary_bytes=8)
+    again = replay([tl, tl], sched, boundary_bytes=8)
     assert again.source == MEASURED_COMPUTE
     assert again.makespan == pytest.approx(tl.makespan)
     slow = replay([tl], sched, links=Link(latency_s=1.0))
     assert slow.makespan > tl.makespan  # links are simulated on top of the measured compute
-
-
-def test_split_backward_keeps_i_and_w():
-    sched = build_schedule("zb-h1", 2, 4)
-    truth = StageCosts(f=1.0, b=2.0, w=3.0)
-    got = measured_costs([simulate(sched, truth)], sched)
-    assert got.per_stage(2) == ([1.0, 1.0], [2.0, 2.0], [3.0, 3.0])
 
 
 def test_torchrun_commands():
@@ -46,7 +37,7 @@ def test_torchrun_commands():
     with pytest.raises(CourseError, match="HOST:PORT"):
         torchrun_commands(nnodes=2, endpoint="nohost")
     with pytest.raises(CourseError, match="at least one"):
-        measured_costs([], build_schedule("1f1b", 2, 2))
+        replay([], build_schedule("1f1b", 2, 2))
 
 
 def test_train_for_real_refuses_too_many_ranks_before_starting():

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import pytest
 
+from course_lib.costs import StageCosts, uniform_costs
 from course_lib.errors import CourseError
 from course_lib.links import Link
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Action, Kind, Schedule, dependencies
-from course_lib.simulator import StageCosts, _dependency_keys, simulate, uniform_costs
+from course_lib.schedules.messages import messages
+from course_lib.simulator import _dependency_keys, simulate
 from course_lib.timeline import MEASURED_COMPUTE, SIMULATED
 
 PS = [1, 2, 3, 4, 5, 8, 11, 16]
@@ -32,7 +34,7 @@ def test_idle_fraction_equals_gpipe_formula(name):
 
 
 def test_formula_holds_for_unequal_forward_and_backward():
-    tl = simulate(build_schedule("1f1b", 6, 10), StageCosts(f=1.0, b=1.5, w=0.5))
+    tl = simulate(build_schedule("1f1b", 6, 10), StageCosts(f=1.0, i=1.5, w=0.5))
     assert tl.bubble_fraction == pytest.approx(5 / 15)
     assert tl.makespan == pytest.approx(15 * 3.0)
 
@@ -80,12 +82,14 @@ def test_1f1b_holds_at_most_p_where_gpipe_holds_m():
             assert one.peak_inflight(d) == min(p - d, m)
 
 
-def test_peak_activation_bytes_follow_inflight_count():
-    tl = simulate(build_schedule("gpipe", 3, 5), activation_bytes=100)
-    assert tl.activation_bytes == [100, 100, 100]
-    assert [tl.peak_activation_bytes(d) for d in range(3)] == [500, 500, 500]
-    tl = simulate(build_schedule("1f1b", 3, 5), activation_bytes=[10, 20], stash_bytes=[7, 8, 9])
-    assert [tl.peak_activation_bytes(d) for d in range(3)] == [21, 16, 9]
+def test_peak_stash_bytes_follow_inflight_count():
+    tl = simulate(build_schedule("gpipe", 3, 5), boundary_bytes=100)
+    # without stash sizes, a stage is charged the boundary tensor it receives: a lower bound
+    assert tl.stash_bytes == [100, 100, 100] and tl.stash_is_lower_bound
+    assert [tl.peak_stash_bytes(d) for d in range(3)] == [500, 500, 500]
+    tl = simulate(build_schedule("1f1b", 3, 5), boundary_bytes=[10, 20], stash_bytes=[7, 8, 9])
+    assert tl.boundary_bytes == [10, 20] and not tl.stash_is_lower_bound
+    assert [tl.peak_stash_bytes(d) for d in range(3)] == [21, 16, 9]
 
 
 @pytest.mark.parametrize("p", [2, 3, 4, 8, 16])
@@ -108,7 +112,7 @@ def test_one_slow_boundary_among_free_ones():
 def test_bandwidth_serialises_messages_but_latency_pipelines():
     # p=2, f=1: device 0 finishes 0F0 at 1 and 0F1 at 2; each activation needs 3 s on the wire.
     link = Link(latency_s=10.0, bandwidth_Bps=100.0)
-    tl = simulate(build_schedule("gpipe", 2, 2), StageCosts(f=1.0, b=1.0, w=0.0), 300, link)
+    tl = simulate(build_schedule("gpipe", 2, 2), StageCosts.fused(f=1.0, b=1.0), 300, link)
     fwd = sorted((t for t in tl.transfers if t.action.kind is Kind.F), key=lambda t: t.start)
     assert [(t.start, t.end) for t in fwd] == [(1.0, 14.0), (4.0, 17.0)]  # 2nd waits for the wire
     starts = {str(s.action): s.start for s in tl.spans}
@@ -119,7 +123,7 @@ def test_bandwidth_serialises_messages_but_latency_pipelines():
 
 def test_opposite_directions_do_not_share_a_wire():
     link = Link(latency_s=0.0, bandwidth_Bps=1.0)
-    tl = simulate(build_schedule("1f1b", 2, 4), StageCosts(f=1.0, b=1.0, w=0.0), 1, link)
+    tl = simulate(build_schedule("1f1b", 2, 4), StageCosts.fused(f=1.0, b=1.0), 1, link)
     by_wire: dict[tuple[int, int], list] = {}
     for t in tl.transfers:
         by_wire.setdefault((t.src_device, t.dst_device), []).append(t)
@@ -133,7 +137,7 @@ def test_opposite_directions_do_not_share_a_wire():
 def test_same_device_dependencies_are_free():
     # p=1 with 2 virtual stages: stage 0 -> stage 1 never leaves device 0, so the link is not used
     s = build_schedule("interleaved-1f1b", 1, 4, virtual=2)
-    tl = simulate(s, activation_bytes=10**9, links=Link(latency_s=100.0, bandwidth_Bps=1.0))
+    tl = simulate(s, boundary_bytes=10**9, links=Link(latency_s=100.0, bandwidth_Bps=1.0))
     assert tl.makespan == pytest.approx(simulate(s).makespan)
     assert tl.transfers == []
 
@@ -147,7 +151,7 @@ def test_send_overlaps_compute():
 
 def test_per_stage_costs_and_slowest_stage_sets_the_pace():
     f = [1.0, 1.0, 3.0, 1.0]
-    tl = simulate(build_schedule("gpipe", 4, 16), StageCosts(f=f, b=f, w=0.0))
+    tl = simulate(build_schedule("gpipe", 4, 16), StageCosts.fused(f=f, b=f))
     assert tl.makespan >= 16 * (3.0 + 3.0)
     assert tl.busy(2) == pytest.approx(16 * 6.0)
     assert min(range(4), key=tl.idle) == 2  # the slow stage is never starved
@@ -178,14 +182,22 @@ def test_bad_inputs_say_what_is_wrong():
     s = build_schedule("1f1b", 4, 4)
     with pytest.raises(CourseError, match="3 entries but the schedule has 4 stages"):
         simulate(s, StageCosts(f=[1, 2, 3]))
-    with pytest.raises(CourseError, match="2 entries but the schedule has 3 stage boundaries"):
+    with pytest.raises(CourseError, match="2 entries but the pipeline has 3 stage boundaries"):
         simulate(s, links=[Link(), Link()])
+    with pytest.raises(CourseError, match="boundary_bytes must be >= 0"):
+        simulate(s, boundary_bytes=-1)
+    with pytest.raises(CourseError, match="stash_bytes has 2 entries but the schedule has 4 stages"):
+        simulate(s, stash_bytes=[1, 2])
     with pytest.raises(CourseError, match="must be finite and >= 0"):
         simulate(s, StageCosts(w=-1.0))
     moved = build_schedule("1f1b", 2, 2)
     moved.orders[0].append(moved.orders[1].pop())
     with pytest.raises(CourseError, match="lives on device 1"):
         simulate(moved)
+    twice = build_schedule("1f1b", 2, 2)
+    twice.orders[0].append(twice.orders[0][0])
+    with pytest.raises(CourseError, match="0F0 appears 2 times"):
+        simulate(twice)
     with pytest.raises(CourseError, match="unknown timeline source"):
         simulate(s, source="guessed")
 
@@ -203,7 +215,29 @@ def test_integer_dependencies_match_ir():
             assert ours == dependencies(a, s.n_stages, s.split_backward), (name, a)
 
 
+@pytest.mark.parametrize(
+    "name,p,m,v",
+    [("gpipe", 3, 4, 1), ("1f1b", 4, 8, 1), ("zb-h1", 3, 6, 1), ("latency-aware-1f1b", 4, 8, 1),
+     ("interleaved-1f1b", 2, 4, 2), ("interleaved-1f1b", 3, 6, 3), ("interleaved-1f1b", 1, 4, 2)],
+)  # fmt: skip
+def test_transfers_are_the_messages_the_schedule_derives(name, p, m, v):
+    # the simulator's routes come from schedules.messages: one transfer per message, same ends
+    s = build_schedule(name, p, m, virtual=v)
+    tl = simulate(s, boundary_bytes=5, links=Link(latency_s=0.5))
+    sent = sorted((str(t.action), t.src_device, t.dst_device, t.nbytes) for t in tl.transfers)
+    assert sent == sorted((str(msg.producer), msg.src, msg.dst, 5) for msg in messages(s))
+
+
+def test_fused_backward_costs_i_plus_w():
+    s = build_schedule("1f1b", 3, 4)
+    fused = simulate(s, StageCosts.fused(f=1.0, b=3.0))
+    assert fused.makespan == pytest.approx(simulate(s, StageCosts(f=1.0, i=2.0, w=1.0)).makespan)
+    assert {span.duration for span in fused.spans if span.action.kind is Kind.B} == {3.0}
+
+
 def test_timeline_carries_source_and_summary():
+    tl = simulate(build_schedule("interleaved-1f1b", 2, 4, virtual=2), boundary_bytes=[1, 2, 3])
+    assert (tl.n_devices, tl.n_stages, tl.n_microbatches, tl.boundary_bytes) == (2, 4, 4, [1, 2, 3])
     tl = simulate(build_schedule("1f1b", 3, 6), source=MEASURED_COMPUTE)
     assert tl.source == MEASURED_COMPUTE
     tl = simulate(build_schedule("1f1b", 3, 6))

@@ -41,7 +41,7 @@ def test_text_output_says_costs_source_and_formula(capsys):
     argv = ["simulate", "--schedule", "Interleaved1F1B", "--stages", "2", "--microbatches", "4"]
     assert main(argv + ["--virtual", "2"]) == 0
     text = capsys.readouterr().out
-    assert "uniform f=b=w=1 time unit" in text and "source: simulated" in text
+    assert "uniform f=i=w=1 time unit" in text and "source: simulated" in text
     assert "bubble: 11.11%" in text and "formula (p-1)/(v*m+p-1) = 11.11%" in text
 
 

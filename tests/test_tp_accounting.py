@@ -3,9 +3,10 @@
 import pytest
 
 from course_lib.cli import main as main_for_tests
+from course_lib.costs import StageCosts
 from course_lib.links import Link
 from course_lib.schedules.builders import build_schedule
-from course_lib.simulator import simulate, uniform_costs
+from course_lib.simulator import simulate
 from course_lib.tp.accounting import Workload, comparison_rows, pp_log_from_schedule, pp_sends, tp_allreduces
 from course_lib.tp.cost import Scenario, crossover_latency, pp_step, ring_allreduce_s, stall_fraction, tp_step
 
@@ -84,8 +85,8 @@ def test_pp_model_equals_simulated_gpipe(latency):
     stage = 8 * 3e-3 / 4
     tl = simulate(
         build_schedule("gpipe", 4, 4),
-        uniform_costs(f=stage / 3, b=2 * stage / 3, w=0.0),
-        activation_bytes=1e6,
+        StageCosts.fused(f=stage / 3, b=2 * stage / 3),
+        boundary_bytes=1e6,
         links=Link(latency_s=latency, bandwidth_Bps=1e9),
     )
     assert pp_step(sc, latency).total_s == pytest.approx(tl.makespan, rel=1e-9)

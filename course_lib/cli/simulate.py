@@ -1,8 +1,9 @@
 """``python -m course_lib simulate``: simulate a schedule and print its time, bubble and memory.
 
-Costs default to one time unit for each of F, B (input grad) and W (weight grad) per device's
-share of the model, read as seconds so that --latency (seconds) and --bandwidth (bytes/s) share
-the unit. A full backward costs B + W. With --virtual V each of a device's V stages costs 1/V.
+Costs default to one time unit for each of F (forward), I (input-grad backward) and W (weight-grad
+backward) per device's share of the model, read as seconds so that --latency (seconds) and
+--bandwidth (bytes/s) share the unit. A full backward B costs I + W. With --virtual V each of a
+device's V stages costs 1/V.
 
 Try::
 
@@ -37,12 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--bandwidth", type=float, default=math.inf, help="link bandwidth, bytes/s (default: infinite)"
     )
     parser.add_argument(
-        "--activation-bytes",
+        "--boundary-bytes",
         type=int,
         default=0,
         help="bytes one micro-batch sends across a stage boundary (gradients back: the same)",
     )
-    for kind, what in (("f", "forward"), ("b", "input-grad backward"), ("w", "weight-grad backward")):
+    for kind, what in (("f", "forward"), ("i", "input-grad backward"), ("w", "weight-grad backward")):
         parser.add_argument(
             f"--time-{kind}",
             type=float,
@@ -58,27 +59,27 @@ def _simulate(args: argparse.Namespace) -> tuple[Timeline, dict[str, object], Sc
     info = SCHEDULES[resolve_name(args.schedule)]
     virtual = args.virtual if args.virtual is not None else (2 if info.uses_virtual else 1)
     schedule = build_schedule(info.name, args.stages, args.microbatches, virtual)
-    require(args.activation_bytes >= 0, f"--activation-bytes must be >= 0, got {args.activation_bytes}")
+    require(args.boundary_bytes >= 0, f"--boundary-bytes must be >= 0, got {args.boundary_bytes}")
     # the same model cut into p*v stages: each stage holds 1/v of a device's share (f, i, w)
-    costs = StageCosts(args.time_f / virtual, args.time_b / virtual, args.time_w / virtual)
+    costs = StageCosts(args.time_f / virtual, args.time_i / virtual, args.time_w / virtual)
     link = Link(latency_s=args.latency, bandwidth_Bps=args.bandwidth)
-    tl = simulate(schedule, costs, activation_bytes=args.activation_bytes, links=link)
-    default_costs = (args.time_f, args.time_b, args.time_w) == (1.0, 1.0, 1.0)
+    tl = simulate(schedule, costs, boundary_bytes=args.boundary_bytes, links=link)
+    default_costs = (args.time_f, args.time_i, args.time_w) == (1.0, 1.0, 1.0)
     p, m = schedule.n_devices, schedule.n_microbatches
-    case = Case.of(p, m, virtual, costs, link, args.activation_bytes)
+    case = Case.of(p, m, virtual, costs, link, args.boundary_bytes)
     setup = {
         "p": p,
         "m": m,
         "virtual": virtual,
         "costs": {
             "f": args.time_f,
-            "b": args.time_b,
+            "i": args.time_i,
             "w": args.time_w,
             "per_stage_divisor_v": virtual,
             "default_uniform_time_unit": default_costs,
         },
         "link": {"latency_s": args.latency, "bandwidth_Bps": args.bandwidth},
-        "activation_bytes": args.activation_bytes,
+        "boundary_bytes": args.boundary_bytes,
         "closed_forms": {
             "bubble": _closed_form(info.bubble, case),
             "peak_inflight": _closed_form(info.peak, case),
@@ -124,14 +125,14 @@ def _print_setup(tl: Timeline, setup: dict, args: argparse.Namespace) -> None:
     where = f", v={v} stages per device" if v > 1 else ""
     print(f"# {tl.schedule_name}: p={p} devices, m={m} micro-batches{where}")
     if setup["costs"]["default_uniform_time_unit"]:
-        print("costs: uniform f=b=w=1 time unit per device's share of the model (the default; read as")
-        print("       seconds, the unit of --latency); a full backward B costs b+w")
+        print("costs: uniform f=i=w=1 time unit per device's share of the model (the default; read as")
+        print("       seconds, the unit of --latency); a full backward B costs i+w")
     else:
-        print(f"costs: f={args.time_f} s, b={args.time_b} s, w={args.time_w} s per device's share; B = b+w")
+        print(f"costs: f={args.time_f} s, i={args.time_i} s, w={args.time_w} s per device's share; B = i+w")
     if v > 1:
         print(f"       each of the {v} stages on a device costs 1/{v} of that")
     bw = "unlimited" if math.isinf(args.bandwidth) else f"{args.bandwidth:g} B/s"
-    print(f"links: latency {args.latency:g} s, bandwidth {bw}; {args.activation_bytes} bytes per message")
+    print(f"links: latency {args.latency:g} s, bandwidth {bw}; {args.boundary_bytes} bytes per message")
     print(f"source: {tl.source}")
     print(f"makespan: {tl.makespan:g} s")
 
@@ -139,7 +140,7 @@ def _print_setup(tl: Timeline, setup: dict, args: argparse.Namespace) -> None:
 def _print_devices(tl: Timeline, args: argparse.Namespace) -> None:
     print(f"{'device':>6} {'busy':>10} {'idle':>10} {'idle %':>7} {'peak in-flight':>15} {'peak bytes':>12}")
     for d in tl.summary()["per_device"]:
-        nbytes = d["peak_activation_bytes"]
+        nbytes = d["peak_stash_bytes"]
         print(
             f"{d['device']:>6} {d['busy']:>10.4g} {d['idle']:>10.4g} {d['idle_fraction']:>7.1%} "
             f"{d['peak_inflight_microbatches']:>15} {nbytes if nbytes else '-':>12}"

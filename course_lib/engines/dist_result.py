@@ -58,11 +58,9 @@ def merge_step(records: list[dict], step: int, schedule: Schedule) -> Timeline:
         spans=spans,
         transfers=transfers,
         schedule_name=schedule.name,
-        notes={
-            "step": step,
-            "peak_saved_bytes": [st["peak_saved_bytes"] for st in steps],
-            "clock": records[0].get("clock", ""),
-        },
+        n_stages=schedule.n_stages,
+        n_microbatches=schedule.n_microbatches,
+        notes={"clock": records[0].get("clock", "")},
     )
 
 

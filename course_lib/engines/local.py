@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from course_lib.costs import StageCosts, costs_from_durations
 from course_lib.data import Corpus, split_microbatches
 from course_lib.devices import synchronize
 from course_lib.engines.plan import PipelinePlan, make_plan
@@ -49,7 +50,7 @@ from course_lib.reference import evaluate as held_out_loss
 from course_lib.schedules.ir import Action, Kind, Schedule
 from course_lib.schedules.messages import producer_of
 from course_lib.schedules.validate import execution_order
-from course_lib.simulator import StageCosts, simulate
+from course_lib.simulator import simulate
 from course_lib.timeline import MEASURED_COMPUTE, Timeline
 
 
@@ -186,26 +187,15 @@ class LocalPipelineTrainer:
                 pooled[key] += values
             for s, values in st.stash_bytes.items():
                 stash[s] += values
-
-        def med(s: int, kind: Kind) -> float:
-            return statistics.median(pooled[(s, kind)]) if pooled[(s, kind)] else 0.0
-
-        f = [med(s, Kind.F) for s in range(n)]
-        if self.schedule.split_backward:
-            b, w = [med(s, Kind.I) for s in range(n)], [med(s, Kind.W) for s in range(n)]
-        else:  # a full B is charged as input-gradient time; the simulator charges B = b + w
-            b, w = [med(s, Kind.B) for s in range(n)], [0.0] * n
-        costs = StageCosts(f=f, b=b, w=w)
-        boundary = [steps[-1].boundary_bytes.get(s, 0) for s in range(n - 1)]
+        costs = costs_from_durations(pooled, n, "median")
         timeline = simulate(
             self.schedule,
             costs,
-            activation_bytes=boundary,
+            boundary_bytes=[steps[-1].boundary_bytes.get(s, 0) for s in range(n - 1)],
             links=self.plan.links,
             stash_bytes=[int(statistics.median(stash[s])) if stash[s] else 0 for s in range(n)],
             source=MEASURED_COMPUTE,
         )
-        timeline.notes["simulated_devices"] = self.plan.simulated_devices
         return timeline, costs
 
     # ---- training ------------------------------------------------------------------------------

@@ -65,14 +65,12 @@ def compare(
 ) -> list[Row]:
     """Simulate every candidate at p devices and m micro-batches; `costs` are per device's share
     (scalars; default T_F = T_B = T_W = 1), `link` the same for every stage boundary (default free)."""
-    costs = costs if costs is not None else StageCosts(1.0, 1.0, 1.0)
+    costs = costs if costs is not None else StageCosts(f=1.0, i=1.0, w=1.0)
     rows = []
     for c in candidates:
         try:
             schedule = build_schedule(c.schedule, p, m, c.virtual)
-            v = c.virtual
-            share = StageCosts(f=costs.f / v, b=costs.b / v, w=costs.w / v)  # type: ignore[operator]
-            tl = simulate(schedule, share, links=link, source=SIMULATED)
+            tl = simulate(schedule, costs.per_virtual_stage(c.virtual), links=link, source=SIMULATED)
         except CourseError as err:
             rows.append(Row(c.label, c.schedule, c.virtual, error=str(err)))
             continue

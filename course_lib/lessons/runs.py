@@ -13,13 +13,13 @@ only where the real stages differ (uneven partitions, the embedding and the head
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, replace
 
+from course_lib.costs import costs_from
 from course_lib.engines.local import LocalPipelineTrainer, PipelineResult
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
-from course_lib.simulator import StageCosts, simulate
+from course_lib.simulator import simulate
 from course_lib.timeline import Timeline
 
 
@@ -64,10 +64,7 @@ def train_pipeline(
     cfg = replace(TrainConfig(), n_layers=n_layers, microbatches=microbatches, steps=steps, **config)
     trainer = LocalPipelineTrainer(cfg, schedule, stages, virtual=virtual, checkpoint=checkpoint, links=links)
     result = trainer.train(progress=progress)
-    costs = result.costs
-    n = trainer.schedule.n_stages
-    f, b, w = costs.per_stage(n)
-    mean = StageCosts(f=statistics.fmean(f), b=statistics.fmean(b), w=statistics.fmean(w))
-    boundary = result.timeline.notes.get("boundary_bytes", 0)
-    simulated = simulate(trainer.schedule, mean, activation_bytes=boundary, links=trainer.plan.links)
+    equal = costs_from([result.timeline], reduce="mean", equal_stages=True)
+    boundary = result.timeline.boundary_bytes
+    simulated = simulate(trainer.schedule, equal, boundary_bytes=boundary, links=trainer.plan.links)
     return LessonRun(result=result, measured=result.timeline, simulated=simulated)

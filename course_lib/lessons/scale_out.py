@@ -6,7 +6,7 @@ each action kind per stage from those Timelines and let the simulator replay the
 them: any difference between the two charts is what the model leaves out (message costs, waiting
 on a busy CPU, noise).
 
-    from course_lib.lessons.scale_out import measured_costs, replay, torchrun_commands
+    from course_lib.lessons.scale_out import replay, torchrun_commands
     r = run_distributed(cfg, "1f1b", stages=2)                 # course_lib.engines.distributed
     sim = replay(r.timelines, build_schedule("1f1b", 2, cfg.microbatches))
     sim.source            # "measured compute + simulated links"
@@ -19,54 +19,30 @@ The commands are text for the lesson to show (a notebook cannot run torchrun on 
 from __future__ import annotations
 
 import shlex
-import statistics
-from collections import defaultdict
 from collections.abc import Sequence
 
+from course_lib.costs import costs_from
 from course_lib.errors import require
 from course_lib.links import Link
-from course_lib.schedules.ir import Kind, Schedule
-from course_lib.simulator import StageCosts, simulate
+from course_lib.schedules.ir import Schedule
+from course_lib.simulator import simulate
 from course_lib.timeline import MEASURED_COMPUTE, Timeline
-
-
-def measured_costs(timelines: Sequence[Timeline], schedule: Schedule) -> StageCosts:
-    """Median F / B (or I and W) time per stage over every span of `timelines`.
-
-    A full backward B is charged as input-gradient time with no weight part (the simulator's B costs
-    b + w), so a replay of the same schedule charges what was measured.
-    """
-    require(len(timelines) > 0, "measured_costs needs at least one Timeline")
-    seen: dict[tuple[int, Kind], list[float]] = defaultdict(list)
-    for tl in timelines:
-        for span in tl.spans:
-            seen[(span.action.stage, span.action.kind)].append(span.duration)
-    n = schedule.n_stages
-
-    def med(stage: int, kind: Kind) -> float:
-        values = seen.get((stage, kind))
-        return statistics.median(values) if values else 0.0
-
-    f = [med(s, Kind.F) for s in range(n)]
-    if schedule.split_backward:
-        return StageCosts(f=f, b=[med(s, Kind.I) for s in range(n)], w=[med(s, Kind.W) for s in range(n)])
-    return StageCosts(f=f, b=[med(s, Kind.B) for s in range(n)], w=[0.0] * n)
 
 
 def replay(
     timelines: Sequence[Timeline],
     schedule: Schedule,
     links: Link | Sequence[Link] | None = None,
-    activation_bytes: int | Sequence[int] = 0,
+    boundary_bytes: int | Sequence[int] = 0,
     skip_warmup: int = 1,
 ) -> Timeline:
-    """Simulate `schedule` with the costs measured in `timelines` (the first `skip_warmup` left out
-    when there are more); source "measured compute + simulated links"."""
+    """Simulate `schedule` with the costs measured in `timelines` (medians per stage, ``costs_from``;
+    the first `skip_warmup` left out when there are more); source "measured compute + simulated links"."""
     use = list(timelines[skip_warmup:]) if len(timelines) > skip_warmup else list(timelines)
     return simulate(
         schedule,
-        measured_costs(use, schedule),
-        activation_bytes=activation_bytes,
+        costs_from(use),
+        boundary_bytes=boundary_bytes,
         links=links,
         source=MEASURED_COMPUTE,
     )

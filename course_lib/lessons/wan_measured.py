@@ -28,8 +28,9 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from course_lib.costs import StageCosts, costs_from
 from course_lib.errors import require
-from course_lib.lessons.scale_out import measured_costs, replay
+from course_lib.lessons.scale_out import replay
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
 from course_lib.schedules.builders import build_schedule
@@ -40,7 +41,6 @@ from course_lib.schedules.latency_aware import (
     latency_aware_1f1b,
     plain_1f1b_step,
 )
-from course_lib.simulator import StageCosts
 from course_lib.timeline import Timeline
 
 
@@ -112,7 +112,7 @@ class WanRun:
 
     @property
     def t_b(self) -> float:
-        return statistics.mean(self.costs.b)
+        return statistics.mean(self.costs.i)  # 1F1B's backward B runs as one piece: all of it is i
 
     @property
     def compute_s(self) -> float:
@@ -140,7 +140,7 @@ class WanRun:
         if device is None:
             return max(self.bound_s(d) for d in range(self.schedule.n_devices))
         s = self.schedule
-        per_stage = [f + b for f, b in zip(self.costs.f, self.costs.b, strict=True)]
+        per_stage = [f + i + w for f, i, w in zip(self.costs.f, self.costs.i, self.costs.w, strict=True)]
         slot = max(per_stage)
         mine = max(per_stage[st] for st in s.stages_of(device))
         flush = flush_bound(s.n_devices, slot, 0.0, [self.latency_s] * (s.n_devices - 1))
@@ -324,8 +324,7 @@ def run_wan_experiment(e: WanExperiment = WanExperiment(), progress: bool = Fals
         measured = result.timelines[1:]
         link = Link(latency_s=lat) if lat > 0 else None
         simulated = replay(measured, sched, links=link, skip_warmup=0)
-        costs = measured_costs(measured, sched)
-        runs.append(WanRun(sched, lat, k, measured, simulated, costs, list(result.losses)))
-    pooled = measured_costs([tl for r in runs for tl in r.measured], runs[0].schedule)
+        runs.append(WanRun(sched, lat, k, measured, simulated, costs_from(measured), list(result.losses)))
+    pooled = costs_from([tl for r in runs for tl in r.measured])
     n = len(e.latencies_s)
-    return WanMeasurement(e, runs[:n], runs[n:], statistics.mean(pooled.f), statistics.mean(pooled.b))
+    return WanMeasurement(e, runs[:n], runs[n:], statistics.mean(pooled.f), statistics.mean(pooled.i))

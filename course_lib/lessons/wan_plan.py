@@ -132,16 +132,13 @@ def simulate_plan(problem: WanProblem, plan: WanPlan) -> Timeline:
     problems = check_plan(problem, plan)
     require(not problems, "this plan cannot run: " + "; ".join(problems))
     per_mb = problem.batch // plan.m
-    costs = StageCosts(
+    costs = StageCosts.fused(
         f=[per_mb * n * problem.f_s for n in plan.sizes],
         b=[per_mb * n * problem.b_s for n in plan.sizes],
-        w=0.0,
     )
-    tl = simulate(
-        _schedule(plan), costs, activation_bytes=per_mb * problem.boundary_bytes, links=problem.links(plan.p)
+    return simulate(
+        _schedule(plan), costs, boundary_bytes=per_mb * problem.boundary_bytes, links=problem.links(plan.p)
     )
-    tl.notes["plan"] = plan
-    return tl
 
 
 def throughput(problem: WanProblem, plan: WanPlan) -> float:

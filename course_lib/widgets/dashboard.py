@@ -51,7 +51,7 @@ class DashboardConfig:
     link_name: str
     link: Link
     costs: StageCosts
-    activation_bytes: int
+    boundary_bytes: int  # one micro-batch's message across every stage boundary
 
 
 class PipelineDashboard(widgets.VBox):
@@ -66,17 +66,17 @@ class PipelineDashboard(widgets.VBox):
         v: int = 2,
         link: str = "free",
         costs: StageCosts | None = None,
-        activation_bytes: int = 64 * 2**20,
+        boundary_bytes: int = 64 * 2**20,
         max_p: int = 16,
         max_m: int = 64,
         links: dict[str, Link] | None = None,
         extra_controls: Sequence[widgets.Widget] = (),
         on_train: Callable[[DashboardConfig], Timeline | None] | None = None,
     ):
-        # default costs: 20 ms for each of F, B (input grad), W per device's share of the model,
+        # default costs: 20 ms for each of F, I (input grad), W per device's share of the model,
         # so that link presets from NVLink to an ocean show their real weight
-        self.costs = costs if costs is not None else StageCosts(f=0.02, b=0.02, w=0.02)
-        self.activation_bytes = activation_bytes
+        self.costs = costs if costs is not None else StageCosts(f=0.02, i=0.02, w=0.02)
+        self.boundary_bytes = boundary_bytes
         self.links = links if links is not None else link_presets()
         self.on_train = on_train
         self.summary_text = ""
@@ -137,18 +137,15 @@ class PipelineDashboard(widgets.VBox):
             link_name,
             self.links[link_name],
             self.costs,
-            self.activation_bytes,
+            self.boundary_bytes,
         )
 
     def simulate(self) -> Timeline:
         """Simulate what the controls say (per-stage costs are 1/v of a device's share)."""
         c = self.config()
         schedule = build_schedule(c.schedule, c.p, c.m, c.v)
-        f, b, w = (
-            [x / c.v for x in lst] if not isinstance(lst, (int, float)) else lst / c.v
-            for lst in (c.costs.f, c.costs.b, c.costs.w)
-        )
-        return simulate(schedule, StageCosts(f, b, w), activation_bytes=c.activation_bytes, links=c.link)
+        costs = c.costs.per_virtual_stage(c.v)
+        return simulate(schedule, costs, boundary_bytes=c.boundary_bytes, links=c.link)
 
     # ---- drawing -----------------------------------------------------------------------------
     def redraw(self) -> None:
@@ -176,7 +173,7 @@ class PipelineDashboard(widgets.VBox):
     def _figures(self, tl: Timeline) -> str:
         c = self.config()
         bubble = f"bubble: {tl.bubble_fraction:.1%} of device-time idle ({tl.source})"
-        case = Case.of(c.p, c.m, c.v, c.costs, c.link, c.activation_bytes)
+        case = Case.of(c.p, c.m, c.v, c.costs, c.link, c.boundary_bytes)
         bubble += "; " + SCHEDULES[c.schedule].bubble.explain(case, ".1%")
         lines = [
             bubble,
@@ -184,7 +181,7 @@ class PipelineDashboard(widgets.VBox):
             "peak micro-batches in flight per device: "
             + ", ".join(str(tl.peak_inflight(d)) for d in range(tl.n_devices)),
         ]
-        nbytes = [tl.peak_activation_bytes(d) for d in range(tl.n_devices)]
+        nbytes = [tl.peak_stash_bytes(d) for d in range(tl.n_devices)]
         if any(nbytes):
             lines.append(
                 "peak boundary activations held: "

@@ -84,9 +84,7 @@ def simulate_placement(
         sched = latency_aware_1f1b(
             p, microbatches, [extra_in_flight(link, t_f, t_b, nbytes) for link in links]
         )
-    tl = simulate(sched, StageCosts(f=t_f, b=t_b, w=0), activation_bytes=nbytes, links=links or None)
-    tl.notes["flush_bound_s"] = flush_bound(p, t_f, t_b, [link.transfer_time(nbytes) for link in links])
-    return tl
+    return simulate(sched, StageCosts.fused(f=t_f, b=t_b), boundary_bytes=nbytes, links=links or None)
 
 
 def _rows_html(rows: list[dict[str, object]]) -> str:
@@ -130,12 +128,14 @@ def latency_map(
                 tf, tb = tf_box.value / 1e3, tb_box.value / 1e3
                 require(math.isfinite(tf) and math.isfinite(tb), "t_f and t_b must be numbers")
                 tl = simulate_placement(chosen, m_box.value, tf, tb, sched.value, route.value)
+                latencies = [link.latency_s for link in placement_links(chosen, route.value)]
+                bound = flush_bound(len(chosen), tf, tb, latencies)
                 display(HTML(_rows_html(link_rows(chosen, route.value))))
                 ideal = (m_box.value + len(chosen) - 1) * (tf + tb)
                 print(
                     f"step {tl.makespan * 1e3:.1f} ms (no-latency step {ideal * 1e3:.1f} ms); "
                     f"worst idle per device {max(tl.idle(d) for d in range(tl.n_devices)) * 1e3:.1f} ms, "
-                    f"flush bound {tl.notes['flush_bound_s'] * 1e3:.1f} ms; "
+                    f"flush bound {bound * 1e3:.1f} ms; "
                     f"peak in flight per device {[tl.peak_inflight(d) for d in range(tl.n_devices)]}"
                 )
                 fig, ax = plt.subplots(figsize=(10, 1.6 + 0.4 * len(chosen)))

@@ -19,12 +19,11 @@ is explained in words under the chart, never as a traceback.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
+from course_lib.costs import StageCosts, costs_from
 from course_lib.errors import CourseError, require
 from course_lib.lessons.runs import LessonRun, train_pipeline
-from course_lib.simulator import StageCosts
 from course_lib.widgets.dashboard import DashboardConfig, PipelineDashboard
 
 
@@ -46,18 +45,14 @@ class TrainSettings:
         )
 
 
-def mean_costs(run: LessonRun) -> StageCosts:
-    """The run's measured F / B / W costs averaged over its stages: one number each, for the sliders.
+def _slider_costs(run: LessonRun) -> StageCosts:
+    """The run's F / I / W costs, the mean over every stage: one number each, for the sliders.
 
-    A run whose schedule does a full backward (B) measures only b + w together. For the sliders'
+    A run whose schedule does a full backward (B) measures only i + w together. For the sliders'
     what-ifs with zero-bubble schedules that need the two apart, that measured B is split evenly
-    (T_B = T_W, the Zero Bubble paper's own assumption); a zb-h1 run measures them separately.
-    """
-    f, b, w = run.result.costs.per_stage(len(run.result.peak_saved_bytes))  # one entry per stage
-    f_mean, b_mean, w_mean = statistics.fmean(f), statistics.fmean(b), statistics.fmean(w)
-    if w_mean == 0.0:
-        b_mean = w_mean = b_mean / 2
-    return StageCosts(f=f_mean, b=b_mean, w=w_mean)
+    (T_I = T_W, the Zero Bubble paper's own assumption); a zb-h1 run measures them separately."""
+    costs = costs_from([run.measured], reduce="mean", equal_stages=True)
+    return costs if costs.w else StageCosts(costs.f, costs.i / 2, costs.i / 2)
 
 
 def run_summary(run: LessonRun, config: DashboardConfig | None = None) -> str:
@@ -136,10 +131,10 @@ def training_dashboard(
     run: LessonRun | None = None,
     **kwargs,
 ) -> TrainingDashboard:
-    """Build the dashboard; `run` (a lesson's real run) sets the sliders' costs to its measured mean,
-    so the simulated chart is in this machine's milliseconds. Other keywords go to PipelineDashboard."""
+    """Build the dashboard; `run` (a lesson's real run) sets the sliders' costs to its measured mean
+    over every stage, so the simulated chart is in this machine's milliseconds. Other keywords go to
+    PipelineDashboard."""
     if run is not None:
-        kwargs.setdefault("costs", mean_costs(run))
-        boundary = run.measured.notes.get("boundary_bytes") or [0]
-        kwargs.setdefault("activation_bytes", int(max(boundary)))  # the dashboard takes one size for all
+        kwargs.setdefault("costs", _slider_costs(run))
+        kwargs.setdefault("boundary_bytes", max(run.measured.boundary_bytes, default=0))  # one size for all
     return TrainingDashboard(settings=settings, schedule=schedule, p=p, m=m, v=v, **kwargs)
