@@ -53,7 +53,7 @@ test: lint unit notebooks
 
 # every GPU path once, with a report (PASS / SKIP / FAIL); on a machine without a GPU, the CPU path
 gpu-check: $(STAMP)
-	$(BIN)/python -m course_lib.gpu_check
+	$(BIN)/python bench/gpu_check.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from course_lib import gpu_check, gpu_sections
 from course_lib.reference import TrainResult, accelerator_config
+
+# the check is a script in bench/ (make gpu-check), not part of the library
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import gpu_check  # noqa: E402
+import gpu_sections  # noqa: E402
 
 TINY = ["--json", "--layers", "2", "--steps", "2"]
 

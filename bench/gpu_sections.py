@@ -1,4 +1,4 @@
-"""The sections of ``make gpu-check`` (see ``course_lib/gpu_check.py``): each runs one GPU path and says
+"""The sections of ``make gpu-check`` (see ``bench/gpu_check.py``): each runs one GPU path and says
 PASS, SKIP or FAIL, with a reason and the numbers it measured.
 
 Every section gets the same ``CheckRun``: the sizes, the machine, and what earlier sections measured

@@ -1,8 +1,8 @@
 """`make gpu-check`: every GPU path of the course, run once, and a report of what passed.
 
-    python -m course_lib.gpu_check                      # PASS / SKIP / FAIL per section, exit 1 on a FAIL
-    python -m course_lib.gpu_check --json               # the same report as JSON
-    python -m course_lib.gpu_check --layers 8 --steps 3
+    python bench/gpu_check.py                      # PASS / SKIP / FAIL per section, exit 1 on a FAIL
+    python bench/gpu_check.py --json               # the same report as JSON
+    python bench/gpu_check.py --layers 8 --steps 3
 
 Sections: reference training on the accelerator; the local engine with all p stages on it (simulated
 devices); the distributed engine over NCCL (one rank per GPU, so 2 GPUs or more); tensor parallelism
@@ -25,11 +25,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
+from gpu_sections import FAIL, PASS, SECTIONS, SKIP, CheckRun, Outcome
 
 from course_lib.data import load_corpus
 from course_lib.devices import accelerator, describe_devices, gpu_count, resolve_device
 from course_lib.errors import CourseError, require
-from course_lib.gpu_sections import FAIL, PASS, SECTIONS, SKIP, CheckRun, Outcome
 from course_lib.reference import TrainConfig, accelerator_config
 
 
@@ -94,7 +94,7 @@ def to_json(run: CheckRun, sections: list[Section], seconds: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course_lib.gpu_check", description="make gpu-check")
+    parser = argparse.ArgumentParser(prog="python bench/gpu_check.py", description="make gpu-check")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "--steps", type=int, help="training steps per engine (default 5 on a GPU, 3 on a CPU)"
