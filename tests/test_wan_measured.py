@@ -62,7 +62,7 @@ def _deadlock() -> Schedule:
         (latency_aware_1f1b(2, 4, 1), dict(virtual=2), ["virtual=2", "1 stages per device"]),
         (latency_aware_1f1b(2, 4, 1), dict(cfg_m=8), ["m=4", "8"]),
         (latency_aware_1f1b(3, 4, 1), dict(partition=[4, 4]), ["[4, 4]", "3"]),
-        (latency_aware_1f1b(2, 4, 1), dict(links=[Link(), Link()]), ["2 links", "1 stage boundar"]),
+        (latency_aware_1f1b(2, 4, 1), dict(links=[Link(), Link()]), ["has 2 entries", "1 stage boundar"]),
         (_deadlock(), dict(cfg_m=1), ["broken"]),
     ],
 )
