@@ -84,6 +84,7 @@ class _Group:
     world: int
     backend: str
     timeout_s: float
+    port: int  # of the rendezvous, on 127.0.0.1
     launcher_pid: int
 
 
@@ -116,13 +117,12 @@ def spawn(
     require(timeout_s > 0, f"timeout_s must be > 0 seconds, got {timeout_s!r}")
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
-    group = _Group(world, backend, float(timeout_s), os.getpid())
     with _loopback_listener() as listener:  # rank 0's store takes it over; this copy closes
-        port = listener.getsockname()[1]
+        group = _Group(world, backend, float(timeout_s), listener.getsockname()[1], os.getpid())
         procs = [
             ctx.Process(
                 target=_rank_main,
-                args=(rank, group, port, listener if rank == 0 else None, target, args, results),
+                args=(rank, group, listener if rank == 0 else None, target, args, results),
                 daemon=True,
             )
             for rank in range(world)
@@ -140,11 +140,11 @@ def spawn(
 
 
 # ---- inside a spawned rank -------------------------------------------------------------------------
-def _rank_main(rank: int, group: _Group, port: int, listener, target, args: tuple, results) -> None:
+def _rank_main(rank: int, group: _Group, listener, target, args: tuple, results) -> None:
     """Entry point of one spawned process: join the group, run the target, report, never hang."""
     _exit_with_launcher(group.launcher_pid)
     try:
-        device = _join(rank, group, port, listener)
+        device = _join(rank, group, listener)
         value = target(RankContext(rank, group.world, device, results), *args)
         dist.barrier()  # leave together: no rank closes its connections while a peer still reads them
         # pickled here, by value: torch's queue pickler would share tensors through file
@@ -170,14 +170,14 @@ def _exit_with_launcher(launcher_pid: int) -> None:
     threading.Thread(target=watch, name="exit-with-launcher", daemon=True).start()
 
 
-def _join(rank: int, group: _Group, port: int, listener: socket.socket | None) -> torch.device:
+def _join(rank: int, group: _Group, listener: socket.socket | None) -> torch.device:
     # gloo and NCCL open their own connections between ranks: over the loopback interface too
     loopback = "lo0" if sys.platform == "darwin" else "lo"
     os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback)
     os.environ.setdefault("NCCL_SOCKET_IFNAME", loopback)
     timeout = timedelta(seconds=group.timeout_s)
     fd = listener.detach() if listener is not None else None
-    store = dist.TCPStore("127.0.0.1", port, group.world, rank == 0, timeout, master_listen_fd=fd)
+    store = dist.TCPStore("127.0.0.1", group.port, group.world, rank == 0, timeout, master_listen_fd=fd)
     dist.init_process_group(group.backend, store=store, rank=rank, world_size=group.world, timeout=timeout)
     if group.backend == "nccl":
         torch.cuda.set_device(rank)
