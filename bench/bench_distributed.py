@@ -28,56 +28,34 @@ Run::
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-import os
-import pickle
 import statistics
-import traceback
-
-import torch.distributed as dist
 
 from course_lib.costs import costs_from
 from course_lib.engines import torch_pipelining
-from course_lib.engines.dist_launch import free_port, gather_and_merge, init_rank
 from course_lib.engines.dist_worker import run_rank
-from course_lib.engines.distributed import make_spec
+from course_lib.engines.distributed import gather_and_merge, make_spec
+from course_lib.engines.launch import RankContext, spawn
 from course_lib.engines.torch_pipelining import make_spec as torch_spec
 from course_lib.errors import CourseError
 from course_lib.reference import TrainConfig
 from course_lib.simulator import simulate
 
 
-def _alternating_rank(rank: int, world: int, port: int, ours, theirs, rounds: int, results) -> None:
+def _alternating_rank(ctx: RankContext, ours, theirs, rounds: int) -> list[tuple]:
     """One spawned rank: `rounds` times our engine's run, then torch's, in one process group."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    try:
-        device = init_rank(ours, rank, world)
-        out = []
-        for _ in range(rounds):
-            merged = gather_and_merge(ours, rank, run_rank(ours, rank, device))
-            out.append((merged, torch_pipelining._run_rank(theirs, rank, device, None)))
-        results.put((rank, pickle.dumps(out)))
-        dist.destroy_process_group()
-    except BaseException:
-        results.put((rank, traceback.format_exc()))
+    out = []
+    for _ in range(rounds):
+        merged = gather_and_merge(ours, ctx.rank, run_rank(ours, ctx.rank, ctx.device))
+        out.append((merged, torch_pipelining._run_rank(theirs, ctx.rank, ctx.device, None)))
+    return out
 
 
-def alternate(ours, theirs, rounds: int, timeout_s: float = 1800.0) -> list[tuple]:
+def alternate(ours, theirs, rounds: int) -> list[tuple]:
     """[(our DistributedResult, torch's last-rank record)] per round."""
-    ctx = multiprocessing.get_context("spawn")
-    results, port, world = ctx.Queue(), free_port(), ours.ranks
-    args = (world, port, ours, theirs, rounds, results)
-    procs = [ctx.Process(target=_alternating_rank, args=(r, *args), daemon=True) for r in range(world)]
-    for proc in procs:
-        proc.start()
-    got = {}
-    for _ in range(world):
-        rank, payload = results.get(timeout=timeout_s)
-        if isinstance(payload, str):
-            raise RuntimeError(f"rank {rank} failed:\n{payload}")
-        got[rank] = pickle.loads(payload)
-    for proc in procs:
-        proc.join(10)
+    world = ours.ranks
+    got = spawn(
+        _alternating_rank, world, (ours, theirs, rounds), backend=ours.backend, timeout_s=ours.timeout_s
+    )
     # rank 0 merged our records; torch's loss and step times are on the rank with the last stage
     return [(got[0][i][0], got[world - 1][i][1]) for i in range(rounds)]
 

@@ -39,7 +39,7 @@ TINY = dict(n_layers=6, d_model=16, n_heads=2, seq_len=16, batch_size=8, steps=1
         (dict(partition=[2, 2, 4]), ["3 stages", "2"]),
         (dict(partition=[0, 8]), ["at least one layer", "[0, 8]"]),
         (dict(stages=9), ["9 stages", "8 layers"]),
-        (dict(links=[Link(), Link()]), ["2 links", "1 stage boundar"]),
+        (dict(links=[Link(), Link()]), ["links has 2 entries", "1 stage boundar"]),
         (dict(links="fast"), ["links", "fast"]),
         (dict(checkpoint="sometimes"), ["sometimes", "except_last"]),
         (dict(timeout_s=0), ["timeout_s", "0"]),

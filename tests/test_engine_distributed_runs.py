@@ -3,17 +3,16 @@ memory, and failures. Starting processes is slow on 2 cores, so each launch runs
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
-from course_lib.engines import distributed
 from course_lib.engines.dist_worker import Fault
 from course_lib.engines.distributed import DistributedError, launch, make_spec, run_distributed
 from course_lib.links import Link
 from course_lib.reference import TrainConfig, accumulate_gradients, make_optimizer, setup
 from course_lib.schedules.builders import build_schedule
+
+pytestmark = pytest.mark.processes
 
 TINY = dict(n_layers=6, d_model=16, n_heads=2, seq_len=16, batch_size=8, steps=2)
 LINK = Link(latency_s=0.05)
@@ -111,11 +110,13 @@ def test_measured_timeline_and_memory_p2(p2_runs):
 def test_injected_latency_delays_delivery_not_compute(p2_runs):
     free, slow, gpipe = p2_runs[1]
     # naive, m = 2: each micro-batch crosses the link twice (activation up, gradient down), one
-    # after the other, so the step grows by 2 micro-batches x 2 x 50 ms (less the few ms a free
-    # localhost message took; more if the shared machine delays a process)
+    # after the other, so the step grows by 2 micro-batches x 2 x 50 ms = 4L (less the few ms a free
+    # localhost message took; more if the shared machine delays a process). The upper bound is the
+    # design's, not a guess at the noise: the latency is paid once per crossing, not twice (by the
+    # sender and again by the receiver), which would add 8L
     assert slow.timeline.makespan >= 4 * LINK.latency_s
     added = slow.timeline.makespan - free.timeline.makespan
-    assert 0.2 - free.timeline.makespan < added < 0.2 + 0.15, added
+    assert 4 * LINK.latency_s - free.timeline.makespan < added < 8 * LINK.latency_s, added
     span = {str(s.action): s for s in slow.timeline.spans}
     for mb in range(2):  # every crossing is exposed: the consumer starts >= 50 ms after the producer
         assert span[f"1F{mb}"].start - span[f"0F{mb}"].end >= LINK.latency_s - 1e-3
@@ -133,18 +134,6 @@ def test_injected_latency_delays_delivery_not_compute(p2_runs):
 @pytest.mark.timeout(300)
 def test_every_schedule_gives_the_reference_loss_and_gradients_p4():
     assert_matches_reference(P4_JOBS, launch(specs_for(P4_JOBS, 4)))
-
-
-@pytest.mark.timeout(120)
-def test_one_rank_under_the_torchrun_entry_point(capsys, monkeypatch):
-    for var in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.delenv(var, raising=False)
-    argv = ["--layers", "6", "--width", "16", "--heads", "2", "--seq-len", "16", "--batch-size", "8"]
-    assert distributed.main(argv + ["--steps", "2", "--microbatches", "4", "--threads", "1", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    losses, _, _ = reference(TrainConfig(**TINY, microbatches=4))
-    assert out["losses"] == pytest.approx(losses, rel=1e-5)
-    assert out["ranks"] == 1 and out["timeline_source"] == "measured"
 
 
 @pytest.mark.timeout(120)

@@ -18,6 +18,7 @@ pytest.importorskip("torch.distributed.pipelining", reason="torch without distri
 CFG = TrainConfig(n_layers=2, steps=2, batch_size=4, seq_len=16, microbatches=2, d_model=16, n_heads=2)
 
 
+@pytest.mark.processes
 @pytest.mark.timeout(240)
 def test_torch_runtimes_match_the_reference_loss():
     torch.manual_seed(0)

@@ -42,14 +42,18 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from tqdm.auto import tqdm
 
 from course_lib.devices import gpu_count
-from course_lib.engines.dist_launch import DistributedError, launch
-from course_lib.engines.dist_result import DistributedResult
-from course_lib.engines.dist_worker import FAULT_KINDS, Fault, RunSpec
-from course_lib.engines.plan import resolve_schedule
-from course_lib.engines.runtime import CHECKPOINT_MODES
+from course_lib.engines.dist_result import DistributedResult, build_result
+from course_lib.engines.dist_worker import FAULT_KINDS, Fault, RunSpec, run_rank
+from course_lib.engines.launch import DistributedError, RankContext, spawn
+from course_lib.engines.plan import make_plan
 from course_lib.errors import require
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
@@ -58,41 +62,20 @@ from course_lib.schedules.ir import Schedule
 __all__ = ["DistributedError", "DistributedResult", "Fault", "launch", "make_spec", "run_distributed"]
 
 
-def _per_boundary_links(links, n_boundaries: int) -> tuple[Link, ...] | None:
-    if links is None:
-        return None
-    if isinstance(links, Link):
-        return (links,) * n_boundaries
+def _backend_device(device: str, local_ranks: int) -> str:
+    """'cpu' or 'cuda' for every rank: CUDA needs one GPU per rank on this machine."""
+    device = device.strip().lower()
     require(
-        isinstance(links, (list, tuple)) and all(isinstance(link, Link) for link in links),
-        f"links must be a Link or a list of Links (one per stage boundary), got {links!r}",
+        device in ("cpu", "cuda", "auto"), f"the distributed engine runs on 'cpu' or 'cuda', got {device!r}"
     )
+    if device == "auto":
+        return "cuda" if gpu_count() >= local_ranks else "cpu"
     require(
-        len(links) == n_boundaries,
-        f"got {len(links)} links but the pipeline has {n_boundaries} stage boundaries (stage s -> s+1); "
-        "give one Link per boundary, or a single Link for all",
+        device == "cpu" or gpu_count() >= local_ranks,
+        f"device 'cuda' needs one GPU per rank: {local_ranks} ranks here, but this machine has "
+        f"{gpu_count()} GPUs",
     )
-    return tuple(links)
-
-
-def _check_against_schedule(schedule: Schedule, stages, virtual) -> None:
-    """A built schedule fixes the ranks and stages per rank: `stages` / `virtual`, if given, must agree."""
-    p = schedule.n_devices
-    require(
-        stages is None or stages == p,
-        f"stages={stages!r} but schedule {schedule.name!r} runs on {p} devices; leave stages out "
-        "(a built schedule says how many ranks it needs)",
-    )
-    require(
-        p >= 1 and schedule.n_stages % p == 0,
-        f"schedule {schedule.name!r} puts {schedule.n_stages} stages on {p} devices; the distributed engine "
-        "needs the same number of stages on every device",
-    )
-    require(
-        virtual in (1, schedule.stages_per_device),
-        f"virtual={virtual!r} but schedule {schedule.name!r} has {schedule.stages_per_device} stages per "
-        "device; leave virtual out",
-    )
+    return device
 
 
 def make_spec(
@@ -100,7 +83,7 @@ def make_spec(
     schedule: str | Schedule = "1f1b",
     stages: int | None = None,
     *,
-    virtual: int = 1,
+    virtual: int | None = None,
     partition: list[int] | tuple[int, ...] | None = None,
     links: Link | list[Link] | None = None,
     checkpoint: str = "never",
@@ -116,47 +99,30 @@ def make_spec(
 
     `schedule` is a name (built for `stages` ranks, default 2, x `virtual`) or a built Schedule, such
     as ``latency_aware_1f1b(2, 8, extra_per_link=3)``: then the schedule says how many ranks and
-    stages per rank there are, and `stages` / `virtual` may be left out."""
-    cfg.check()
-    if isinstance(schedule, Schedule):
-        _check_against_schedule(schedule, stages, virtual)
-        stages, virtual = schedule.n_devices, schedule.stages_per_device
-    elif stages is None:
+    stages per rank there are, and `stages` / `virtual` may be left out. The plan (schedule,
+    partition, links) is the local engine's: ``engines.plan.make_plan``."""
+    if stages is None and not isinstance(schedule, Schedule):
         stages = 2
+    plan = make_plan(cfg, schedule, stages, virtual, partition, checkpoint, links)
+    sched, ranks = plan.schedule, plan.schedule.n_devices
     require(
-        isinstance(stages, int) and not isinstance(stages, bool) and stages >= 1,
-        f"stages (pipeline ranks) must be a whole number >= 1, got {stages!r}",
-    )
-    require(
-        checkpoint in CHECKPOINT_MODES,
-        f"unknown checkpoint mode {checkpoint!r}; expected one of {', '.join(CHECKPOINT_MODES)}",
+        sched.n_stages == ranks * sched.stages_per_device,
+        f"schedule {sched.name!r} puts {sched.n_stages} stages on {ranks} devices; the distributed engine "
+        "needs the same number of stages on every device",
     )
     require(timeout_s > 0, f"timeout_s must be > 0 seconds, got {timeout_s!r}")
-    device = cfg.device.strip().lower()
-    require(
-        device in ("cpu", "cuda", "auto"), f"the distributed engine runs on 'cpu' or 'cuda', got {device!r}"
-    )
-    local_ranks = local_ranks or stages  # ranks on this machine (torchrun: LOCAL_WORLD_SIZE)
-    if device == "auto":
-        device = "cuda" if gpu_count() >= local_ranks else "cpu"
-    if device == "cuda":
-        require(
-            gpu_count() >= local_ranks,
-            f"device 'cuda' needs one GPU per rank: {local_ranks} ranks here, but this machine has "
-            f"{gpu_count()} GPUs",
-        )
     if fault is not None:
         require(fault.how in FAULT_KINDS, f"fault.how must be one of {FAULT_KINDS}, got {fault.how!r}")
-        require(0 <= fault.rank < stages, f"fault.rank must be in 0..{stages - 1}, got {fault.rank}")
-    sched = resolve_schedule(cfg, schedule, stages, virtual)  # checks the name, p, m and v; validates
-    n_layers = cfg.n_layers + 2  # embedding + blocks + head
-    spec = RunSpec(
+        require(0 <= fault.rank < ranks, f"fault.rank must be in 0..{ranks - 1}, got {fault.rank}")
+    local_ranks = local_ranks or ranks  # ranks on this machine (torchrun: LOCAL_WORLD_SIZE)
+    device = _backend_device(cfg.device, local_ranks)
+    return RunSpec(
         cfg=replace(cfg, device=device),
         schedule=schedule,
-        ranks=stages,
-        virtual=virtual,
-        partition_sizes=tuple(partition) if partition is not None else None,
-        links=None,
+        ranks=ranks,
+        virtual=sched.stages_per_device,
+        partition_sizes=tuple(plan.partition.sizes),
+        links=tuple(plan.links) if plan.links is not None else None,
         checkpoint=checkpoint,
         timeout_s=float(timeout_s),
         backend="nccl" if device == "cuda" else "gloo",
@@ -167,13 +133,60 @@ def make_spec(
         return_grads=return_grads,
         threads=threads or max(1, (os.cpu_count() or 1) // local_ranks),
     )
-    spec.partition(n_layers).check(n_layers)  # checks the partition
+
+
+def init_rank(spec: RunSpec, rank: int, world: int) -> torch.device:
+    """Join the process group torchrun set up (MASTER_ADDR, MASTER_PORT); the rank's device."""
+    timeout = timedelta(seconds=spec.timeout_s)
+    dist.init_process_group(spec.backend, rank=rank, world_size=world, timeout=timeout)
+    if spec.backend == "nccl":
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        torch.cuda.set_device(local)
+        return torch.device(f"cuda:{local}")
+    return torch.device("cpu")
+
+
+def gather_and_merge(spec: RunSpec, rank: int, record: dict) -> DistributedResult | None:
+    """Every rank's record to rank 0, which merges them into one result (None on the other ranks)."""
+    records = [None] * spec.ranks if rank == 0 else None
+    dist.gather_object(record, records, dst=0)
+    if rank != 0:
+        return None
+    return build_result(records, spec.build_schedule(), asdict(spec.cfg))
+
+
+def _run_specs(ctx: RankContext, specs: list[RunSpec]) -> list[DistributedResult] | None:
+    """One spawned rank: every spec in turn, in one process group; rank 0 returns the results."""
+
+    def report(step: int, loss: float | None) -> None:
+        if loss is not None:  # the rank with the last stage tells the launcher's progress bar
+            ctx.progress(loss)
+
+    merged = [gather_and_merge(s, ctx.rank, run_rank(s, ctx.rank, ctx.device, report)) for s in specs]
+    return merged if ctx.rank == 0 else None
+
+
+def launch(specs: list[RunSpec], progress: bool = False) -> list[DistributedResult]:
+    """Spawn the ranks once and run every spec (all with the same ranks and backend) in turn.
+    Starting processes is the slow part on a laptop, so the tests group several runs this way."""
+    require(len(specs) >= 1, "launch needs at least one spec (from make_spec)")
+    ranks, backend = specs[0].ranks, specs[0].backend
     require(
-        spec.partition(n_layers).n_stages == sched.n_stages,
-        f"partition {list(partition or [])} has {len(partition or [])} stages but schedule "
-        f"{sched.name!r} with {stages} ranks x {virtual} virtual has {sched.n_stages}",
+        all(s.ranks == ranks and s.backend == backend for s in specs),
+        "every spec of one launch needs the same number of ranks and the same device",
     )
-    return replace(spec, links=_per_boundary_links(links, sched.n_stages - 1))
+    timeout_s = max(s.timeout_s for s in specs)
+    steps = sum(s.cfg.steps for s in specs)
+    with tqdm(total=steps, desc=f"distributed, {ranks} ranks", disable=not progress) as bar:
+
+        def on_progress(rank: int, loss: float) -> None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.3f}")
+
+        values = spawn(
+            _run_specs, ranks, (specs,), backend=backend, timeout_s=timeout_s, on_progress=on_progress
+        )
+    return values[0]
 
 
 def run_distributed(

@@ -96,8 +96,8 @@ class LocalPipelineTrainer:
         self,
         cfg: TrainConfig,
         schedule: str | Schedule = "1f1b",
-        stages: int = 4,
-        virtual: int = 1,
+        stages: int | None = None,  # None: 4 for a schedule by name, the schedule's own for a built one
+        virtual: int | None = None,  # None: 1 for a schedule by name
         partition: Partition | Sequence[int] | None = None,
         checkpoint: str = "never",
         links: Link | Sequence[Link] | None = None,

@@ -19,7 +19,7 @@ import torch
 from course_lib.devices import stage_devices, uses_simulated_devices
 from course_lib.engines.runtime import CHECKPOINT_MODES
 from course_lib.errors import require
-from course_lib.links import Link
+from course_lib.links import Link, per_boundary
 from course_lib.partition import Partition, uniform
 from course_lib.reference import TrainConfig
 from course_lib.schedules.builders import build_schedule
@@ -59,36 +59,46 @@ def _as_partition(partition, n_layers: int, n_stages: int) -> Partition:
     return partition
 
 
-def _as_links(links, n_boundaries: int) -> list[Link] | None:
-    if links is None:
-        return None
-    if isinstance(links, Link):
-        return [links] * n_boundaries
-    links = list(links)
+def _whole(value, name: str) -> None:
     require(
-        len(links) == n_boundaries and all(isinstance(x, Link) for x in links),
-        f"links must be one Link or a list of {n_boundaries} Links (one per stage boundary), got {links!r}",
+        isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+        f"{name} must be a whole number >= 1, got {value!r}",
     )
-    return links
+
+
+def _check_built(sched: Schedule, cfg: TrainConfig, stages: int | None, virtual: int | None) -> None:
+    """A built schedule fixes m, the devices and the stages per device: given values must agree."""
+    require(
+        sched.n_microbatches == cfg.microbatches,
+        f"schedule {sched.name!r} is for m={sched.n_microbatches} micro-batches, but the config "
+        f"splits each batch into {cfg.microbatches}",
+    )
+    require(
+        stages in (None, sched.n_devices),
+        f"stages={stages!r} but schedule {sched.name!r} runs on {sched.n_devices} devices; leave stages "
+        "out (a built schedule says how many devices it needs)",
+    )
+    require(
+        virtual in (None, 1, sched.stages_per_device),
+        f"virtual={virtual!r} but schedule {sched.name!r} has {sched.stages_per_device} stages per "
+        "device; leave virtual out",
+    )
 
 
 def resolve_schedule(
-    cfg: TrainConfig, schedule: str | Schedule, stages: int = 4, virtual: int = 1
+    cfg: TrainConfig, schedule: str | Schedule, stages: int | None = 4, virtual: int | None = 1
 ) -> Schedule:
-    """The Schedule to run: a built one as given (its m must be the config's), or one built by name
-    for `stages` devices x `virtual` stages each; validated either way (CourseError naming the fault).
-    Both engines call this, so a hand-made or latency-aware schedule runs wherever a name does."""
+    """The Schedule to run: a built one as given (its m, and `stages` / `virtual` if given, must
+    agree), or one built by name for `stages` devices x `virtual` stages each; validated either way
+    (CourseError naming the fault). Every engine calls this, so a hand-made or latency-aware
+    schedule runs wherever a name does."""
     if isinstance(schedule, Schedule):
+        _check_built(schedule, cfg, stages, virtual)
         sched = schedule
-        require(
-            sched.n_microbatches == cfg.microbatches,
-            f"schedule {sched.name!r} is for m={sched.n_microbatches} micro-batches, but the config "
-            f"splits each batch into {cfg.microbatches}",
-        )
     else:
-        require(
-            isinstance(stages, int) and stages >= 1, f"stages must be a whole number >= 1, got {stages!r}"
-        )
+        stages, virtual = 4 if stages is None else stages, 1 if virtual is None else virtual
+        _whole(stages, "stages")
+        _whole(virtual, "virtual")
         n_layers = cfg.n_layers + 2  # embedding + blocks + head
         require(
             stages * virtual <= n_layers,
@@ -104,13 +114,14 @@ def resolve_schedule(
 def make_plan(
     cfg: TrainConfig,
     schedule: str | Schedule = "1f1b",
-    stages: int = 4,
-    virtual: int = 1,
+    stages: int | None = 4,
+    virtual: int | None = 1,
     partition: Partition | Sequence[int] | None = None,
     checkpoint: str = "never",
     links: Link | Sequence[Link] | None = None,
 ) -> PipelinePlan:
-    """Check everything and decide the layout; raises CourseError naming the bad value."""
+    """Check everything and decide the layout; raises CourseError naming the bad value.
+    With a built schedule, `stages` and `virtual` may be None (the schedule's own)."""
     cfg.check()
     require(
         checkpoint in CHECKPOINT_MODES,
@@ -118,11 +129,14 @@ def make_plan(
     )
     sched = resolve_schedule(cfg, schedule, stages, virtual)
     part = _as_partition(partition, cfg.n_layers + 2, sched.n_stages)
+    if links is not None:
+        links = per_boundary(links, sched.n_stages - 1, "links")
+        require(all(isinstance(x, Link) for x in links), f"links must be Link objects, got {links!r}")
     return PipelinePlan(
         schedule=sched,
         partition=part,
         devices=stage_devices(sched.n_devices, cfg.device),
         simulated_devices=uses_simulated_devices(sched.n_devices, cfg.device),
         checkpoint=checkpoint,
-        links=_as_links(links, sched.n_stages - 1),
+        links=links,
     )

@@ -23,20 +23,18 @@ its order, and steps AdamW once per batch; torch divides the summed micro-batch 
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import queue
 import tempfile
 import time
-import traceback
 from dataclasses import dataclass, replace
-from datetime import timedelta
 
 import torch
 from torch import nn
 
 from course_lib.devices import gpu_count
-from course_lib.errors import CourseError, require
+from course_lib.engines.launch import RankContext, spawn
+from course_lib.engines.plan import resolve_schedule
+from course_lib.errors import require
 from course_lib.reference import TrainConfig, make_optimizer, setup
 from course_lib.schedules.builders import build_schedule, resolve_name
 
@@ -87,10 +85,6 @@ def make_spec(
     cfg.check()
     name = resolve_name(schedule)
     require(
-        isinstance(stages, int) and not isinstance(stages, bool) and stages >= 1,
-        f"stages (ranks) must be a whole number >= 1, got {stages!r}",
-    )
-    require(
         from_csv or name in TORCH_CLASSES,
         f"torch.distributed.pipelining has no class for schedule {name!r} here; choose one of "
         f"{', '.join(TORCH_CLASSES)}, or pass from_csv=True to run our order through torch's runtime",
@@ -102,11 +96,7 @@ def make_spec(
             f"torch's Schedule1F1B needs at least as many micro-batches as ranks: m={cfg.microbatches}, "
             f"p={stages}",
         )
-    sched = build_schedule(name, stages, cfg.microbatches, virtual)  # checks p, m, v
-    require(
-        sched.n_stages <= cfg.n_layers + 2,
-        f"{sched.n_stages} stages cannot split {cfg.n_layers + 2} layers (embedding + blocks + head)",
-    )
+    resolve_schedule(cfg, name, stages, virtual)  # the engines' checks: p, m, v, layers; validated
     return TorchRunSpec(cfg, name, stages, virtual, from_csv, threads)
 
 
@@ -160,29 +150,14 @@ def _run_rank(spec: TorchRunSpec, rank: int, device: torch.device, csv_path: str
     return {"rank": rank, "losses": losses, "times": times}
 
 
-def _spawned(rank: int, world: int, port: int, specs: list[TorchRunSpec], csvs: list, results) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    import torch.distributed as dist
-
-    try:
-        on_gpu = specs[0].cfg.device == "cuda"
-        backend = "nccl" if on_gpu else "gloo"
-        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=120))
-        device = torch.device(f"cuda:{rank}") if on_gpu else torch.device("cpu")
-        if on_gpu:
-            torch.cuda.set_device(device)
-        records = [_run_rank(spec, rank, device, csv) for spec, csv in zip(specs, csvs, strict=True)]
-        results.put(("ok", rank, records))
-        dist.destroy_process_group()
-    except BaseException as err:  # report, then leave: the peers see the closed connection
-        results.put(("error", rank, f"{type(err).__name__}: {err}\n{traceback.format_exc()}"))
-        results.close()
-        results.join_thread()
-        os._exit(1)
+def _run_specs(ctx: RankContext, specs: list[TorchRunSpec], csvs: list) -> list[dict]:
+    """One spawned rank: every spec in turn, in one process group."""
+    return [_run_rank(spec, ctx.rank, ctx.device, csv) for spec, csv in zip(specs, csvs, strict=True)]
 
 
-def launch(specs: list[TorchRunSpec], timeout_s: float = 300.0) -> list[TorchPipelineResult]:
-    """Spawn the ranks once and run every spec in turn (starting processes is the slow part)."""
+def launch(specs: list[TorchRunSpec], timeout_s: float = 120.0) -> list[TorchPipelineResult]:
+    """Spawn the ranks once and run every spec in turn (starting processes is the slow part).
+    `timeout_s`: how long a rank waits for a silent peer before the run fails (DistributedError)."""
     from course_lib.schedules.torch_csv import write_csv
 
     require(specs, "launch needs at least one TorchRunSpec")
@@ -204,52 +179,14 @@ def launch(specs: list[TorchRunSpec], timeout_s: float = 300.0) -> list[TorchPip
             csvs.append(path)
             with open(path) as f:
                 texts.append(f.read())
-        records = _spawn_and_collect(world, specs, csvs, timeout_s)
+        backend = "nccl" if device == "cuda" else "gloo"
+        records = spawn(_run_specs, world, (specs, csvs), backend=backend, timeout_s=timeout_s)
     out = []
     for i, spec in enumerate(specs):
         last = records[(world * spec.virtual - 1) % world][i]  # the rank holding the last stage
         runner = "_PipelineScheduleRuntime + our CSV" if spec.from_csv else TORCH_CLASSES[spec.schedule]
         out.append(TorchPipelineResult(spec.schedule, runner, world, last["losses"], last["times"], texts[i]))
     return out
-
-
-def _spawn_and_collect(world: int, specs, csvs, timeout_s: float) -> dict[int, list[dict]]:
-    ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    from course_lib.engines.dist_launch import free_port
-
-    port = free_port()
-    procs = [
-        ctx.Process(target=_spawned, args=(r, world, port, specs, csvs, results), daemon=True)
-        for r in range(world)
-    ]
-    for p in procs:
-        p.start()
-    records: dict[int, list[dict]] = {}
-    error = None
-    deadline = time.monotonic() + timeout_s
-    while len(records) < world and error is None and time.monotonic() < deadline:
-        try:
-            kind, rank, payload = results.get(timeout=0.2)
-        except queue.Empty:
-            dead = [r for r, p in enumerate(procs) if not p.is_alive() and p.exitcode not in (0, None)]
-            if dead and results.empty():
-                error = (dead[0], f"the process died with exit code {procs[dead[0]].exitcode}")
-            continue
-        if kind == "ok":
-            records[rank] = payload
-        else:
-            error = (rank, payload)
-    for p in procs:
-        p.join(5 if error is None else 0.5)
-        if p.is_alive():
-            p.kill()
-            p.join(1)
-    if error is not None:
-        raise CourseError(f"torch.distributed.pipelining run failed on rank {error[0]}: {error[1]}")
-    if len(records) < world:
-        raise CourseError(f"torch.distributed.pipelining run did not finish within {timeout_s:.0f} s")
-    return records
 
 
 def run_torch_pipelining(
@@ -260,7 +197,7 @@ def run_torch_pipelining(
     virtual: int = 1,
     from_csv: bool = False,
     threads: int = 1,
-    timeout_s: float = 300.0,
+    timeout_s: float = 120.0,
 ) -> TorchPipelineResult:
     """Train `cfg` with torch.distributed.pipelining on `stages` spawned processes (see the module doc)."""
     spec = make_spec(cfg, schedule, stages, virtual=virtual, from_csv=from_csv, threads=threads)

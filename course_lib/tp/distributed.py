@@ -10,20 +10,15 @@ before each all-reduce stands in for a slower link, so the cost model can be che
     res = run_tensor_parallel(ModelConfig(n_layers=4), t=2, x=x, y=y, microbatches=2)
     res.loss, res.gradients, res.step_log.summary(), res.timings
 
-Processes are spawned from Python (MASTER_ADDR 127.0.0.1, a free port), every wait has a timeout, and a
-rank that fails sends its traceback back: nothing hangs, errors surface in the caller.
+The ranks are spawned by the course's one launcher (``course_lib.engines.launch``): every wait has a
+timeout, and a rank that fails raises DistributedError in the caller, naming the rank and its error.
 """
 
 from __future__ import annotations
 
 import copy
-import multiprocessing as mp
-import queue as queue_module
-import socket
 import time
-import traceback
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 import numpy as np
 import torch
@@ -31,6 +26,7 @@ import torch.distributed as dist
 from torch import nn
 
 from course_lib.devices import gpu_count
+from course_lib.engines.launch import RankContext, spawn
 from course_lib.errors import require
 from course_lib.model import Block, ModelConfig, build_model
 from course_lib.reference import accumulate_gradients
@@ -83,7 +79,6 @@ class TPJob:
     repeats: int = 5
     warmup: int = 1
     prompt_len: int = 8  # context for the "one generated token" count
-    timeout_s: float = 60.0
 
 
 @dataclass
@@ -96,12 +91,6 @@ class TPRunResult:
     token_log: CommLog  # one generated token (a forward pass over the prompt), rank 0
     timings: dict[float, list[float]] = field(default_factory=dict)  # alpha -> step times (s), rank 0
     logs_agree: bool = True  # every rank issued the same collectives
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _events(log: CommLog) -> list[tuple]:
@@ -130,35 +119,20 @@ def _timed_steps(model: RankModel, job: TPJob, comm: DistComm, device: torch.dev
     return timings
 
 
-def _worker(rank: int, job: TPJob, port: int, results: mp.Queue) -> None:
-    try:
-        torch.set_num_threads(1)  # ranks share the machine's cores; one thread each avoids thrashing
-        device = torch.device("cpu")
-        if job.backend == "nccl":
-            device = torch.device(f"cuda:{rank}")
-            torch.cuda.set_device(device)
-        dist.init_process_group(
-            job.backend,
-            init_method=f"tcp://127.0.0.1:{port}",
-            rank=rank,
-            world_size=job.t,
-            timeout=timedelta(seconds=job.timeout_s),
-        )
-        comm = DistComm(job.t)
-        model = RankModel(job.cfg, job.t, rank, job.seed, comm).to(device)
-        loss = accumulate_gradients(model, job.x.to(device), job.y.to(device), job.microbatches)
-        step = _events(comm.log)
-        grads = {n: p.grad.detach().cpu().numpy() for n, p in model.named_parameters()}
-        comm.log.clear()
-        with torch.no_grad():
-            model(job.x[:1, : job.prompt_len].to(device))  # logits of the next token
-        token = _events(comm.log)
-        timings = _timed_steps(model, job, comm, device)
-        results.put((rank, {"loss": loss, "grads": grads, "step": step, "token": token, "timings": timings}))
-        dist.barrier()
-        dist.destroy_process_group()
-    except Exception:  # noqa: BLE001  the parent re-raises it with the rank's traceback
-        results.put((rank, {"error": traceback.format_exc()}))
+def _rank(ctx: RankContext, job: TPJob) -> dict:
+    """One spawned rank: a training step (its collectives logged), one generated token, timed steps."""
+    torch.set_num_threads(1)  # ranks share the machine's cores; one thread each avoids thrashing
+    comm = DistComm(job.t)
+    model = RankModel(job.cfg, job.t, ctx.rank, job.seed, comm).to(ctx.device)
+    loss = accumulate_gradients(model, job.x.to(ctx.device), job.y.to(ctx.device), job.microbatches)
+    step = _events(comm.log)
+    grads = {n: p.grad.detach().cpu() for n, p in model.named_parameters()}
+    comm.log.clear()
+    with torch.no_grad():
+        model(job.x[:1, : job.prompt_len].to(ctx.device))  # logits of the next token
+    token = _events(comm.log)
+    timings = _timed_steps(model, job, comm, ctx.device)
+    return {"loss": loss, "grads": grads, "step": step, "token": token, "timings": timings}
 
 
 def _log(events: list[tuple]) -> CommLog:
@@ -187,58 +161,24 @@ def run_tensor_parallel(
     prompt_len: int = 8,
     timeout_s: float = 60.0,
 ) -> TPRunResult:
-    """Spawn t ranks, run one training step (plus timed steps for each alpha), gather everything."""
+    """Spawn t ranks, run one training step (plus timed steps for each alpha), gather everything.
+    A rank that fails raises DistributedError naming it; `timeout_s` bounds every wait for a peer."""
     check_divisible(cfg, t)
     require(timeout_s > 0, f"timeout_s must be > 0, got {timeout_s}")
     job = TPJob(
-        cfg,
-        t,
-        x,
-        y,
-        microbatches,
-        seed,
-        choose_backend(t, backend),
-        tuple(alphas_s),
-        repeats,
+        cfg, t, x, y, microbatches, seed, choose_backend(t, backend), tuple(alphas_s), repeats,
         prompt_len=prompt_len,
-        timeout_s=timeout_s,
-    )
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, job, port, results), daemon=True) for r in range(t)]
-    for p in procs:
-        p.start()
-    got: dict[int, dict] = {}
-    deadline = time.monotonic() + timeout_s + 30  # + start-up: each rank imports torch first
-    try:
-        while len(got) < t:
-            try:
-                rank, payload = results.get(timeout=max(deadline - time.monotonic(), 0.1))
-            except queue_module.Empty:
-                raise RuntimeError(
-                    f"tensor-parallel run (t={t}) timed out; ranks done: {sorted(got)}"
-                ) from None
-            if "error" in payload:
-                raise RuntimeError(f"rank {rank} of {t} failed:\n{payload['error']}")
-            got[rank] = payload
-        for p in procs:
-            p.join(timeout=10)
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=5)
-    rank_grads = [{n: torch.from_numpy(g) for n, g in got[r]["grads"].items()} for r in range(t)]
+    )  # fmt: skip
+    got = spawn(_rank, t, (job,), backend=job.backend, timeout_s=timeout_s)
     return TPRunResult(
         t=t,
         backend=job.backend,
         loss=got[0]["loss"],
-        gradients=assemble_gradients(rank_grads),
+        gradients=assemble_gradients([got[r]["grads"] for r in range(t)]),
         step_log=_log(got[0]["step"]),
         token_log=_log(got[0]["token"]),
         timings={a: got[0]["timings"][a] for a in job.alphas_s},
-        logs_agree=all(got[r]["step"] == got[0]["step"] and got[r]["token"] == got[0]["token"] for r in got),
+        logs_agree=all(g["step"] == got[0]["step"] and g["token"] == got[0]["token"] for g in got),
     )
 
 

@@ -1,0 +1,271 @@
+"""The one launcher for every multi-process run: the distributed engine, torch.distributed.pipelining,
+tensor parallelism and the benchmarks.
+
+    from course_lib.engines.launch import spawn
+    values = spawn(my_target, world=2, args=(job,), timeout_s=60)   # [rank 0's value, rank 1's]
+
+``spawn`` starts `world` processes on this machine (spawn start method, so it works from a notebook
+too); each joins one process group (gloo, or NCCL with one GPU per rank) and calls
+``target(ctx, *args)`` with a RankContext (rank, world, device, progress). What the targets return
+comes back by rank, through one queue. `target` must be a module-level function and `args` must pickle.
+
+Only this machine can join: the rendezvous (TCPStore) listens on 127.0.0.1 alone, on a socket the
+launcher opens and hands to rank 0, and gloo and NCCL connect over the loopback interface. A rank
+whose launcher dies (killed, SIGTERM, a restarted kernel) exits within a second.
+
+Failures are diagnosed the same way for every caller. A rank that raises reports its exception and
+exits at once; its peers, blocked in a receive or a collective, see the closed connection and stop
+too; a rank that hangs is caught by the process group's timeout (`timeout_s`) in its peers. After
+the first failure the launcher gives the others `timeout_s` to stop by themselves, kills what is
+left, and raises DistributedError naming the rank that failed first: a rank that only saw a peer
+disappear is not the cause. No process outlives ``spawn``, whether it returns or raises.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import queue
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, NamedTuple
+
+import torch
+import torch.distributed as dist
+
+from course_lib.engines.comm import PeerFailure
+from course_lib.errors import require
+
+# what gloo says when the other end of a connection went away: this rank only saw a peer disappear
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+
+
+class DistributedError(RuntimeError):
+    """A rank failed. ``failed_rank`` and ``cause`` say which and why; ``outcomes`` how each rank ended,
+    ``stopped_after_s`` how long after the first failure each rank's process ended."""
+
+    def __init__(self, message: str, failed_rank: int | None, cause: str, outcomes: dict[int, str]):
+        super().__init__(message)
+        self.failed_rank, self.cause, self.outcomes = failed_rank, cause, outcomes
+        self.stopped_after_s: dict[int, float] = {}
+
+
+class Failure(NamedTuple):
+    """One rank's report of how it failed."""
+
+    peer_loss: bool  # it only saw a peer disappear or stop answering
+    message: str
+    peer: int | None = None  # the rank it was waiting for, when known
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """What a spawned target gets: who it is, its device, and a line back to the launcher."""
+
+    rank: int
+    world: int
+    device: torch.device
+    results: Any = field(repr=False)  # the launcher's queue
+
+    def progress(self, value: object = None) -> None:
+        """One unit of work done: the launcher passes (rank, value) to its `on_progress`."""
+        self.results.put(("progress", self.rank, value))
+
+
+@dataclass(frozen=True)
+class _Group:
+    world: int
+    backend: str
+    timeout_s: float
+    port: int  # of the rendezvous, on 127.0.0.1
+    launcher_pid: int
+
+
+def _loopback_listener() -> socket.socket:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    return listener
+
+
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago (for a process group started elsewhere)."""
+    with _loopback_listener() as s:
+        return s.getsockname()[1]
+
+
+def spawn(
+    target: Callable[..., Any],
+    world: int,
+    args: tuple = (),
+    *,
+    backend: str = "gloo",
+    timeout_s: float = 60.0,
+    on_progress: Callable[[int, Any], None] | None = None,
+) -> list:
+    """Run ``target(ctx, *args)`` in `world` processes, one process group; return their values by rank.
+    `timeout_s`: how long a rank may wait for a silent peer, and the others for stopping after a failure."""
+    require(isinstance(world, int) and world >= 1, f"world must be a whole number >= 1, got {world!r}")
+    require(backend in ("gloo", "nccl"), f"backend must be 'gloo' or 'nccl', got {backend!r}")
+    require(timeout_s > 0, f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    with _loopback_listener() as listener:  # rank 0's store takes it over; this copy closes
+        group = _Group(world, backend, float(timeout_s), listener.getsockname()[1], os.getpid())
+        procs = [
+            ctx.Process(
+                target=_rank_main,
+                args=(rank, group, listener if rank == 0 else None, target, args, results),
+                daemon=True,
+            )
+            for rank in range(world)
+        ]
+        for p in procs:
+            p.start()
+    watch = _Watch(procs)
+    try:
+        watch.run(results, timeout_s, on_progress)
+    finally:  # also on KeyboardInterrupt (a notebook's stop button): leave no rank behind
+        watch.kill_leftovers()
+    if watch.errors or len(watch.values) < world:
+        raise watch.error()
+    return [watch.values[r] for r in range(world)]
+
+
+# ---- inside a spawned rank -------------------------------------------------------------------------
+def _rank_main(rank: int, group: _Group, listener, target, args: tuple, results) -> None:
+    """Entry point of one spawned process: join the group, run the target, report, never hang."""
+    _exit_with_launcher(group.launcher_pid)
+    try:
+        device = _join(rank, group, listener)
+        value = target(RankContext(rank, group.world, device, results), *args)
+        dist.barrier()  # leave together: no rank closes its connections while a peer still reads them
+        # pickled here, by value: torch's queue pickler would share tensors through file
+        # descriptors that vanish when this process exits
+        results.put(("ok", rank, pickle.dumps(value)))
+        dist.destroy_process_group()
+    except BaseException as err:  # report, then leave at once: the peers see the closed connection
+        results.put(("error", rank, _failure(err)))
+        print(f"[rank {rank}] {traceback.format_exc()}", file=sys.stderr)
+        results.close()
+        results.join_thread()
+        os._exit(1)
+
+
+def _exit_with_launcher(launcher_pid: int) -> None:
+    """Exit when the launcher is gone: this process is then adopted by another, so its parent changes."""
+
+    def watch() -> None:
+        while os.getppid() == launcher_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-launcher", daemon=True).start()
+
+
+def _join(rank: int, group: _Group, listener: socket.socket | None) -> torch.device:
+    # gloo and NCCL open their own connections between ranks: over the loopback interface too
+    loopback = "lo0" if sys.platform == "darwin" else "lo"
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback)
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", loopback)
+    timeout = timedelta(seconds=group.timeout_s)
+    fd = listener.detach() if listener is not None else None
+    store = dist.TCPStore("127.0.0.1", group.port, group.world, rank == 0, timeout, master_listen_fd=fd)
+    dist.init_process_group(group.backend, store=store, rank=rank, world_size=group.world, timeout=timeout)
+    if group.backend == "nccl":
+        torch.cuda.set_device(rank)
+        return torch.device(f"cuda:{rank}")
+    return torch.device("cpu")
+
+
+def _failure(err: BaseException) -> Failure:
+    message = f"{type(err).__name__}: {err}"
+    if isinstance(err, PeerFailure):
+        return Failure(True, message, err.peer)
+    return Failure(any(words in message for words in _PEER_GONE), message)
+
+
+# ---- in the launcher ---------------------------------------------------------------------------------
+@dataclass
+class _Watch:
+    """What the launcher has heard from its ranks and seen of their processes."""
+
+    procs: list
+    values: dict[int, Any] = field(default_factory=dict)
+    errors: dict[int, Failure] = field(default_factory=dict)  # in the order they arrived
+    exited_at: dict[int, float] = field(default_factory=dict)
+    killed: set[int] = field(default_factory=set)
+    settled_at: float | None = None  # the first failure, or the last result
+
+    def run(self, results, timeout_s: float, on_progress) -> None:
+        """Collect until every process ended; once settled, give the rest `timeout_s`, then stop."""
+        while len(self.exited_at) < len(self.procs):
+            now = time.monotonic()
+            ended = [r for r, p in enumerate(self.procs) if r not in self.exited_at and not p.is_alive()]
+            self.exited_at |= dict.fromkeys(ended, now)
+            self._drain(results, on_progress)  # after the exits: what a rank sent before exiting is here
+            for rank in self.exited_at.keys() - self.values.keys() - self.errors.keys():
+                self.errors[rank] = self._silent_end(rank)
+            if self.settled_at is None and (self.errors or len(self.values) == len(self.procs)):
+                self.settled_at = now
+            if self.settled_at is not None and now - self.settled_at > timeout_s:
+                return
+
+    def _silent_end(self, rank: int) -> Failure:
+        code = self.procs[rank].exitcode
+        how = "was killed (SIGKILL)" if code == -9 else f"ended with exit code {code}"
+        return Failure(False, f"the process {how} without reporting (its stderr says more)")
+
+    def _drain(self, results, on_progress) -> None:
+        try:
+            while True:
+                kind, rank, payload = results.get(timeout=0.05)
+                if kind == "progress" and on_progress is not None:
+                    on_progress(rank, payload)
+                elif kind == "ok":
+                    self.values[rank] = pickle.loads(payload)
+                elif kind == "error":
+                    self.errors[rank] = payload
+        except queue.Empty:
+            pass
+
+    def kill_leftovers(self) -> None:
+        for rank, p in enumerate(self.procs):
+            if p.is_alive():
+                self.killed.add(rank)
+                p.kill()
+        for p in self.procs:
+            p.join(5)
+        self.exited_at |= {r: time.monotonic() for r in self.killed}
+
+    def error(self) -> DistributedError:
+        rank, cause = diagnose(self.errors, self.killed)
+        outcomes = {r: "finished" for r in range(len(self.procs))}
+        outcomes |= {r: f.message for r, f in self.errors.items()}
+        outcomes |= dict.fromkeys(self.killed, "stopped by the launcher after the timeout")
+        err = DistributedError(f"rank {rank} failed: {cause}", rank, cause, outcomes)
+        if self.settled_at is not None:
+            err.stopped_after_s = {r: max(0.0, t - self.settled_at) for r, t in self.exited_at.items()}
+        return err
+
+
+def diagnose(errors: dict[int, Failure], killed: set[int]) -> tuple[int | None, str]:
+    """Which rank failed first, and why, from the failures in the order they arrived and the ranks
+    the launcher had to kill. A rank that only saw a peer disappear is never the cause."""
+    own = [rank for rank, f in errors.items() if not f.peer_loss]
+    if own:
+        return own[0], errors[own[0]].message
+    waiting = [(rank, f) for rank, f in errors.items() if f.peer is not None]
+    if waiting:  # only waits failed: blame the rank that was waited for (it hung)
+        waiter, f = waiting[0]
+        return f.peer, f"it stopped answering; rank {waiter} reported: {f.message}"
+    if killed:  # the peers' connections failed and these never stopped: they hung
+        return min(killed), "it stopped answering and was killed after the timeout"
+    return None, "no rank reported a failure of its own, and not every rank sent its result"

@@ -1,0 +1,134 @@
+"""The one launcher (course_lib/engines/launch.py): values back by rank, the failure diagnosis, nothing
+listening beyond this machine, and no rank outliving its launcher."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch.distributed as dist
+
+from course_lib.engines.launch import DistributedError, Failure, diagnose, spawn
+
+psutil = pytest.importorskip("psutil")
+
+
+# ---- the diagnosis, without processes ------------------------------------------------------------
+def test_the_first_rank_with_a_failure_of_its_own_is_the_cause():
+    errors = {
+        2: Failure(True, "RuntimeError: Connection closed by peer"),  # arrived first, but only a peer loss
+        1: Failure(False, "ValueError: bad input"),
+        0: Failure(False, "RuntimeError: later"),
+    }
+    assert diagnose(errors, killed=set()) == (1, "ValueError: bad input")
+
+
+def test_when_only_waits_failed_the_rank_waited_for_is_blamed():
+    errors = {0: Failure(True, "PeerFailure: rank 0 waited 8 s for rank 1", peer=1)}
+    rank, cause = diagnose(errors, killed={1})
+    assert rank == 1 and "stopped answering" in cause and "rank 0 reported" in cause
+
+
+def test_when_no_peer_is_known_the_rank_that_never_stopped_is_blamed():
+    errors = {0: Failure(True, "RuntimeError: Connection reset by peer")}
+    assert diagnose(errors, killed={2})[0] == 2
+    assert diagnose({}, killed=set())[0] is None
+
+
+# ---- real processes ------------------------------------------------------------------------------
+def _report_and_listen(ctx, base: int):
+    """Tell the launcher this rank's number; return a value and where this process listens."""
+    ctx.progress(ctx.rank)
+    dist.barrier()  # every connection of the group is open now
+    sockets = psutil.Process().net_connections("tcp")
+    return base + ctx.rank**2, sorted({c.laddr.ip for c in sockets if c.status == psutil.CONN_LISTEN})
+
+
+def _rank_1_dies_rank_2_hangs(ctx):
+    if ctx.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)  # no report: the launcher only sees the exit
+    if ctx.rank == 2:
+        time.sleep(600)  # in no collective: it never notices, the launcher has to stop it
+    dist.barrier()  # rank 0 waits here, and sees rank 1's connection close
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(180)
+def test_values_come_back_by_rank_and_only_loopback_listens():
+    seen = []
+    values = spawn(_report_and_listen, 3, (10,), timeout_s=60, on_progress=lambda r, v: seen.append((r, v)))
+    assert [v for v, _ in values] == [10, 11, 14]
+    assert sorted(seen) == [(0, 0), (1, 1), (2, 2)]
+    # the rendezvous (rank 0) and gloo's connections (every rank) listen on the loopback alone
+    assert values[0][1], "rank 0 should hold the rendezvous socket"
+    assert all(ip in ("127.0.0.1", "::1") for _, ips in values for ip in ips), values
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(180)
+def test_a_rank_that_dies_is_named_its_peer_not_blamed_and_a_hung_rank_stopped():
+    timeout_s = 5.0
+    with pytest.raises(DistributedError) as info:
+        spawn(_rank_1_dies_rank_2_hangs, 3, timeout_s=timeout_s)
+    err = info.value
+    assert err.failed_rank == 1 and "SIGKILL" in err.cause and str(err).startswith("rank 1 failed")
+    # rank 0 saw the closed connection and stopped by itself; rank 2 was stopped after the timeout
+    assert "by peer" in err.outcomes[0], err.outcomes
+    assert err.stopped_after_s[0] < timeout_s <= err.stopped_after_s[2]
+    assert err.outcomes[2] == "stopped by the launcher after the timeout"
+    assert multiprocessing.active_children() == []
+
+
+LAUNCHER = """
+import os, sys, time
+from course_lib.engines.launch import spawn
+
+def hold(ctx, folder):
+    with open(os.path.join(folder, f"rank{ctx.rank}.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(600)
+
+if __name__ == "__main__":
+    spawn(hold, 2, (sys.argv[1],), timeout_s=600)
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # ended; nobody reaped it yet
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(240)
+def test_no_rank_outlives_a_launcher_killed_with_sigterm(tmp_path):
+    script = tmp_path / "launcher.py"
+    script.write_text(textwrap.dedent(LAUNCHER))
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)}
+    launcher = subprocess.Popen([sys.executable, str(script), str(tmp_path)], env=env)
+    pid_files = [tmp_path / f"rank{r}.pid" for r in range(2)]
+    try:
+        deadline = time.monotonic() + 150  # two processes import torch and join the group first
+        while not all(f.exists() and f.read_text() for f in pid_files):
+            assert launcher.poll() is None and time.monotonic() < deadline, "the ranks never started"
+            time.sleep(0.2)
+        ranks = [int(f.read_text()) for f in pid_files]
+        launcher.send_signal(signal.SIGTERM)  # Python's default: die at once, no clean-up code runs
+        launcher.wait(30)
+        deadline = time.monotonic() + 20
+        while not all(_gone(pid) for pid in ranks) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [pid for pid in ranks if not _gone(pid)] == [], "ranks outlived their launcher"
+    finally:
+        launcher.kill()
+        for f in pid_files:  # never leave a rank behind, even when the test fails
+            if f.exists() and f.read_text() and not _gone(int(f.read_text())):
+                os.kill(int(f.read_text()), signal.SIGKILL)
