@@ -57,12 +57,9 @@ class Row:
 
 
 def compare(
-    p: int,
-    m: int,
-    candidates: Sequence[Candidate] = DEFAULT_CANDIDATES,
-    costs: StageCosts | None = None,
+    p: int, m: int, candidates: Sequence[Candidate] = DEFAULT_CANDIDATES, costs: StageCosts | None = None,
     link: Link | None = None,
-) -> list[Row]:
+) -> list[Row]:  # fmt: skip
     """Simulate every candidate at p devices and m micro-batches; `costs` are per device's share
     (scalars; default T_F = T_B = T_W = 1), `link` the same for every stage boundary (default free)."""
     costs = costs if costs is not None else StageCosts(f=1.0, i=1.0, w=1.0)
@@ -74,18 +71,12 @@ def compare(
         except CourseError as err:
             rows.append(Row(c.label, c.schedule, c.virtual, error=str(err)))
             continue
-        rows.append(
-            Row(
-                c.label,
-                c.schedule,
-                c.virtual,
-                makespan=tl.makespan,
-                bubble=tl.bubble_fraction,
-                idle=max(tl.idle(d) for d in range(tl.n_devices)),
-                peak_activations=max(tl.peak_inflight(d) for d in range(tl.n_devices)) / c.virtual,
-                messages=len(tl.transfers),
-            )
-        )
+        devices = range(tl.n_devices)
+        rows.append(Row(
+            c.label, c.schedule, c.virtual, makespan=tl.makespan, bubble=tl.bubble_fraction,
+            idle=max(tl.idle(d) for d in devices), messages=len(tl.transfers),
+            peak_activations=max(tl.peak_inflight(d) for d in devices) / c.virtual,
+        ))  # fmt: skip
     return rows
 
 

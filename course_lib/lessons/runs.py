@@ -48,23 +48,14 @@ class LessonRun:
 
 
 def train_pipeline(
-    schedule: str = "1f1b",
-    stages: int = 4,
-    microbatches: int = 8,
-    steps: int = 20,
-    *,
-    n_layers: int = 80,
-    virtual: int = 1,
-    links: Link | None = None,
-    checkpoint: str = "never",
-    progress: bool = True,
-    **config,
-) -> LessonRun:
+    schedule: str = "1f1b", stages: int = 4, microbatches: int = 8, steps: int = 20, *, n_layers: int = 80,
+    virtual: int = 1, links: Link | None = None, checkpoint: str = "never", progress: bool = True, **config,
+) -> LessonRun:  # fmt: skip
     """Train the toy model with the local engine; other TrainConfig fields may be given by name."""
     cfg = replace(TrainConfig(), n_layers=n_layers, microbatches=microbatches, steps=steps, **config)
     trainer = LocalPipelineTrainer(cfg, schedule, stages, virtual=virtual, checkpoint=checkpoint, links=links)
     result = trainer.train(progress=progress)
-    equal = costs_from([result.timeline], reduce="mean", equal_stages=True)
-    boundary = result.timeline.boundary_bytes
-    simulated = simulate(trainer.schedule, equal, boundary_bytes=boundary, links=trainer.plan.links)
-    return LessonRun(result=result, measured=result.timeline, simulated=simulated)
+    tl = result.timeline
+    equal = costs_from([tl], reduce="mean", equal_stages=True)
+    simulated = simulate(trainer.schedule, equal, boundary_bytes=tl.boundary_bytes, links=trainer.plan.links)
+    return LessonRun(result=result, measured=tl, simulated=simulated)

@@ -30,31 +30,20 @@ from course_lib.timeline import MEASURED_COMPUTE, Timeline
 
 
 def replay(
-    timelines: Sequence[Timeline],
-    schedule: Schedule,
-    links: Link | Sequence[Link] | None = None,
-    boundary_bytes: int | Sequence[int] = 0,
-    skip_warmup: int = 1,
-) -> Timeline:
+    timelines: Sequence[Timeline], schedule: Schedule, links: Link | Sequence[Link] | None = None,
+    boundary_bytes: int | Sequence[int] = 0, skip_warmup: int = 1,
+) -> Timeline:  # fmt: skip
     """Simulate `schedule` with the costs measured in `timelines` (medians per stage, ``costs_from``;
     the first `skip_warmup` left out when there are more); source "measured compute + simulated links"."""
-    use = list(timelines[skip_warmup:]) if len(timelines) > skip_warmup else list(timelines)
-    return simulate(
-        schedule,
-        costs_from(use),
-        boundary_bytes=boundary_bytes,
-        links=links,
-        source=MEASURED_COMPUTE,
-    )
+    costs = costs_from(timelines[skip_warmup:] if len(timelines) > skip_warmup else timelines)
+    return simulate(schedule, costs, boundary_bytes=boundary_bytes, links=links, source=MEASURED_COMPUTE)
 
 
 def torchrun_commands(
-    nproc_per_node: int = 2,
-    nnodes: int = 1,
-    endpoint: str = "HOST0:29500",
+    nproc_per_node: int = 2, nnodes: int = 1, endpoint: str = "HOST0:29500",
     engine_args: str = "--schedule 1f1b --layers 80 --microbatches 8 --steps 20",
     module: str = "course_lib.engines.distributed",
-) -> list[str]:
+) -> list[str]:  # fmt: skip
     """The command to type on each node: one node needs no rendezvous; several use c10d at `endpoint`
     (the first node's address and a free port), the same command everywhere but for --node-rank."""
     for label, value in (("nproc_per_node", nproc_per_node), ("nnodes", nnodes)):

@@ -1,11 +1,9 @@
 """Plain and latency-aware 1F1B over a slow link: measured on real processes, beside the simulation.
 
-Lesson 06 shows two behaviours in the simulator (``course_lib/schedules/latency_aware.py``):
-
-1. plain 1F1B's step grows with the link latency L as ``plain_1f1b_step`` predicts: by
-   2L [(p - 1) + floor((m - 1)(p - 1) / p)], none of it hidden;
-2. 1F1B with ``extra_in_flight`` = ceil(2L / (t_f + t_b)) more micro-batches in flight per link keeps
-   each device's idle time within the flush bound (p - 1)(t_f + t_b) + 2 sum(L).
+Lesson 06 shows two behaviours in the simulator (the formulas: ``course_lib/schedules/latency_aware.py``):
+plain 1F1B's step grows by 2L [(p - 1) + floor((m - 1)(p - 1) / p)] with the link latency L, none of it
+hidden; ceil(2L / (t_f + t_b)) more micro-batches in flight per link keep each device's idle time within
+the flush bound (p - 1)(t_f + t_b) + 2 sum(L).
 
 This module runs both for real: one process per stage (the distributed engine), a link with injected
 latency between them, plain 1F1B at several L and the latency-aware variant with k = 1, 2, ... extra
@@ -25,8 +23,8 @@ Or from the shell: ``python bench/bench_wan.py``.
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field
+from statistics import mean, median
 
 from course_lib.costs import StageCosts, costs_from
 from course_lib.errors import require
@@ -107,18 +105,16 @@ class WanRun:
     # compute at once (no latency) than when they take turns (long latency).
     @property
     def t_f(self) -> float:
-        """Forward per micro-batch, mean over stages (measured in this run)."""
-        return statistics.mean(self.costs.f)
+        return mean(self.costs.f)  # forward per micro-batch, mean over stages
 
     @property
     def t_b(self) -> float:
-        return statistics.mean(self.costs.i)  # 1F1B's backward B runs as one piece: all of it is i
+        return mean(self.costs.i)  # 1F1B's backward B runs as one piece: all of it is i
 
     @property
     def compute_s(self) -> float:
         """(m + p - 1)(t_f + t_b): the step with free links and no overheads."""
-        s = self.schedule
-        return (s.n_microbatches + s.n_devices - 1) * (self.t_f + self.t_b)
+        return plain_1f1b_step(self.schedule.n_devices, self.schedule.n_microbatches, self.t_f, self.t_b, 0.0)
 
     @property
     def latency_part_s(self) -> float:
@@ -127,8 +123,7 @@ class WanRun:
 
     def formula_latency_part_s(self) -> float:
         """2L [(p - 1) + floor((m - 1)(p - 1) / p)]: plain 1F1B's latency part, whatever the costs."""
-        s = self.schedule
-        return plain_1f1b_step(s.n_devices, s.n_microbatches, 0.0, 0.0, self.latency_s)
+        return plain_1f1b_step(self.schedule.n_devices, self.schedule.n_microbatches, 0, 0, self.latency_s)
 
     def bound_s(self, device: int | None = None) -> float:
         """Device `device`'s idle bound with this run's costs (None: the largest over devices).
@@ -149,14 +144,12 @@ class WanRun:
     @property
     def step_s(self) -> float:
         """Median measured makespan (first action to last, all devices)."""
-        return statistics.median(tl.makespan for tl in self.measured)
-
-    def idle_s(self, device: int) -> float:
-        return statistics.median(tl.idle(device) for tl in self.measured)
+        return median(tl.makespan for tl in self.measured)
 
     @property
     def worst_idle_s(self) -> float:
-        return max(self.idle_s(d) for d in range(self.simulated.n_devices))
+        """The largest idle of any device, each the median over the measured steps."""
+        return max(median(tl.idle(d) for tl in self.measured) for d in range(self.schedule.n_devices))
 
     @property
     def simulated_worst_idle_s(self) -> float:
@@ -164,8 +157,7 @@ class WanRun:
 
     @property
     def peak_inflight(self) -> list[int]:
-        tl = self.measured[-1]
-        return [tl.peak_inflight(d) for d in range(tl.n_devices)]
+        return [self.measured[-1].peak_inflight(d) for d in range(self.schedule.n_devices)]
 
 
 @dataclass
@@ -184,16 +176,10 @@ class WanMeasurement:
         return extra_in_flight(self.experiment.aware_latency_s, self.t_f, self.t_b)
 
     def aware_run(self, k: int | None = None) -> WanRun:
-        """The latency-aware run with k extra (default: the needed k); if k did not run, the
-        smallest that did above it, else the largest."""
+        """The run with k extra (default: the needed k); if none, the next k above, else the largest."""
         k = self.needed_extra if k is None else k
         above = [r for r in self.aware if r.extra >= k]
         return min(above, key=lambda r: r.extra) if above else max(self.aware, key=lambda r: r.extra)
-
-    def bound_s(self) -> float:
-        """The flush bound with the costs pooled over all runs (each run's own is ``WanRun.bound_s``)."""
-        e = self.experiment
-        return flush_bound(e.p, self.t_f, self.t_b, [e.aware_latency_s] * (e.p - 1))
 
     def plain_at(self, latency_s: float) -> WanRun:
         return min(self.plain, key=lambda r: abs(r.latency_s - latency_s))
@@ -208,35 +194,31 @@ class WanMeasurement:
             "plain 1F1B: the step's latency part = measured step - (m+p-1)(t_f+t_b) of that run",
             "     L   t_f+t_b   measured  simulated*   latency part: measured  formula*",
         ]
-        for r in self.plain:
-            lines.append(
-                f"{r.latency_s * ms:6.1f} {(r.t_f + r.t_b) * ms:9.1f} {r.step_s * ms:10.1f} "
-                f"{r.simulated.makespan * ms:11.1f} {r.latency_part_s * ms:24.1f} "
-                f"{r.formula_latency_part_s() * ms:8.1f}"
-            )
+        lines += [
+            f"{r.latency_s * ms:6.1f} {(r.t_f + r.t_b) * ms:9.1f} {r.step_s * ms:10.1f} "
+            f"{r.simulated.makespan * ms:11.1f} {r.latency_part_s * ms:24.1f} "
+            f"{r.formula_latency_part_s() * ms:8.1f}"
+            for r in self.plain
+        ]
         lines += [
             "",
             f"latency-aware 1F1B at L = {e.aware_latency_s * ms:.1f} ms: needed k = ceil(2L/(t_f+t_b)) = "
             f"{self.needed_extra}; bound* per run",
             "  k   measured step  simulated*   worst idle: measured  simulated*   bound   peak in flight",
         ]
-        for r in [self.plain_at(e.aware_latency_s), *self.aware]:
-            lines.append(
-                f"{r.extra:3d} {r.step_s * ms:15.1f} {r.simulated.makespan * ms:11.1f} "
-                f"{r.worst_idle_s * ms:22.1f} {r.simulated_worst_idle_s * ms:11.1f} "
-                f"{r.bound_s() * ms:7.1f}   {r.peak_inflight}"
-            )
-        lines.append(
-            "* simulated: the schedule replayed with the op costs measured in that run, links simulated"
-        )
-        lines.append(
-            "* formula: plain 1F1B's latency part 2L[(p-1) + floor((m-1)(p-1)/p)], whatever the costs"
-        )
-        lines.append(
+        lines += [
+            f"{r.extra:3d} {r.step_s * ms:15.1f} {r.simulated.makespan * ms:11.1f} "
+            f"{r.worst_idle_s * ms:22.1f} {r.simulated_worst_idle_s * ms:11.1f} "
+            f"{r.bound_s() * ms:7.1f}   {r.peak_inflight}"
+            for r in [self.plain_at(e.aware_latency_s), *self.aware]
+        ]
+        return "\n".join([
+            *lines,
+            "* simulated: the schedule replayed with the op costs measured in that run, links simulated",
+            "* formula: plain 1F1B's latency part 2L[(p-1) + floor((m-1)(p-1)/p)], whatever the costs",
             "* bound: the flush bound (p-1)(t_f+t_b) + 2 sum(L) with the slowest stage's t_f+t_b, plus"
-            " m x (slowest - own) for a faster device"
-        )
-        return "\n".join(lines)
+            " m x (slowest - own) for a faster device",
+        ])  # fmt: skip
 
     def plot_gantt(self, fig=None):
         """Plain and latency-aware 1F1B at aware_latency_s: measured above simulated, one time axis."""
@@ -266,65 +248,52 @@ class WanMeasurement:
 
         fig = fig or plt.figure(figsize=(11, 3.6))
         left, right = fig.subplots(1, 2)
-        ms = 1e3
+        e, ms = self.experiment, 1e3
         lat = [r.latency_s * ms for r in self.plain]
         left.plot(lat, [r.latency_part_s * ms for r in self.plain], "o", label="measured")
         left.plot(lat, [(r.simulated.makespan - r.compute_s) * ms for r in self.plain], "x",
                   label="simulated (measured costs)")  # fmt: skip
         fine = [x / 20 * max(lat) for x in range(21)]
-        e = self.experiment
         left.plot(fine, [plain_1f1b_step(e.p, e.m, 0, 0, x / ms) * ms for x in fine], "-",
                   label="formula 2L[(p-1)+floor((m-1)(p-1)/p)]")  # fmt: skip
-        left.set_xlabel("one-way link latency L (ms)")
-        left.set_ylabel("step - (m+p-1)(t_f+t_b) (ms)")
+        left.set(xlabel="one-way link latency L (ms)", ylabel="step - (m+p-1)(t_f+t_b) (ms)")
         left.set_title("plain 1F1B: latency is paid, not hidden", fontsize=10)
         left.legend(fontsize=8)
-        runs = [self.plain_at(self.experiment.aware_latency_s), *self.aware]
+        runs = [self.plain_at(e.aware_latency_s), *self.aware]
         ks = [r.extra for r in runs]
         right.plot(ks, [r.worst_idle_s * ms for r in runs], "o-", label="measured")
         right.plot(ks, [r.simulated_worst_idle_s * ms for r in runs], "x", label="simulated (measured costs)")
         right.plot(ks, [r.bound_s() * ms for r in runs], "--", color="0.3", label="flush bound (+ imbalance)")
-        right.axvline(
-            self.needed_extra, linestyle=":", color="0.3", label=f"ceil(2L/(t_f+t_b)) = {self.needed_extra}"
-        )
-        right.set_xlabel("extra micro-batches in flight per link, k (0 = plain 1F1B)")
-        right.set_ylabel("worst device's idle (ms)")
-        right.set_title(
-            f"latency-aware 1F1B at L = {self.experiment.aware_latency_s * ms:.0f} ms", fontsize=10
-        )
+        k = self.needed_extra
+        right.axvline(k, linestyle=":", color="0.3", label=f"ceil(2L/(t_f+t_b)) = {k}")
+        right.set(xlabel="extra micro-batches in flight per link, k (0 = plain 1F1B)",
+                  ylabel="worst device's idle (ms)")  # fmt: skip
+        right.set_title(f"latency-aware 1F1B at L = {e.aware_latency_s * ms:.0f} ms", fontsize=10)
         right.legend(fontsize=8)
         fig.tight_layout()
         return fig
 
 
-def _specs(e: WanExperiment):
-    """Plain 1F1B at each latency, then latency-aware at aware_latency_s for each k."""
-    from course_lib.engines.distributed import make_spec
-
-    cfg = e.config()
-    jobs = [(build_schedule("1f1b", e.p, e.m), lat, 0) for lat in e.latencies_s]
-    jobs += [(latency_aware_1f1b(e.p, e.m, k), e.aware_latency_s, k) for k in e.extra_values()]
-    specs = [
-        make_spec(cfg, sched, links=Link(latency_s=lat) if lat > 0 else None, threads=e.threads,
-                  timeout_s=e.timeout_s, track_memory=False)
-        for sched, lat, _ in jobs
-    ]  # fmt: skip
-    return jobs, specs
+def _link(latency_s: float) -> Link | None:
+    return Link(latency_s=latency_s) if latency_s > 0 else None
 
 
 def run_wan_experiment(e: WanExperiment = WanExperiment(), progress: bool = False) -> WanMeasurement:
-    """Run every job of `e` in one launch of p processes; return the measurements beside the replays."""
-    from course_lib.engines.distributed import launch
+    """Run plain 1F1B at each latency, then latency-aware 1F1B at aware_latency_s for each k, all in one
+    launch of p processes; return the measurements beside the replays."""
+    from course_lib.engines.distributed import launch, make_spec
 
     e.check()
-    jobs, specs = _specs(e)
-    results = launch(specs, progress)
+    jobs = [(build_schedule("1f1b", e.p, e.m), lat, 0) for lat in e.latencies_s]
+    jobs += [(latency_aware_1f1b(e.p, e.m, k), e.aware_latency_s, k) for k in e.extra_values()]
+    cfg = e.config()
+    specs = [make_spec(cfg, s, links=_link(lat), threads=e.threads, timeout_s=e.timeout_s, track_memory=False)
+             for s, lat, _ in jobs]  # fmt: skip
     runs = []
-    for (sched, lat, k), result in zip(jobs, results, strict=True):
+    for (sched, lat, k), result in zip(jobs, launch(specs, progress), strict=True):
         measured = result.timelines[1:]
-        link = Link(latency_s=lat) if lat > 0 else None
-        simulated = replay(measured, sched, links=link, skip_warmup=0)
+        simulated = replay(measured, sched, links=_link(lat), skip_warmup=0)
         runs.append(WanRun(sched, lat, k, measured, simulated, costs_from(measured), list(result.losses)))
     pooled = costs_from([tl for r in runs for tl in r.measured])
     n = len(e.latencies_s)
-    return WanMeasurement(e, runs[:n], runs[n:], statistics.mean(pooled.f), statistics.mean(pooled.i))
+    return WanMeasurement(e, runs[:n], runs[n:], mean(pooled.f), mean(pooled.i))

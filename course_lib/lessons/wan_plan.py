@@ -82,13 +82,6 @@ def _schedule(plan: WanPlan) -> Schedule:
     return build_schedule(plan.schedule, plan.p, plan.m)
 
 
-def stage_memory_bytes(problem: WanProblem, plan: WanPlan) -> list[int]:
-    """Peak activation bytes per stage: micro-batches held x sequences each x blocks x bytes."""
-    per_mb = problem.batch // plan.m
-    held = inflight_per_stage(_schedule(plan))
-    return [held[s] * per_mb * plan.sizes[s] * problem.stash_bytes for s in range(plan.p)]
-
-
 def check_plan(problem: WanProblem, plan: WanPlan) -> list[str]:
     """Everything that makes `plan` impossible, as sentences; [] when it can run."""
     problems = []
@@ -112,17 +105,17 @@ def check_plan(problem: WanProblem, plan: WanPlan) -> list[str]:
     if problems:
         return problems
     try:
-        memory = stage_memory_bytes(problem, plan)
+        held = inflight_per_stage(_schedule(plan))
     except ValueError as err:  # a bad extra_per_link, named by the schedule builder
         return [str(err)]
-    budget = problem.device_budget_bytes
-    for s, need in enumerate(memory):
+    per_mb, budget = problem.batch // plan.m, problem.device_budget_bytes
+    for s, blocks in enumerate(plan.sizes):
+        need = held[s] * per_mb * blocks * problem.stash_bytes  # peak activation bytes of stage s
         if need > budget:
             problems.append(
                 f"stage {s} is out of memory: it holds {need / MiB:.0f} MiB of activations at its peak "
-                f"({inflight_per_stage(_schedule(plan))[s]} micro-batches of {problem.batch // plan.m} "
-                f"sequences x {plan.sizes[s]} blocks x {problem.stash_bytes / MiB:.0f} MiB), budget "
-                f"{budget / MiB:.0f} MiB"
+                f"({held[s]} micro-batches of {per_mb} sequences x {blocks} blocks x "
+                f"{problem.stash_bytes / MiB:.0f} MiB), budget {budget / MiB:.0f} MiB"
             )
     return problems
 

@@ -54,9 +54,7 @@ class Workload:
 
 def tp_allreduces(n_layers: int, t: int, microbatches: int = 1, backward: bool = True) -> int:
     """All-reduces per step: 2 per block forward, 2 backward, per micro-batch; none when t = 1."""
-    if t == 1:
-        return 0
-    return (4 if backward else 2) * n_layers * microbatches
+    return 0 if t == 1 else (4 if backward else 2) * n_layers * microbatches
 
 
 def pp_sends(p: int, microbatches: int = 1, backward: bool = True) -> int:
@@ -69,12 +67,11 @@ def ring_bytes_per_rank(message_bytes: int, t: int) -> float:
     return 2 * (t - 1) / t * message_bytes
 
 
-def pp_log_from_schedule(schedule: Schedule, message_bytes: int, values_per_message: int = 0) -> CommLog:
+def pp_log_from_schedule(schedule: Schedule, message_bytes: int) -> CommLog:
     """One 'send' per message that crosses devices: activations forward, their gradients backward."""
     log = CommLog()
     for msg in messages(schedule):
-        phase = "forward" if msg.direction == FORWARD else "backward"
-        log.add("send", phase, values_per_message, message_bytes)
+        log.add("send", "forward" if msg.direction == FORWARD else "backward", numel=0, nbytes=message_bytes)
     return log
 
 

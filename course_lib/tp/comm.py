@@ -53,9 +53,7 @@ class CommLog:
         self.events.clear()
 
     def count(self, op: str | None = None, phase: str | None = None) -> int:
-        return sum(
-            1 for e in self.events if (op is None or e.op == op) and (phase is None or e.phase == phase)
-        )
+        return sum(1 for e in self.events if op in (None, e.op) and phase in (None, e.phase))
 
     @property
     def nbytes(self) -> int:
@@ -66,13 +64,8 @@ class CommLog:
         return dict(Counter(e.nbytes for e in self.events))
 
     def summary(self) -> dict[str, object]:
-        keys = Counter(f"{e.op}/{e.phase}" for e in self.events)
-        return {
-            **dict(sorted(keys.items())),
-            "messages": len(self.events),
-            "bytes": self.nbytes,
-            "sizes": self.sizes(),
-        }
+        counts = dict(sorted(Counter(f"{e.op}/{e.phase}" for e in self.events).items()))
+        return {**counts, "messages": len(self.events), "bytes": self.nbytes, "sizes": self.sizes()}
 
 
 # --- simulated: t shards in one process ------------------------------------------------------------

@@ -23,7 +23,7 @@ TP's slope is 8(t-1)*L*m (train), PP's is 2(p-1).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -53,7 +53,6 @@ class Scenario:
     bandwidth_Bps: float
     microbatches: int = 1
     decode: bool = False  # forward only (one generated token): 2 all-reduces per layer, not 4
-    forward_share: float = 1 / 3  # forward's part of forward+backward (backward is about twice forward)
 
     def __post_init__(self) -> None:
         require(self.devices >= 2, f"devices must be >= 2 to compare TP with PP, got {self.devices}")
@@ -79,16 +78,8 @@ class Scenario:
     def h200_70b_decode(cls, devices: int = 8) -> Scenario:
         """One generated token, TP=8: about 42 us of weight streaming per layer per GPU (assumed), so
         42 us * 8 for the unsplit layer; the message is one token's activations, h=8192 bf16 values."""
-        return cls(
-            "70B-class decode (one token), H200",
-            80,
-            devices,
-            42e-6 * devices,
-            8192 * 2,
-            376e9,
-            1,
-            decode=True,
-        )
+        name = "70B-class decode (one token), H200"
+        return cls(name, 80, devices, 42e-6 * devices, 8192 * 2, 376e9, decode=True)
 
 
 @dataclass(frozen=True)
@@ -148,18 +139,9 @@ def sweep(sc: Scenario, alphas_s: np.ndarray | None = None) -> Sweep:
     tp = [tp_step(sc, a) for a in alphas]
     pp = [pp_step(sc, a) for a in alphas]
     return Sweep(
-        sc,
-        alphas,
-        np.array([c.total_s for c in tp]),
-        np.array([c.total_s for c in pp]),
-        np.array([c.wait_share for c in tp]),
-        np.array([c.wait_share for c in pp]),
-        crossover_latency(sc),
-    )
-
-
-def with_devices(sc: Scenario, devices: int) -> Scenario:
-    return replace(sc, devices=devices)
+        sc, alphas, np.array([c.total_s for c in tp]), np.array([c.total_s for c in pp]),
+        np.array([c.wait_share for c in tp]), np.array([c.wait_share for c in pp]), crossover_latency(sc),
+    )  # fmt: skip
 
 
 def describe(sw: Sweep) -> str:
@@ -176,12 +158,6 @@ def describe(sw: Sweep) -> str:
             f"{pp.total_s * 1e3:>10.3f}ms {pp.wait_share:>8.1%}"
         )
     x = sw.crossover_s
-    lines.append(
-        "crossover: "
-        + (
-            f"PP's step is shorter above {x * 1e6:.2f} us per hop"
-            if x
-            else "none: one scheme is faster at every latency"
-        )
-    )
+    lines.append(f"crossover: PP's step is shorter above {x * 1e6:.2f} us per hop" if x else
+                 "crossover: none: one scheme is faster at every latency")  # fmt: skip
     return "\n".join(lines)

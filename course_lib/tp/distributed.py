@@ -30,7 +30,7 @@ from course_lib.engines.launch import RankContext, spawn
 from course_lib.errors import require
 from course_lib.model import Block, ModelConfig, build_model
 from course_lib.reference import accumulate_gradients
-from course_lib.tp.comm import CommEvent, CommLog, DistComm, copy_to_ranks, reduce_from_ranks
+from course_lib.tp.comm import CommLog, DistComm, copy_to_ranks, reduce_from_ranks
 from course_lib.tp.shard import assemble_gradients, check_divisible, shard_block
 
 
@@ -93,10 +93,6 @@ class TPRunResult:
     logs_agree: bool = True  # every rank issued the same collectives
 
 
-def _events(log: CommLog) -> list[tuple]:
-    return [(e.op, e.phase, e.numel, e.nbytes) for e in log.events]
-
-
 def _timed_steps(model: RankModel, job: TPJob, comm: DistComm, device: torch.device) -> dict[float, list]:
     """Step times on this rank for each injected latency; a barrier lines the ranks up before each."""
     x, y = job.x.to(device), job.y.to(device)
@@ -125,18 +121,14 @@ def _rank(ctx: RankContext, job: TPJob) -> dict:
     comm = DistComm(job.t)
     model = RankModel(job.cfg, job.t, ctx.rank, job.seed, comm).to(ctx.device)
     loss = accumulate_gradients(model, job.x.to(ctx.device), job.y.to(ctx.device), job.microbatches)
-    step = _events(comm.log)
+    step = list(comm.log.events)
     grads = {n: p.grad.detach().cpu() for n, p in model.named_parameters()}
     comm.log.clear()
     with torch.no_grad():
         model(job.x[:1, : job.prompt_len].to(ctx.device))  # logits of the next token
-    token = _events(comm.log)
+    token = list(comm.log.events)
     timings = _timed_steps(model, job, comm, ctx.device)
     return {"loss": loss, "grads": grads, "step": step, "token": token, "timings": timings}
-
-
-def _log(events: list[tuple]) -> CommLog:
-    return CommLog([CommEvent(*e) for e in events])
 
 
 def choose_backend(t: int, backend: str = "auto") -> str:
@@ -164,22 +156,17 @@ def run_tensor_parallel(
     """Spawn t ranks, run one training step (plus timed steps for each alpha), gather everything.
     A rank that fails raises DistributedError naming it; `timeout_s` bounds every wait for a peer."""
     check_divisible(cfg, t)
-    require(timeout_s > 0, f"timeout_s must be > 0, got {timeout_s}")
     job = TPJob(
         cfg, t, x, y, microbatches, seed, choose_backend(t, backend), tuple(alphas_s), repeats,
         prompt_len=prompt_len,
     )  # fmt: skip
     got = spawn(_rank, t, (job,), backend=job.backend, timeout_s=timeout_s)
+    first = got[0]  # rank 0's logs and times; every rank's gradient slices, glued into full tensors
     return TPRunResult(
-        t=t,
-        backend=job.backend,
-        loss=got[0]["loss"],
-        gradients=assemble_gradients([got[r]["grads"] for r in range(t)]),
-        step_log=_log(got[0]["step"]),
-        token_log=_log(got[0]["token"]),
-        timings={a: got[0]["timings"][a] for a in job.alphas_s},
-        logs_agree=all(g["step"] == got[0]["step"] and g["token"] == got[0]["token"] for g in got),
-    )
+        t=t, backend=job.backend, loss=first["loss"], gradients=assemble_gradients([g["grads"] for g in got]),
+        step_log=CommLog(first["step"]), token_log=CommLog(first["token"]), timings=first["timings"],
+        logs_agree=all(g["step"] == first["step"] and g["token"] == first["token"] for g in got),
+    )  # fmt: skip
 
 
 def noise(times: list[float]) -> float:

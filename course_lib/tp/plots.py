@@ -12,6 +12,7 @@ import numpy as np
 
 from course_lib.errors import require
 from course_lib.tp.cost import Sweep
+from course_lib.tp.distributed import noise
 
 
 def plot_sweep(sw: Sweep, marker_s: float | None = None, ax_pair=None):
@@ -26,13 +27,8 @@ def plot_sweep(sw: Sweep, marker_s: float | None = None, ax_pair=None):
     right.semilogx(us, 100 * sw.pp_wait, label="PP: bubble + hops")
     for ax in ax_pair:
         if sw.crossover_s:
-            ax.axvline(
-                sw.crossover_s * 1e6,
-                color="0.4",
-                ls="--",
-                lw=1,
-                label=f"crossover {sw.crossover_s * 1e6:.3g} us",
-            )
+            x = sw.crossover_s * 1e6
+            ax.axvline(x, color="0.4", ls="--", lw=1, label=f"crossover {x:.3g} us")
         if marker_s is not None:
             ax.axvline(marker_s * 1e6, color="black", ls=":", lw=1.5, label=f"you: {marker_s * 1e6:.3g} us")
         ax.set_xlabel("per-hop link latency alpha (us)")
@@ -45,15 +41,8 @@ def plot_sweep(sw: Sweep, marker_s: float | None = None, ax_pair=None):
     return ax_pair
 
 
-def plot_measured(
-    alphas_s,
-    times_by_alpha: dict,
-    baseline_s: float,
-    slope: float,
-    label: str = "TP",
-    stat: str = "median",
-    ax=None,
-):
+def plot_measured(alphas_s, times_by_alpha: dict, baseline_s: float, slope: float, label: str = "TP",
+                  stat: str = "median", ax=None):  # fmt: skip
     """Measured step times against the model line ``baseline + slope * alpha``.
 
     `slope`: seconds of step time per second of per-hop latency, 2(t-1) * (all-reduces per step) for TP,
@@ -67,23 +56,15 @@ def plot_measured(
     pick = np.median if stat == "median" else np.min
     alphas = np.asarray(alphas_s, float)
     value = np.array([pick(times_by_alpha[a]) for a in alphas_s])
-    std = np.array([np.std(times_by_alpha[a], ddof=1) if len(times_by_alpha[a]) > 1 else 0 for a in alphas_s])
+    std = np.array([noise(times_by_alpha[a]) for a in alphas_s])
     grid = np.logspace(np.log10(alphas[alphas > 0].min() / 2), np.log10(alphas.max() * 2), 50)
     (line,) = ax.plot(grid * 1e6, 1e3 * (baseline_s + slope * grid), label=f"{label}: model")
     shown = alphas > 0
     ax.errorbar(
-        alphas[shown] * 1e6,
-        value[shown] * 1e3,
-        yerr=std[shown] * 1e3,
-        fmt="o",
-        capsize=3,
-        color=line.get_color(),
-        label=f"{label}: measured ({stat}, +-1 std)",
-    )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("injected per-hop latency alpha (us)")
-    ax.set_ylabel("step time (ms)")
+        alphas[shown] * 1e6, value[shown] * 1e3, yerr=std[shown] * 1e3, fmt="o", capsize=3,
+        color=line.get_color(), label=f"{label}: measured ({stat}, +-1 std)",
+    )  # fmt: skip
+    ax.set(xscale="log", yscale="log", xlabel="injected per-hop latency alpha (us)", ylabel="step time (ms)")
     ax.set_title(
         "real multi-process runs with injected latency\nsource: measured (points), model (lines)", fontsize=9
     )

@@ -59,20 +59,11 @@ class PipelineDashboard(widgets.VBox):
     link_dropdown), the chart is ``image`` (PNG), the figures ``summary`` (HTML) and ``summary_text``."""
 
     def __init__(
-        self,
-        schedule: str = "1f1b",
-        p: int = 4,
-        m: int = 8,
-        v: int = 2,
-        link: str = "free",
-        costs: StageCosts | None = None,
-        boundary_bytes: int = 64 * 2**20,
-        max_p: int = 16,
-        max_m: int = 64,
-        links: dict[str, Link] | None = None,
-        extra_controls: Sequence[widgets.Widget] = (),
+        self, schedule: str = "1f1b", p: int = 4, m: int = 8, v: int = 2, link: str = "free",
+        costs: StageCosts | None = None, boundary_bytes: int = 64 * 2**20, max_p: int = 16, max_m: int = 64,
+        links: dict[str, Link] | None = None, extra_controls: Sequence[widgets.Widget] = (),
         on_train: Callable[[DashboardConfig], Timeline | None] | None = None,
-    ):
+    ):  # fmt: skip
         # default costs: 20 ms for each of F, I (input grad), W per device's share of the model,
         # so that link presets from NVLink to an ocean show their real weight
         self.costs = costs if costs is not None else StageCosts(f=0.02, i=0.02, w=0.02)
@@ -86,26 +77,19 @@ class PipelineDashboard(widgets.VBox):
         self.schedule_dropdown = widgets.Dropdown(
             options=list(SCHEDULES), value=resolve_name(schedule), description="schedule", style=style
         )
-        self.p_slider = widgets.IntSlider(
-            value=p, min=1, max=max_p, description="p (devices)", continuous_update=False, style=style
-        )
-        self.m_slider = widgets.IntSlider(
-            value=m, min=1, max=max_m, description="m (micro-batches)", continuous_update=False, style=style
-        )
-        self.v_slider = widgets.IntSlider(
-            value=v, min=1, max=4, description="v (stages per device)", continuous_update=False, style=style
-        )
+        slider = dict(min=1, continuous_update=False, style=style)
+        self.p_slider = widgets.IntSlider(value=p, max=max_p, description="p (devices)", **slider)
+        self.m_slider = widgets.IntSlider(value=m, max=max_m, description="m (micro-batches)", **slider)
+        self.v_slider = widgets.IntSlider(value=v, max=4, description="v (stages per device)", **slider)
         self.link_dropdown = widgets.Dropdown(
-            options=list(self.links),
-            value=link if link in self.links else next(iter(self.links)),
-            description="link",
-            style=style,
-        )
+            options=list(self.links), value=link if link in self.links else next(iter(self.links)),
+            description="link", style=style,
+        )  # fmt: skip
         self.image = widgets.Image(format="png")
         self.summary = widgets.HTML()
         self.output = widgets.Output()  # for messages from extra controls / on_train
-        controls = [self.schedule_dropdown, self.p_slider, self.m_slider, self.v_slider, self.link_dropdown]
-        controls += list(extra_controls)
+        own = [self.schedule_dropdown, self.p_slider, self.m_slider, self.v_slider, self.link_dropdown]
+        controls = own + list(extra_controls)
         self.train_button = None
         if on_train is not None:
             self.train_button = widgets.Button(description="train for real", button_style="success")
@@ -114,13 +98,7 @@ class PipelineDashboard(widgets.VBox):
         super().__init__(
             [widgets.HBox(controls[:3]), widgets.HBox(controls[3:]), self.image, self.summary, self.output]
         )
-        for control in (
-            self.schedule_dropdown,
-            self.p_slider,
-            self.m_slider,
-            self.v_slider,
-            self.link_dropdown,
-        ):
+        for control in own:
             control.observe(lambda _change: self.redraw(), names="value")
         self.redraw()
 
@@ -130,15 +108,9 @@ class PipelineDashboard(widgets.VBox):
         v = self.v_slider.value if SCHEDULES[name].uses_virtual else 1
         link_name = self.link_dropdown.value
         return DashboardConfig(
-            name,
-            self.p_slider.value,
-            self.m_slider.value,
-            v,
-            link_name,
-            self.links[link_name],
-            self.costs,
+            name, self.p_slider.value, self.m_slider.value, v, link_name, self.links[link_name], self.costs,
             self.boundary_bytes,
-        )
+        )  # fmt: skip
 
     def simulate(self) -> Timeline:
         """Simulate what the controls say (per-stage costs are 1/v of a device's share)."""
@@ -201,7 +173,7 @@ class PipelineDashboard(widgets.VBox):
     def _train(self) -> None:
         # The engines' hook: run for real, then draw what came back (its source says "measured").
         try:
-            result = self.on_train(self.config()) if self.on_train else None
+            result = self.on_train(self.config())
         except Exception as err:  # noqa: BLE001
             self._show_problem(err)
             return

@@ -48,42 +48,28 @@ def link_rows(
     rows = []
     for i, link in enumerate(placement_links(sites, route_factor, bandwidth_Bps)):
         a, b = site(sites[i]), site(sites[i + 1])
-        rows.append(
-            {
-                "link": f"stage {i} -> {i + 1}",
-                "from": a.name,
-                "to": b.name,
-                "km": distance_km(a, b),
-                "latency_ms": link.latency_s * 1e3,
-                "bandwidth_Gbps": link.bandwidth_Bps / Gbit,
-                "transfer_ms": link.transfer_time(nbytes) * 1e3,
-            }
-        )
+        rows.append({
+            "link": f"stage {i} -> {i + 1}", "from": a.name, "to": b.name, "km": distance_km(a, b),
+            "latency_ms": link.latency_s * 1e3, "bandwidth_Gbps": link.bandwidth_Bps / Gbit,
+            "transfer_ms": link.transfer_time(nbytes) * 1e3,
+        })  # fmt: skip
     return rows
 
 
 def simulate_placement(
-    sites: Sequence[str],
-    microbatches: int = 8,
-    t_f: float = 0.01,
-    t_b: float = 0.02,
-    schedule: str = "1f1b",
-    route_factor: float = 1.0,
-    bandwidth_Bps: float = 100 * Gbit,
-    nbytes: int = 0,
-) -> Timeline:
+    sites: Sequence[str], microbatches: int = 8, t_f: float = 0.01, t_b: float = 0.02, schedule: str = "1f1b",
+    route_factor: float = 1.0, bandwidth_Bps: float = 100 * Gbit, nbytes: int = 0,
+) -> Timeline:  # fmt: skip
     """Simulate one training step with stage s at sites[s]. `schedule`: '1f1b' or
     'latency-aware-1f1b' (extra micro-batches per link from extra_in_flight)."""
     require(schedule in SCHEDULE_CHOICES, f"unknown schedule {schedule!r}; choose one of {SCHEDULE_CHOICES}")
     require(t_f > 0 and t_b > 0, f"compute times must be > 0 seconds, got t_f={t_f!r}, t_b={t_b!r}")
     links = placement_links(sites, route_factor, bandwidth_Bps)
-    p = len(sites)
     if schedule == "1f1b":
-        sched = build_schedule("1f1b", p, microbatches)
+        sched = build_schedule("1f1b", len(sites), microbatches)
     else:
-        sched = latency_aware_1f1b(
-            p, microbatches, [extra_in_flight(link, t_f, t_b, nbytes) for link in links]
-        )
+        extras = [extra_in_flight(link, t_f, t_b, nbytes) for link in links]
+        sched = latency_aware_1f1b(len(sites), microbatches, extras)
     return simulate(sched, StageCosts.fused(f=t_f, b=t_b), boundary_bytes=nbytes, links=links or None)
 
 
@@ -98,11 +84,9 @@ def _rows_html(rows: list[dict[str, object]]) -> str:
 
 
 def latency_map(
-    sites: Sequence[str] = ("Ashburn VA", "Dublin", "Frankfurt", "Singapore"),
-    microbatches: int = 8,
-    t_f: float = 0.01,
-    t_b: float = 0.02,
-):
+    sites: Sequence[str] = ("Ashburn VA", "Dublin", "Frankfurt", "Singapore"), microbatches: int = 8,
+    t_f: float = 0.01, t_b: float = 0.02,
+):  # fmt: skip
     """The widget: a dropdown per stage, route factor, schedule and m; shows the links and the
     simulated Gantt chart. Bad input prints a message, never a traceback."""
     import ipywidgets as w
@@ -112,7 +96,7 @@ def latency_map(
     from course_lib.plots import plot_timeline
 
     names = list(load_sites())
-    stage_boxes = [w.Dropdown(options=names, value=s, description=f"stage {i}") for i, s in enumerate(sites)]
+    stages = [w.Dropdown(options=names, value=s, description=f"stage {i}") for i, s in enumerate(sites)]
     route = w.FloatSlider(value=1.0, min=1.0, max=3.0, step=0.1, description="route factor")
     sched = w.ToggleButtons(options=SCHEDULE_CHOICES, value="1f1b", description="schedule")
     m_box = w.IntSlider(value=microbatches, min=1, max=64, description="m")
@@ -124,7 +108,7 @@ def latency_map(
         out.clear_output(wait=True)
         with out:
             try:
-                chosen = [b.value for b in stage_boxes]
+                chosen = [b.value for b in stages]
                 tf, tb = tf_box.value / 1e3, tb_box.value / 1e3
                 require(math.isfinite(tf) and math.isfinite(tb), "t_f and t_b must be numbers")
                 tl = simulate_placement(chosen, m_box.value, tf, tb, sched.value, route.value)
@@ -144,9 +128,7 @@ def latency_map(
             except CourseError as err:
                 print(f"cannot simulate this placement: {err}")
 
-    for box in (*stage_boxes, route, sched, m_box, tf_box, tb_box):
+    for box in (*stages, route, sched, m_box, tf_box, tb_box):
         box.observe(redraw, names="value")
     redraw()
-    return w.VBox(
-        [w.HBox(stage_boxes[:2]), w.HBox(stage_boxes[2:]), route, sched, m_box, tf_box, tb_box, out]
-    )
+    return w.VBox([w.HBox(stages[:2]), w.HBox(stages[2:]), route, sched, m_box, tf_box, tb_box, out])

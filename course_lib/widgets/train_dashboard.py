@@ -84,6 +84,7 @@ class TrainingDashboard(PipelineDashboard):
         super().__init__(on_train=self._train_for_real, **kwargs)
 
     def _train_for_real(self, c: DashboardConfig) -> None:
+        import matplotlib.pyplot as plt
         from IPython.display import clear_output, display
 
         s = self.settings
@@ -93,44 +94,28 @@ class TrainingDashboard(PipelineDashboard):
                 clear_output(wait=True)
                 try:
                     run = train_pipeline(
-                        c.schedule,
-                        c.p,
-                        c.m,
-                        steps=s.steps,
-                        n_layers=s.n_layers,
-                        virtual=c.v,
-                        links=c.link,
-                        batch_size=c.m * s.samples_per_microbatch,
-                        seq_len=s.seq_len,
-                        eval_batches=1,
+                        c.schedule, c.p, c.m, steps=s.steps, n_layers=s.n_layers, virtual=c.v, links=c.link,
+                        batch_size=c.m * s.samples_per_microbatch, seq_len=s.seq_len, eval_batches=1,
                         device=s.device,
-                    )
+                    )  # fmt: skip
                 except CourseError as err:
                     self.train_text = f"cannot train this combination: {err}"
                     print(self.train_text)
-                    return None
+                    return
                 self.last_run = run
                 self.train_text = run_summary(run, c)
                 print(self.train_text)
                 fig = run.plot()
                 display(fig)
-                import matplotlib.pyplot as plt
-
                 plt.close(fig)  # shown once, inside the box; not again at the end of the cell
         finally:
             self.train_button.disabled = False
-        return None
 
 
 def training_dashboard(
-    schedule: str = "1f1b",
-    p: int = 4,
-    m: int = 8,
-    v: int = 2,
-    settings: TrainSettings | None = None,
-    run: LessonRun | None = None,
-    **kwargs,
-) -> TrainingDashboard:
+    schedule: str = "1f1b", p: int = 4, m: int = 8, v: int = 2, settings: TrainSettings | None = None,
+    run: LessonRun | None = None, **kwargs,
+) -> TrainingDashboard:  # fmt: skip
     """Build the dashboard; `run` (a lesson's real run) sets the sliders' costs to its measured mean
     over every stage, so the simulated chart is in this machine's milliseconds. Other keywords go to
     PipelineDashboard."""
