@@ -21,7 +21,7 @@ Try it::
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -30,9 +30,6 @@ class Kind(StrEnum):
     B = "B"  # full backward: input grad + weight grad
     I = "I"  # noqa: E741  backward, input grad only (Zero Bubble's "B")
     W = "W"  # backward, weight grad only (Zero Bubble's "W")
-
-    def __str__(self) -> str:
-        return self.value
 
 
 _ACTION_RE = re.compile(r"^\s*(\d+)\s*([FBIW])\s*(\d+)\s*$")
@@ -77,7 +74,6 @@ class Schedule:
     orders: list[list[Action]]
     stage_to_device: list[int]
     split_backward: bool = False
-    notes: dict[str, object] = field(default_factory=dict)
 
     @property
     def n_devices(self) -> int:
