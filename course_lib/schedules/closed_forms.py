@@ -55,12 +55,7 @@ class Case:
 
     @classmethod
     def of(
-        cls,
-        p: int,
-        m: int,
-        v: int = 1,
-        costs: StageCosts | None = None,
-        link: Link | None = None,
+        cls, p: int, m: int, v: int = 1, costs: StageCosts | None = None, link: Link | None = None,
         nbytes: int = 0,
     ) -> Case:
         """The case a simulation is in: stage `costs` (None: 1 each; a mean where stages differ, with
@@ -115,12 +110,8 @@ def gpipe_bubble(p: int, m: int, v: int = 1, convention: str = "gpipe") -> float
 def _bubble(text: str, value, holds, where: str, source: str, megatron_text: str) -> ClosedForm:
     # every bubble formula assumes equal stage costs and free links, on top of its own range
     return ClosedForm(
-        text,
-        value,
-        lambda c: c.equal_stages and c.free_links and holds(c),
-        f"{where}; equal stage costs, free links",
-        source,
-        megatron_text,
+        text, value, lambda c: c.equal_stages and c.free_links and holds(c),
+        f"{where}; equal stage costs, free links", source, megatron_text,
     )
 
 
