@@ -69,10 +69,9 @@ def add_pipeline_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGro
         "--checkpoint", help=f"activation checkpointing: {', '.join(CHECKPOINT_MODES)} (default never)"
     )
     group.add_argument(
-        "--timeout",
-        type=float,
+        "--timeout", type=float,
         help="distributed engine: seconds before a silent peer is an error (default 60)",
-    )
+    )  # fmt: skip
     return group
 
 

@@ -26,10 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--microbatches", type=int, help="M: micro-batches per step")
     parser.add_argument(
-        "--virtual",
-        type=int,
-        default=None,
-        help="V: stages per device (interleaved only; default 2 there, else 1)",
+        "--virtual", type=int, help="V: stages per device (interleaved only; default 2 there, else 1)"
     )
     parser.add_argument("--format", choices=("text", "torch-csv"), default="text", help="output format")
     parser.add_argument(

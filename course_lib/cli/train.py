@@ -31,7 +31,7 @@ import torch
 from course_lib.cli import flags
 from course_lib.cli.flags import PipelineFlags
 from course_lib.errors import require
-from course_lib.reference import TrainConfig, train
+from course_lib.reference import TrainConfig, max_grad_diff, reference_gradients, train
 
 ENGINES = ("reference", "local", "distributed")
 PIPELINE_ENGINES = ("local", "distributed")
@@ -97,14 +97,7 @@ def _run_distributed(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Names
         replace(cfg, steps=1), pipe.schedule, pipe.stages, return_grads=True, **options
     )
     probe_result, result = distributed.launch([probe, spec], progress)
-    return result, result.timeline, _grad_diff_vs_reference(cfg, probe_result.grads)
-
-
-def _grad_diff_vs_reference(cfg: TrainConfig, grads: dict) -> float:
-    """Largest difference between `grads` (one step, first batch) and the reference trainer's."""
-    from course_lib.reference import max_grad_diff, reference_gradients
-
-    return max_grad_diff(grads, reference_gradients(cfg)[1])
+    return result, result.timeline, max_grad_diff(probe_result.grads, reference_gradients(cfg)[1])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -142,11 +135,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_summary(cfg: TrainConfig, args, out: dict, timeline, diff: float | None) -> None:
     losses = out["losses"]
-    line = (
+    print(
         f"trained {cfg.n_layers} layers ({out.get('n_params', 0):,} parameters) for {cfg.steps} steps, "
         f"{cfg.microbatches} micro-batches per batch, engine {args.engine}"
     )
-    print(line)
     if "val_loss_start" in out and out.get("val_loss_end") is not None:
         drop = 1 - out["val_loss_end"] / out["val_loss_start"]
         print(f"held-out loss {out['val_loss_start']:.3f} -> {out['val_loss_end']:.3f} ({drop:.0%} lower)")
@@ -156,8 +148,7 @@ def _print_summary(cfg: TrainConfig, args, out: dict, timeline, diff: float | No
     if timeline is not None:
         print(
             f"schedule {timeline.schedule_name}, {timeline.n_devices} devices: "
-            f"bubble {timeline.bubble_fraction:.1%} "
-            f"of the step ({timeline.source})"
+            f"bubble {timeline.bubble_fraction:.1%} of the step ({timeline.source})"
         )
     if diff is not None:
         print(f"largest gradient difference against the reference trainer: {diff:.2e}")
