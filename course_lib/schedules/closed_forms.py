@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from course_lib.errors import require
@@ -150,10 +150,9 @@ ZB_H1_BUBBLE = _bubble(
     "(their B is our I), for m >= p; the condition on W found with the simulator",
     megatron_text="(p-1)(F+I-W) / [m(F+I+W)]",
 )
-LATENCY_AWARE_BUBBLE = _bubble(
-    "(p-1)/(m+p-1)", lambda c: gpipe_bubble(c.p, c.m), _always, "any m",
+LATENCY_AWARE_BUBBLE = replace(
+    FLUSH_BUBBLE,
     source="this course's simulator: with free links the deeper warm-up leaves 1F1B's bubble as it is",
-    megatron_text="(p-1)/m",
 )
 
 NAIVE_PEAK = ClosedForm("1", lambda c: 1, _always, "any p, m", source="one micro-batch at a time")
@@ -161,8 +160,8 @@ GPIPE_PEAK = ClosedForm("m", lambda c: c.m, _always, "any p, m", source=f"{MEGAT
 ONE_F_ONE_B_PEAK = ClosedForm(
     "min(p, m)", lambda c: min(c.p, c.m), _always, "any p, m", source=f"{MEGATRON} sec 2.2.1"
 )
-ZB_H1_PEAK = ClosedForm(
-    "min(p, m)", lambda c: min(c.p, c.m), _always, "any p, m",
+ZB_H1_PEAK = replace(
+    ONE_F_ONE_B_PEAK,
     source="arXiv 2401.10241 sec 2.1 and Table 2: at most 1F1B's p micro-batches (each held until its W)",
 )
 INTERLEAVED_PEAK = ClosedForm(

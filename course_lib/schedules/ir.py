@@ -5,12 +5,8 @@ work* and *which micro-batch*, written the way torch.distributed.pipelining writ
 stage 2, forward, micro-batch 0. The simulator, both engines, the plots and the assignments all read
 this one representation.
 
-Kinds of work (the same letters PyTorch uses):
-
-- ``F``: forward of one micro-batch through one stage.
-- ``B``: full backward (input gradient and weight gradient together).
-- ``I``: backward for the input gradient only (what the Zero Bubble paper calls "B").
-- ``W``: backward for the weight gradient only (needs the matching ``I`` first).
+Kinds of work use PyTorch's letters: ``F`` forward, ``B`` full backward, or ``I`` + ``W`` when a
+schedule splits backward into the input gradient and the weight gradient (see :class:`Kind`).
 
 Try it::
 
@@ -100,8 +96,7 @@ class Schedule:
             f"device {d:>{width}}: " + " ".join(str(a) for a in order) for d, order in enumerate(self.orders)
         )
 
-    def __str__(self) -> str:
-        return self.to_text()
+    __str__ = to_text
 
 
 def loop_placement(n_stages: int, n_devices: int) -> list[int]:
@@ -123,12 +118,8 @@ def producer_of(action: Action, n_stages: int, split_backward: bool) -> Action |
 
 
 def dependencies(action: Action, n_stages: int, split_backward: bool) -> list[Action]:
-    """The actions that must finish before `action` may start.
-
-    Data flows forward through stages and gradients flow backward:
-    ``F(s, m)`` needs ``F(s-1, m)``; a backward of stage s needs its own forward and the input
-    gradient from stage s+1; ``W(s, m)`` needs ``I(s, m)``.
-    """
+    """The actions that must finish before `action` may start: its producer on the stage before
+    (forward) or after (backward), a backward's own forward, and W's I."""
     s, m = action.stage, action.microbatch
     if action.kind is Kind.W:
         return [Action(s, Kind.I, m)]
