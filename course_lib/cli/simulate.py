@@ -81,12 +81,9 @@ def _simulate(args: argparse.Namespace) -> tuple[Timeline, dict[str, object], Sc
 def _closed_form(form: ClosedForm, case: Case) -> dict[str, object]:
     """The registry's formula at this run: its value where it holds here (else null), and its range."""
     return {
-        "formula": form.text,
-        "holds_here": form.holds(case),
-        "value": form.at(case),
-        "holds_for": form.where,
-        "source": form.source,
-    }
+        "formula": form.text, "holds_here": form.holds(case), "value": form.at(case),
+        "holds_for": form.where, "source": form.source,
+    }  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,8 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
         save_timeline_png(tl, args.gantt, show_transfers=args.transfers)
     if args.json:
-        out = tl.summary()
-        out.update(setup)
+        out = tl.summary() | setup
         if math.isinf(args.bandwidth):
             out["link"]["bandwidth_Bps"] = None  # JSON has no infinity; null = unlimited
         print(json.dumps(out, indent=2))

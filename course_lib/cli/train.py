@@ -93,9 +93,8 @@ def _run_distributed(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Names
         result = distributed.launch([spec], progress)[0]
         return result, result.timeline, None
     # the gradient check is one more step from the same weights: run it in the same spawn of ranks
-    probe = distributed.make_spec(
-        replace(cfg, steps=1), pipe.schedule, pipe.stages, return_grads=True, **options
-    )
+    one_step = replace(cfg, steps=1)
+    probe = distributed.make_spec(one_step, pipe.schedule, pipe.stages, return_grads=True, **options)
     probe_result, result = distributed.launch([probe, spec], progress)
     return result, result.timeline, max_grad_diff(probe_result.grads, reference_gradients(cfg)[1])
 
