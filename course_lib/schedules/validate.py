@@ -189,33 +189,24 @@ def _deadlock(schedule: Schedule, keyed: list[list[Key]]) -> list[str]:
         for need in dependencies(action, schedule.n_stages, schedule.split_backward):
             if _key(need) in done:
                 continue
-            if need not in runner:
+            other = runner.get(need)
+            if other is None:
                 reasons.append(f"it needs {describe(need)}, which no device runs")
                 continue
-            other = runner[need]
             waits_on[device] = other
             blocker = schedule.orders[other][position[other]]
             if other == device:
-                reasons.append(
-                    f"it needs {describe(need)}, which this same device runs only later in its order"
-                )
+                why = "this same device runs only later in its order"
             elif blocker == need:
-                reasons.append(
-                    f"it needs {describe(need)}, which device {other} cannot run yet either "
-                    f"(see device {other})"
-                )
+                why = f"device {other} cannot run yet either (see device {other})"
             else:
-                reasons.append(
-                    f"it needs {describe(need)}, which device {other} runs only after {blocker}, "
-                    f"where device {other} is stuck"
-                )
+                why = f"device {other} runs only after {blocker}, where device {other} is stuck"
+            reasons.append(f"it needs {describe(need)}, which {why}")
         problems.append(f"deadlock: device {device} is stuck at {action}: " + "; ".join(reasons))
-    cycle = _find_cycle(waits_on)
-    if cycle:
+    if cycle := _find_cycle(waits_on):
+        circle = " -> ".join(f"device {d}" for d in cycle)
         problems.append(
-            "deadlock: devices wait on each other in a circle: "
-            + " -> ".join(f"device {d}" for d in cycle)
-            + "; none of them can ever move"
+            f"deadlock: devices wait on each other in a circle: {circle}; none of them can ever move"
         )
     return problems
 
