@@ -74,8 +74,7 @@ def _run_local(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Namespace, 
     options = dict(virtual=pipe.virtual, checkpoint=pipe.checkpoint, links=pipe.links)
     trainer = LocalPipelineTrainer(cfg, pipe.schedule, pipe.stages, **options)  # checks everything first
     diff = trainer.max_grad_diff_vs_reference() if args.check_reference else None
-    result = trainer.train(progress=progress)
-    return result, result.timeline, diff
+    return trainer.train(progress=progress), diff
 
 
 def _run_distributed(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Namespace, progress: bool):
@@ -90,13 +89,12 @@ def _run_distributed(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Names
     )  # fmt: skip
     spec = distributed.make_spec(cfg, pipe.schedule, pipe.stages, **options)
     if not args.check_reference:
-        result = distributed.launch([spec], progress)[0]
-        return result, result.timeline, None
+        return distributed.launch([spec], progress)[0], None
     # the gradient check is one more step from the same weights: run it in the same spawn of ranks
     one_step = replace(cfg, steps=1)
     probe = distributed.make_spec(one_step, pipe.schedule, pipe.stages, return_grads=True, **options)
     probe_result, result = distributed.launch([probe, spec], progress)
-    return result, result.timeline, max_grad_diff(probe_result.grads, reference_gradients(cfg)[1])
+    return result, max_grad_diff(probe_result.grads, reference_gradients(cfg)[1])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
         timeline = diff = None
     else:
         runner = _run_local if args.engine == "local" else _run_distributed
-        result, timeline, diff = runner(cfg, PipelineFlags.from_args(args), args, progress)
+        result, diff = runner(cfg, PipelineFlags.from_args(args), args, progress)
+        timeline = result.timeline
         out = result.to_json() | {
             "engine": args.engine,
             "bubble_fraction": timeline.bubble_fraction,
