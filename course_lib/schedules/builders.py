@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from course_lib.errors import CourseError, require
+from course_lib.errors import require
 from course_lib.schedules import closed_forms
 from course_lib.schedules.closed_forms import ClosedForm
 from course_lib.schedules.interleaved import interleaved_1f1b
@@ -138,8 +138,7 @@ def resolve_name(name: str) -> str:
     """The canonical name (a key of SCHEDULES) for `name` or one of its aliases."""
     require(isinstance(name, str), f"schedule name must be a string, got {name!r}")
     canonical = _ALIASES.get(_normalise(name))
-    if canonical is None:
-        raise CourseError(f"unknown schedule {name!r}; choose one of: {', '.join(SCHEDULES)}")
+    require(canonical is not None, f"unknown schedule {name!r}; choose one of: {', '.join(SCHEDULES)}")
     return canonical
 
 

@@ -55,9 +55,7 @@ def message_of(action: Action, schedule: Schedule) -> Message | None:
         nxt = s - 1
     else:
         return None
-    if where[nxt] == where[s]:
-        return None
-    return Message(action, where[s], where[nxt])
+    return Message(action, where[s], where[nxt]) if where[nxt] != where[s] else None
 
 
 def input_message(action: Action, schedule: Schedule) -> Message | None:

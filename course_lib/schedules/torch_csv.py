@@ -94,7 +94,5 @@ def from_csv_text(
 
 def read_csv(path: str | Path, **kwargs) -> Schedule:
     """Read a PyTorch schedule CSV file; keyword arguments as for :func:`from_csv_text`."""
-    with open(path, newline="") as f:
-        text = f.read()
     kwargs.setdefault("name", Path(path).stem)
-    return from_csv_text(text, **kwargs)
+    return from_csv_text(Path(path).read_text(), **kwargs)
