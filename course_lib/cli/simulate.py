@@ -126,10 +126,9 @@ def _print_setup(tl: Timeline, setup: dict, args: argparse.Namespace) -> None:
 def _print_devices(tl: Timeline, args: argparse.Namespace) -> None:
     print(f"{'device':>6} {'busy':>10} {'idle':>10} {'idle %':>7} {'peak in-flight':>15} {'peak bytes':>12}")
     for d in tl.summary()["per_device"]:
-        nbytes = d["peak_stash_bytes"]
         print(
             f"{d['device']:>6} {d['busy']:>10.4g} {d['idle']:>10.4g} {d['idle_fraction']:>7.1%} "
-            f"{d['peak_inflight_microbatches']:>15} {nbytes if nbytes else '-':>12}"
+            f"{d['peak_inflight_microbatches']:>15} {d['peak_stash_bytes'] or '-':>12}"
         )
     if args.gantt:
         print(f"Gantt chart: {args.gantt}")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 import torch
 
@@ -79,8 +80,6 @@ def _run_local(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Namespace, 
 
 def _run_distributed(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Namespace, progress: bool):
     # one process per rank (course_lib/engines/distributed.py); specs are checked before any spawn
-    from dataclasses import replace
-
     from course_lib.engines import distributed
 
     options = dict(
@@ -132,7 +131,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_summary(cfg: TrainConfig, args, out: dict, timeline, diff: float | None) -> None:
-    losses = out["losses"]
     print(
         f"trained {cfg.n_layers} layers ({out.get('n_params', 0):,} parameters) for {cfg.steps} steps, "
         f"{cfg.microbatches} micro-batches per batch, engine {args.engine}"
@@ -140,8 +138,8 @@ def _print_summary(cfg: TrainConfig, args, out: dict, timeline, diff: float | No
     if "val_loss_start" in out and out.get("val_loss_end") is not None:
         drop = 1 - out["val_loss_end"] / out["val_loss_start"]
         print(f"held-out loss {out['val_loss_start']:.3f} -> {out['val_loss_end']:.3f} ({drop:.0%} lower)")
-    elif losses:
-        print(f"training loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+    elif out["losses"]:
+        print(f"training loss {out['losses'][0]:.3f} -> {out['losses'][-1]:.3f}")
     print(f"median step {out['step_time_s'] * 1000:.0f} ms (measured)")
     if timeline is not None:
         print(

@@ -192,8 +192,7 @@ register(
         _ANY_SIZES, closed_forms.FLUSH_BUBBLE, closed_forms.ONE_F_ONE_B_PEAK,
         "PipeDream-Flush (Narayanan et al. 2021, arXiv 2104.04473 sec 2.2.1)", torch_class="Schedule1F1B",
     ),
-    "pipedream-flush",
-    "oneFoneB",
+    "pipedream-flush", "oneFoneB",
 )
 register(
     ScheduleInfo(
@@ -205,8 +204,7 @@ register(
         "interleaved 1F1B (Narayanan et al. 2021, arXiv 2104.04473 sec 2.2.2)",
         torch_class="ScheduleInterleaved1F1B", uses_virtual=True,
     ),
-    "interleaved",
-    "virtual-pipeline",
+    "interleaved", "virtual-pipeline",
 )
 register(
     ScheduleInfo(
@@ -218,8 +216,7 @@ register(
         # with one stage per rank torch's class builds this order, for the m it accepts
         torch_class="ScheduleInterleavedZeroBubble",
     ),
-    "zbh1",
-    "zero-bubble-h1",
+    "zbh1", "zero-bubble-h1",
 )
 register(
     ScheduleInfo(

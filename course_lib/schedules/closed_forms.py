@@ -127,28 +127,24 @@ def _zb_h1(c: Case) -> float:
 MEGATRON = "Megatron-LM, Narayanan et al. 2021, arXiv 2104.04473"
 
 NAIVE_BUBBLE = _bubble(
-    "(p-1)/p", lambda c: (c.p - 1) / c.p, _always, "any p, m",
+    "(p-1)/p", lambda c: (c.p - 1) / c.p, _always, "any p, m", megatron_text="p-1",
     source="GPipe, Huang et al. 2019, arXiv 1811.06965 Fig. 2b: one device busy at a time",
-    megatron_text="p-1",
 )
 FLUSH_BUBBLE = _bubble(  # GPipe and 1F1B: fill once, drain once
-    "(p-1)/(m+p-1)", lambda c: gpipe_bubble(c.p, c.m), _always, "any m",
+    "(p-1)/(m+p-1)", lambda c: gpipe_bubble(c.p, c.m), _always, "any m", megatron_text="(p-1)/m",
     source=f"GPipe arXiv 1811.06965 sec 2.3; {MEGATRON} sec 2.2.1 (as (p-1)/m)",
-    megatron_text="(p-1)/m",
 )
 INTERLEAVED_BUBBLE = _bubble(
     "(p-1)/(v*m+p-1)", lambda c: gpipe_bubble(c.p, c.m, c.v), lambda c: c.m >= c.p or c.v == 1,
-    "m >= p (or v = 1)",
+    "m >= p (or v = 1)", megatron_text="(p-1)/(v*m)",
     source=f"{MEGATRON} sec 2.2.2 (as (p-1)/(v*m)); the range found with the simulator",
-    megatron_text="(p-1)/(v*m)",
 )
 ZB_H1_BUBBLE = _bubble(
     "(p-1)(F+I-W) / [m(F+I+W) + (p-1)(F+I-W)]", _zb_h1,
     lambda c: c.w <= min(c.f, c.i) and (c.m >= c.p or c.w == 0),
-    "W <= min(F, I), and m >= p unless W = 0",
+    "W <= min(F, I), and m >= p unless W = 0", megatron_text="(p-1)(F+I-W) / [m(F+I+W)]",
     source="Zero Bubble, Qi et al. 2024, arXiv 2401.10241 Table 2: idle (p-1)(T_F+T_B-T_W) per device "
     "(their B is our I), for m >= p; the condition on W found with the simulator",
-    megatron_text="(p-1)(F+I-W) / [m(F+I+W)]",
 )
 LATENCY_AWARE_BUBBLE = replace(
     FLUSH_BUBBLE,
