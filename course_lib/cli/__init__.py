@@ -27,14 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m course_lib", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    formatter = argparse.RawDescriptionHelpFormatter  # --help shows each module's docstring as written
     for name, (module_name, help_text) in COMMANDS.items():
         module = importlib.import_module(module_name)
-        command = sub.add_parser(
-            name,
-            help=help_text,
-            description=module.__doc__,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
+        command = sub.add_parser(name, help=help_text, description=module.__doc__, formatter_class=formatter)
         module.add_arguments(command)
         command.set_defaults(_run=module.run)
     return parser

@@ -69,10 +69,9 @@ def add_pipeline_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGro
         "--checkpoint", help=f"activation checkpointing: {', '.join(CHECKPOINT_MODES)} (default never)"
     )
     group.add_argument(
-        "--timeout",
-        type=float,
+        "--timeout", type=float,
         help="distributed engine: seconds before a silent peer is an error (default 60)",
-    )
+    )  # fmt: skip
     return group
 
 
@@ -106,12 +105,7 @@ class PipelineFlags:
         """`defaults` override the class defaults (torchrun: stages = its number of ranks)."""
         names = ("schedule", "stages", "virtual", "checkpoint", "timeout")
         given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
-        return cls(**(defaults | given | {"links": links_from_flags(args)}))
-
-
-def links_from_flags(args: argparse.Namespace) -> Link | None:
-    """--latency / --bandwidth -> one Link for every stage boundary (None when neither is given);
-    Link refuses a bad value (a bandwidth of 0 is not read as "unlimited")."""
-    if args.latency is None and args.bandwidth is None:
-        return None
-    return Link(args.latency or 0.0, math.inf if args.bandwidth is None else args.bandwidth)
+        if args.latency is not None or args.bandwidth is not None:  # one Link for every stage boundary
+            # Link refuses a bad value (a bandwidth of 0 is not read as "unlimited")
+            given["links"] = Link(args.latency or 0.0, math.inf if args.bandwidth is None else args.bandwidth)
+        return cls(**(defaults | given))

@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from course_lib.errors import require
-from course_lib.schedules.builders import SCHEDULES, ScheduleInfo, build_schedule, resolve_name
+from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
 from course_lib.schedules.torch_csv import to_csv_text
 from course_lib.schedules.validate import validate
 
@@ -26,10 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--microbatches", type=int, help="M: micro-batches per step")
     parser.add_argument(
-        "--virtual",
-        type=int,
-        default=None,
-        help="V: stages per device (interleaved only; default 2 there, else 1)",
+        "--virtual", type=int, help="V: stages per device (interleaved only; default 2 there, else 1)"
     )
     parser.add_argument("--format", choices=("text", "torch-csv"), default="text", help="output format")
     parser.add_argument(
@@ -38,9 +35,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.list:
+    if args.list:  # what each schedule is, the sizes it takes, its closed forms and where they hold
         for info in SCHEDULES.values():
-            _describe(info)
+            alias = f" (PyTorch: {info.torch_class})" if info.torch_class else ""
+            print(f"{info.name}{alias}: {info.description}")
+            print(f"    paper: {info.paper}")
+            print(f"    constraints: {info.constraints}")
+            print(f"    bubble: {info.bubble.text}, for {info.bubble.where}  [{info.bubble.source}]")
+            print(f"    peak in flight: {info.peak.text}, for {info.peak.where}  [{info.peak.source}]")
         return 0
     require(args.schedule is not None, "--schedule is required (or --list to see the choices)")
     require(
@@ -61,13 +63,3 @@ def run(args: argparse.Namespace) -> int:
     print(f"# {schedule.name}: {sizes}{placement}")
     print(schedule.to_text())
     return 0
-
-
-def _describe(info: ScheduleInfo) -> None:
-    """One schedule for --list: what it is, the sizes it takes, its closed forms and where they hold."""
-    alias = f" (PyTorch: {info.torch_class})" if info.torch_class else ""
-    print(f"{info.name}{alias}: {info.description}")
-    print(f"    paper: {info.paper}")
-    print(f"    constraints: {info.constraints}")
-    print(f"    bubble: {info.bubble.text}, for {info.bubble.where}  [{info.bubble.source}]")
-    print(f"    peak in flight: {info.peak.text}, for {info.peak.where}  [{info.peak.source}]")

@@ -32,24 +32,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--schedule", required=True, help=f"{names} (or PyTorch's class names)")
     parser.add_argument("--stages", type=int, required=True, help="P: pipeline devices")
     parser.add_argument("--microbatches", type=int, required=True, help="M: micro-batches per step")
-    parser.add_argument("--virtual", type=int, default=None, help="V: stages per device (interleaved only)")
+    parser.add_argument("--virtual", type=int, help="V: stages per device (interleaved only)")
     parser.add_argument("--latency", type=float, default=0.0, help="link latency, seconds (default 0)")
     parser.add_argument(
         "--bandwidth", type=float, default=math.inf, help="link bandwidth, bytes/s (default: infinite)"
     )
     parser.add_argument(
-        "--boundary-bytes",
-        type=int,
-        default=0,
+        "--boundary-bytes", type=int, default=0,
         help="bytes one micro-batch sends across a stage boundary (gradients back: the same)",
-    )
+    )  # fmt: skip
     for kind, what in (("f", "forward"), ("i", "input-grad backward"), ("w", "weight-grad backward")):
         parser.add_argument(
-            f"--time-{kind}",
-            type=float,
-            default=1.0,
+            f"--time-{kind}", type=float, default=1.0,
             help=f"{what} time of one device's share of the model, seconds (default 1)",
-        )
+        )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
     parser.add_argument("--gantt", metavar="FILE.png", help="also save the Gantt chart to this PNG file")
     parser.add_argument("--transfers", action="store_true", help="draw transfers on the Gantt chart")
@@ -68,35 +64,26 @@ def _simulate(args: argparse.Namespace) -> tuple[Timeline, dict[str, object], Sc
     p, m = schedule.n_devices, schedule.n_microbatches
     case = Case.of(p, m, virtual, costs, link, args.boundary_bytes)
     setup = {
-        "p": p,
-        "m": m,
-        "virtual": virtual,
+        "p": p, "m": m, "virtual": virtual,
         "costs": {
-            "f": args.time_f,
-            "i": args.time_i,
-            "w": args.time_w,
-            "per_stage_divisor_v": virtual,
-            "default_uniform_time_unit": default_costs,
+            "f": args.time_f, "i": args.time_i, "w": args.time_w,
+            "per_stage_divisor_v": virtual, "default_uniform_time_unit": default_costs,
         },
         "link": {"latency_s": args.latency, "bandwidth_Bps": args.bandwidth},
         "boundary_bytes": args.boundary_bytes,
         "closed_forms": {
-            "bubble": _closed_form(info.bubble, case),
-            "peak_inflight": _closed_form(info.peak, case),
+            "bubble": _closed_form(info.bubble, case), "peak_inflight": _closed_form(info.peak, case),
         },
-    }
+    }  # fmt: skip
     return tl, setup, info, case
 
 
 def _closed_form(form: ClosedForm, case: Case) -> dict[str, object]:
     """The registry's formula at this run: its value where it holds here (else null), and its range."""
     return {
-        "formula": form.text,
-        "holds_here": form.holds(case),
-        "value": form.at(case),
-        "holds_for": form.where,
-        "source": form.source,
-    }
+        "formula": form.text, "holds_here": form.holds(case), "value": form.at(case),
+        "holds_for": form.where, "source": form.source,
+    }  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -106,8 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
         save_timeline_png(tl, args.gantt, show_transfers=args.transfers)
     if args.json:
-        out = tl.summary()
-        out.update(setup)
+        out = tl.summary() | setup
         if math.isinf(args.bandwidth):
             out["link"]["bandwidth_Bps"] = None  # JSON has no infinity; null = unlimited
         print(json.dumps(out, indent=2))
@@ -140,10 +126,9 @@ def _print_setup(tl: Timeline, setup: dict, args: argparse.Namespace) -> None:
 def _print_devices(tl: Timeline, args: argparse.Namespace) -> None:
     print(f"{'device':>6} {'busy':>10} {'idle':>10} {'idle %':>7} {'peak in-flight':>15} {'peak bytes':>12}")
     for d in tl.summary()["per_device"]:
-        nbytes = d["peak_stash_bytes"]
         print(
             f"{d['device']:>6} {d['busy']:>10.4g} {d['idle']:>10.4g} {d['idle_fraction']:>7.1%} "
-            f"{d['peak_inflight_microbatches']:>15} {nbytes if nbytes else '-':>12}"
+            f"{d['peak_inflight_microbatches']:>15} {d['peak_stash_bytes'] or '-':>12}"
         )
     if args.gantt:
         print(f"Gantt chart: {args.gantt}")

@@ -27,8 +27,7 @@ from course_lib.errors import require
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="torchrun --nproc-per-node P -m course_lib.engines.distributed",
-        description=__doc__,
+        prog="torchrun --nproc-per-node P -m course_lib.engines.distributed", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     flags.add_model_flags(parser)

@@ -26,9 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--devices", type=int, default=8, help="t for TP and p for PP (default 8)")
     parser.add_argument("--microbatches", type=int, default=8, help="micro-batches per step (default 8)")
     parser.add_argument(
-        "--scenario",
-        choices=["train", "decode"],
-        default="train",
+        "--scenario", choices=["train", "decode"], default="train",
         help="sweep: 70B-class training step or one generated token on H200s (sources: REFERENCES.md)",
     )
 
@@ -78,9 +76,8 @@ def _measure(args: argparse.Namespace) -> None:
         f"\nPP (distributed engine, GPipe) over {ways} processes, same model and m; "
         "model = T(0) + 2(p-1) * alpha"
     )
-    _table(
-        {a: r.step_times() for a, r in zip(pp_alphas, runs, strict=True)}, sorted(pp_alphas), 2 * (ways - 1)
-    )
+    pp_times = {a: r.step_times() for a, r in zip(pp_alphas, runs, strict=True)}
+    _table(pp_times, sorted(pp_alphas), 2 * (ways - 1))
 
 
 def _table(times: dict, alphas, slope: float) -> None:

@@ -25,13 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 import torch
 
 from course_lib.cli import flags
 from course_lib.cli.flags import PipelineFlags
 from course_lib.errors import require
-from course_lib.reference import TrainConfig, train
+from course_lib.reference import TrainConfig, max_grad_diff, reference_gradients, train
 
 ENGINES = ("reference", "local", "distributed")
 PIPELINE_ENGINES = ("local", "distributed")
@@ -74,14 +75,11 @@ def _run_local(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Namespace, 
     options = dict(virtual=pipe.virtual, checkpoint=pipe.checkpoint, links=pipe.links)
     trainer = LocalPipelineTrainer(cfg, pipe.schedule, pipe.stages, **options)  # checks everything first
     diff = trainer.max_grad_diff_vs_reference() if args.check_reference else None
-    result = trainer.train(progress=progress)
-    return result, result.timeline, diff
+    return trainer.train(progress=progress), diff
 
 
 def _run_distributed(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Namespace, progress: bool):
     # one process per rank (course_lib/engines/distributed.py); specs are checked before any spawn
-    from dataclasses import replace
-
     from course_lib.engines import distributed
 
     options = dict(
@@ -90,21 +88,12 @@ def _run_distributed(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Names
     )  # fmt: skip
     spec = distributed.make_spec(cfg, pipe.schedule, pipe.stages, **options)
     if not args.check_reference:
-        result = distributed.launch([spec], progress)[0]
-        return result, result.timeline, None
+        return distributed.launch([spec], progress)[0], None
     # the gradient check is one more step from the same weights: run it in the same spawn of ranks
-    probe = distributed.make_spec(
-        replace(cfg, steps=1), pipe.schedule, pipe.stages, return_grads=True, **options
-    )
+    one_step = replace(cfg, steps=1)
+    probe = distributed.make_spec(one_step, pipe.schedule, pipe.stages, return_grads=True, **options)
     probe_result, result = distributed.launch([probe, spec], progress)
-    return result, result.timeline, _grad_diff_vs_reference(cfg, probe_result.grads)
-
-
-def _grad_diff_vs_reference(cfg: TrainConfig, grads: dict) -> float:
-    """Largest difference between `grads` (one step, first batch) and the reference trainer's."""
-    from course_lib.reference import max_grad_diff, reference_gradients
-
-    return max_grad_diff(grads, reference_gradients(cfg)[1])
+    return result, max_grad_diff(probe_result.grads, reference_gradients(cfg)[1])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
         timeline = diff = None
     else:
         runner = _run_local if args.engine == "local" else _run_distributed
-        result, timeline, diff = runner(cfg, PipelineFlags.from_args(args), args, progress)
+        result, diff = runner(cfg, PipelineFlags.from_args(args), args, progress)
+        timeline = result.timeline
         out = result.to_json() | {
             "engine": args.engine,
             "bubble_fraction": timeline.bubble_fraction,
@@ -141,23 +131,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_summary(cfg: TrainConfig, args, out: dict, timeline, diff: float | None) -> None:
-    losses = out["losses"]
-    line = (
+    print(
         f"trained {cfg.n_layers} layers ({out.get('n_params', 0):,} parameters) for {cfg.steps} steps, "
         f"{cfg.microbatches} micro-batches per batch, engine {args.engine}"
     )
-    print(line)
     if "val_loss_start" in out and out.get("val_loss_end") is not None:
         drop = 1 - out["val_loss_end"] / out["val_loss_start"]
         print(f"held-out loss {out['val_loss_start']:.3f} -> {out['val_loss_end']:.3f} ({drop:.0%} lower)")
-    elif losses:
-        print(f"training loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+    elif out["losses"]:
+        print(f"training loss {out['losses'][0]:.3f} -> {out['losses'][-1]:.3f}")
     print(f"median step {out['step_time_s'] * 1000:.0f} ms (measured)")
     if timeline is not None:
         print(
             f"schedule {timeline.schedule_name}, {timeline.n_devices} devices: "
-            f"bubble {timeline.bubble_fraction:.1%} "
-            f"of the step ({timeline.source})"
+            f"bubble {timeline.bubble_fraction:.1%} of the step ({timeline.source})"
         )
     if diff is not None:
         print(f"largest gradient difference against the reference trainer: {diff:.2e}")

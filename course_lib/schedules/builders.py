@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from course_lib.errors import CourseError, require
+from course_lib.errors import require
 from course_lib.schedules import closed_forms
 from course_lib.schedules.closed_forms import ClosedForm
 from course_lib.schedules.interleaved import interleaved_1f1b
@@ -38,7 +38,8 @@ def B(stage: int, mb: int) -> Action:
 
 
 def check_sizes(n_devices: int, n_microbatches: int, virtual: int = 1) -> None:
-    """Reject sizes no schedule can use, naming the value that was given."""
+    """Reject sizes no schedule can use, naming the value that was given. build_schedule checks them
+    once, for every builder; a builder called directly trusts its caller."""
     for label, value in (("n_devices", n_devices), ("n_microbatches", n_microbatches), ("virtual", virtual)):
         require(
             isinstance(value, int) and not isinstance(value, bool) and value >= 1,
@@ -52,13 +53,7 @@ def naive(n_devices: int, n_microbatches: int) -> Schedule:
     Device d's order is ``dF0 dB0 dF1 dB1 ...``. Because device 0 runs ``0F1`` only after ``0B0``,
     and ``0B0`` needs every later stage's backward, no two devices ever work at the same time.
     """
-    check_sizes(n_devices, n_microbatches)
-    orders = []
-    for d in range(n_devices):
-        order = []
-        for mb in range(n_microbatches):
-            order += [F(d, mb), B(d, mb)]
-        orders.append(order)
+    orders = [[a for mb in range(n_microbatches) for a in (F(d, mb), B(d, mb))] for d in range(n_devices)]
     return Schedule("naive", n_devices, n_microbatches, orders, list(range(n_devices)))
 
 
@@ -68,12 +63,8 @@ def gpipe(n_devices: int, n_microbatches: int) -> Schedule:
     Backwards go in micro-batch order 0, 1, ..., m-1, as torch.distributed.pipelining's ScheduleGPipe
     does. Device 0 holds the activations of all m micro-batches until its first backward.
     """
-    check_sizes(n_devices, n_microbatches)
-    orders = []
-    for d in range(n_devices):
-        forwards = [F(d, mb) for mb in range(n_microbatches)]
-        backwards = [B(d, mb) for mb in range(n_microbatches)]
-        orders.append(forwards + backwards)
+    mbs = range(n_microbatches)
+    orders = [[F(d, mb) for mb in mbs] + [B(d, mb) for mb in mbs] for d in range(n_devices)]
     return Schedule("gpipe", n_devices, n_microbatches, orders, list(range(n_devices)))
 
 
@@ -90,7 +81,6 @@ def one_f_one_b(n_devices: int, n_microbatches: int, warmup: Sequence[int] | Non
     So device d never holds more than ``p - d`` micro-batches' activations (device 0: p), where GPipe
     holds m. With m < p - 1 - d the warm-up is simply all m forwards.
     """
-    check_sizes(n_devices, n_microbatches)
     p, m = n_devices, n_microbatches
     warmup = [p - 1 - d for d in range(p)] if warmup is None else list(warmup)
     require(
@@ -100,23 +90,11 @@ def one_f_one_b(n_devices: int, n_microbatches: int, warmup: Sequence[int] | Non
     )
     orders = []
     for d in range(p):
-        order: list[Action] = []
-        next_f = 0  # next micro-batch to run forward
-        next_b = 0  # next micro-batch to run backward
         warm = min(warmup[d], m)
-        steady = m - warm
-
-        for _ in range(warm):  # 1. warm-up: forwards only
-            order.append(F(d, next_f))
-            next_f += 1
-        for _ in range(steady):  # 2. steady state: one forward, one backward
-            order.append(F(d, next_f))
-            next_f += 1
-            order.append(B(d, next_b))
-            next_b += 1
-        for _ in range(warm):  # 3. cool-down: the backwards still owed
-            order.append(B(d, next_b))
-            next_b += 1
+        order = [F(d, mb) for mb in range(warm)]  # 1. warm-up: forwards only
+        for k in range(m - warm):  # 2. steady state: one forward, one backward
+            order += [F(d, warm + k), B(d, k)]
+        order += [B(d, mb) for mb in range(m - warm, m)]  # 3. cool-down: the backwards still owed
         orders.append(order)
     return Schedule("1f1b", p, m, orders, list(range(p)))
 
@@ -160,8 +138,7 @@ def resolve_name(name: str) -> str:
     """The canonical name (a key of SCHEDULES) for `name` or one of its aliases."""
     require(isinstance(name, str), f"schedule name must be a string, got {name!r}")
     canonical = _ALIASES.get(_normalise(name))
-    if canonical is None:
-        raise CourseError(f"unknown schedule {name!r}; choose one of: {', '.join(SCHEDULES)}")
+    require(canonical is not None, f"unknown schedule {name!r}; choose one of: {', '.join(SCHEDULES)}")
     return canonical
 
 
@@ -193,84 +170,60 @@ def _latency_aware_1f1b(n_devices: int, n_microbatches: int) -> Schedule:
 _ANY_SIZES = "any p >= 1, m >= 1"
 register(
     ScheduleInfo(
-        "naive",
-        naive,
+        "naive", naive,
         "one micro-batch at a time through the whole pipe: only one device works at any moment",
-        _ANY_SIZES,
-        closed_forms.NAIVE_BUBBLE,
-        closed_forms.NAIVE_PEAK,
+        _ANY_SIZES, closed_forms.NAIVE_BUBBLE, closed_forms.NAIVE_PEAK,
         "the baseline of GPipe (Huang et al. 2019, arXiv 1811.06965, Fig. 2b)",
     ),
     "sequential",
 )
 register(
     ScheduleInfo(
-        "gpipe",
-        gpipe,
-        "all forwards, then all backwards (GPipe); holds all m micro-batches' activations",
-        _ANY_SIZES,
-        closed_forms.FLUSH_BUBBLE,
-        closed_forms.GPIPE_PEAK,
-        "GPipe (Huang et al. 2019, arXiv 1811.06965)",
-        torch_class="ScheduleGPipe",
+        "gpipe", gpipe, "all forwards, then all backwards (GPipe); holds all m micro-batches' activations",
+        _ANY_SIZES, closed_forms.FLUSH_BUBBLE, closed_forms.GPIPE_PEAK,
+        "GPipe (Huang et al. 2019, arXiv 1811.06965)", torch_class="ScheduleGPipe",
     ),
 )
 register(
     ScheduleInfo(
-        "1f1b",
-        one_f_one_b,
+        "1f1b", one_f_one_b,
         "PipeDream-Flush: warm-up, one forward / one backward, cool-down; same bubble as GPipe, "
         "at most p micro-batches held",
-        _ANY_SIZES,
-        closed_forms.FLUSH_BUBBLE,
-        closed_forms.ONE_F_ONE_B_PEAK,
-        "PipeDream-Flush (Narayanan et al. 2021, arXiv 2104.04473 sec 2.2.1)",
-        torch_class="Schedule1F1B",
+        _ANY_SIZES, closed_forms.FLUSH_BUBBLE, closed_forms.ONE_F_ONE_B_PEAK,
+        "PipeDream-Flush (Narayanan et al. 2021, arXiv 2104.04473 sec 2.2.1)", torch_class="Schedule1F1B",
     ),
-    "pipedream-flush",
-    "oneFoneB",
+    "pipedream-flush", "oneFoneB",
 )
 register(
     ScheduleInfo(
-        "interleaved-1f1b",
-        interleaved_1f1b,
+        "interleaved-1f1b", interleaved_1f1b,
         "1F1B with v stages per device (stage s on device s % p): bubble divided by v, "
         "v times the point-to-point traffic",
         "any p >= 1, v >= 1; m a multiple of max(1, m // p) (PyTorch's rule; Megatron: m a multiple of p)",
-        closed_forms.INTERLEAVED_BUBBLE,
-        closed_forms.INTERLEAVED_PEAK,
+        closed_forms.INTERLEAVED_BUBBLE, closed_forms.INTERLEAVED_PEAK,
         "interleaved 1F1B (Narayanan et al. 2021, arXiv 2104.04473 sec 2.2.2)",
-        torch_class="ScheduleInterleaved1F1B",
-        uses_virtual=True,
+        torch_class="ScheduleInterleaved1F1B", uses_virtual=True,
     ),
-    "interleaved",
-    "virtual-pipeline",
+    "interleaved", "virtual-pipeline",
 )
 register(
     ScheduleInfo(
-        "zb-h1",
-        zb_h1,
+        "zb-h1", zb_h1,
         "Zero Bubble H1: backward split into I (input grad) and W (weight grad); W fills 1F1B's "
         "gaps, same peak memory as 1F1B",
-        _ANY_SIZES,
-        closed_forms.ZB_H1_BUBBLE,
-        closed_forms.ZB_H1_PEAK,
+        _ANY_SIZES, closed_forms.ZB_H1_BUBBLE, closed_forms.ZB_H1_PEAK,
         "ZB-H1 (Qi et al. 2024, arXiv 2401.10241 sec 2.1)",
         # with one stage per rank torch's class builds this order, for the m it accepts
         torch_class="ScheduleInterleavedZeroBubble",
     ),
-    "zbh1",
-    "zero-bubble-h1",
+    "zbh1", "zero-bubble-h1",
 )
 register(
     ScheduleInfo(
-        "latency-aware-1f1b",
-        _latency_aware_1f1b,
+        "latency-aware-1f1b", _latency_aware_1f1b,
         "1F1B with a deeper warm-up for slow links: one more micro-batch in flight per link below "
         "a device (latency_aware_1f1b(..., extra_per_link=k) for k = ceil(2L / (t_f + t_b)))",
-        _ANY_SIZES,
-        closed_forms.LATENCY_AWARE_BUBBLE,
-        closed_forms.LATENCY_AWARE_PEAK,
+        _ANY_SIZES, closed_forms.LATENCY_AWARE_BUBBLE, closed_forms.LATENCY_AWARE_PEAK,
         "this course (lesson 06): Little's law applied to 1F1B's warm-up",
     ),
     "wan-1f1b",

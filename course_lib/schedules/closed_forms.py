@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from course_lib.errors import require
@@ -55,12 +55,7 @@ class Case:
 
     @classmethod
     def of(
-        cls,
-        p: int,
-        m: int,
-        v: int = 1,
-        costs: StageCosts | None = None,
-        link: Link | None = None,
+        cls, p: int, m: int, v: int = 1, costs: StageCosts | None = None, link: Link | None = None,
         nbytes: int = 0,
     ) -> Case:
         """The case a simulation is in: stage `costs` (None: 1 each; a mean where stages differ, with
@@ -115,12 +110,8 @@ def gpipe_bubble(p: int, m: int, v: int = 1, convention: str = "gpipe") -> float
 def _bubble(text: str, value, holds, where: str, source: str, megatron_text: str) -> ClosedForm:
     # every bubble formula assumes equal stage costs and free links, on top of its own range
     return ClosedForm(
-        text,
-        value,
-        lambda c: c.equal_stages and c.free_links and holds(c),
-        f"{where}; equal stage costs, free links",
-        source,
-        megatron_text,
+        text, value, lambda c: c.equal_stages and c.free_links and holds(c),
+        f"{where}; equal stage costs, free links", source, megatron_text,
     )
 
 
@@ -136,33 +127,28 @@ def _zb_h1(c: Case) -> float:
 MEGATRON = "Megatron-LM, Narayanan et al. 2021, arXiv 2104.04473"
 
 NAIVE_BUBBLE = _bubble(
-    "(p-1)/p", lambda c: (c.p - 1) / c.p, _always, "any p, m",
+    "(p-1)/p", lambda c: (c.p - 1) / c.p, _always, "any p, m", megatron_text="p-1",
     source="GPipe, Huang et al. 2019, arXiv 1811.06965 Fig. 2b: one device busy at a time",
-    megatron_text="p-1",
 )
 FLUSH_BUBBLE = _bubble(  # GPipe and 1F1B: fill once, drain once
-    "(p-1)/(m+p-1)", lambda c: gpipe_bubble(c.p, c.m), _always, "any m",
+    "(p-1)/(m+p-1)", lambda c: gpipe_bubble(c.p, c.m), _always, "any m", megatron_text="(p-1)/m",
     source=f"GPipe arXiv 1811.06965 sec 2.3; {MEGATRON} sec 2.2.1 (as (p-1)/m)",
-    megatron_text="(p-1)/m",
 )
 INTERLEAVED_BUBBLE = _bubble(
     "(p-1)/(v*m+p-1)", lambda c: gpipe_bubble(c.p, c.m, c.v), lambda c: c.m >= c.p or c.v == 1,
-    "m >= p (or v = 1)",
+    "m >= p (or v = 1)", megatron_text="(p-1)/(v*m)",
     source=f"{MEGATRON} sec 2.2.2 (as (p-1)/(v*m)); the range found with the simulator",
-    megatron_text="(p-1)/(v*m)",
 )
 ZB_H1_BUBBLE = _bubble(
     "(p-1)(F+I-W) / [m(F+I+W) + (p-1)(F+I-W)]", _zb_h1,
     lambda c: c.w <= min(c.f, c.i) and (c.m >= c.p or c.w == 0),
-    "W <= min(F, I), and m >= p unless W = 0",
+    "W <= min(F, I), and m >= p unless W = 0", megatron_text="(p-1)(F+I-W) / [m(F+I+W)]",
     source="Zero Bubble, Qi et al. 2024, arXiv 2401.10241 Table 2: idle (p-1)(T_F+T_B-T_W) per device "
     "(their B is our I), for m >= p; the condition on W found with the simulator",
-    megatron_text="(p-1)(F+I-W) / [m(F+I+W)]",
 )
-LATENCY_AWARE_BUBBLE = _bubble(
-    "(p-1)/(m+p-1)", lambda c: gpipe_bubble(c.p, c.m), _always, "any m",
+LATENCY_AWARE_BUBBLE = replace(
+    FLUSH_BUBBLE,
     source="this course's simulator: with free links the deeper warm-up leaves 1F1B's bubble as it is",
-    megatron_text="(p-1)/m",
 )
 
 NAIVE_PEAK = ClosedForm("1", lambda c: 1, _always, "any p, m", source="one micro-batch at a time")
@@ -170,8 +156,8 @@ GPIPE_PEAK = ClosedForm("m", lambda c: c.m, _always, "any p, m", source=f"{MEGAT
 ONE_F_ONE_B_PEAK = ClosedForm(
     "min(p, m)", lambda c: min(c.p, c.m), _always, "any p, m", source=f"{MEGATRON} sec 2.2.1"
 )
-ZB_H1_PEAK = ClosedForm(
-    "min(p, m)", lambda c: min(c.p, c.m), _always, "any p, m",
+ZB_H1_PEAK = replace(
+    ONE_F_ONE_B_PEAK,
     source="arXiv 2401.10241 sec 2.1 and Table 2: at most 1F1B's p micro-batches (each held until its W)",
 )
 INTERLEAVED_PEAK = ClosedForm(

@@ -48,24 +48,21 @@ def _interleaved_order(p: int, m: int, v: int, d: int, r: int) -> list[Action]:
     """Device d's order. Its k-th forward (k = 0 .. v*m - 1) and k-th backward are found by counting."""
     total = v * m  # forwards this device runs: m micro-batches through each of its v stages
 
-    def forward_at(k: int) -> Action:
+    def at(k: int, kind: Kind) -> Action:
         local = (k // r) % v  # which of the device's stages: 0 = its first
+        if kind is Kind.B:
+            local = v - 1 - local  # backwards visit the device's stages last-first
         mb = (k // (r * v)) * r + k % r  # r micro-batches per block, v blocks per round
-        return Action(local * p + d, Kind.F, mb)
-
-    def backward_at(k: int) -> Action:
-        local = v - 1 - (k // r) % v  # backwards visit the device's stages last-first
-        mb = (k // (r * v)) * r + k % r
-        return Action(local * p + d, Kind.B, mb)
+        return Action(local * p + d, kind, mb)
 
     # Warm-up: enough forwards that the last device's first backward finds its inputs: the first
     # v-1 blocks of every device, plus 2 per device further from the end (a forward going down and
     # a backward coming back up per hop).
     warmup = min((v - 1) * r + 2 * (p - 1 - d), total)
-    order = [forward_at(k) for k in range(warmup)]
+    order = [at(k, Kind.F) for k in range(warmup)]
     for k in range(total - warmup):  # steady state: one forward, one backward
-        order += [forward_at(warmup + k), backward_at(k)]
-    order += [backward_at(k) for k in range(total - warmup, total)]  # cool-down
+        order += [at(warmup + k, Kind.F), at(k, Kind.B)]
+    order += [at(k, Kind.B) for k in range(total - warmup, total)]  # cool-down
     return order
 
 
@@ -74,11 +71,4 @@ def interleaved_1f1b(n_devices: int, n_microbatches: int, virtual: int = 2) -> S
     p, m, v = n_devices, n_microbatches, virtual
     _, r = rounds_of(p, m)
     orders = [_interleaved_order(p, m, v, d, r) for d in range(p)]
-    return Schedule(
-        "interleaved-1f1b",
-        p * v,
-        m,
-        orders,
-        loop_placement(p * v, p),
-        notes={"virtual": v, "microbatches_per_round": r},
-    )
+    return Schedule("interleaved-1f1b", p * v, m, orders, loop_placement(p * v, p))

@@ -5,12 +5,8 @@ work* and *which micro-batch*, written the way torch.distributed.pipelining writ
 stage 2, forward, micro-batch 0. The simulator, both engines, the plots and the assignments all read
 this one representation.
 
-Kinds of work (the same letters PyTorch uses):
-
-- ``F``: forward of one micro-batch through one stage.
-- ``B``: full backward (input gradient and weight gradient together).
-- ``I``: backward for the input gradient only (what the Zero Bubble paper calls "B").
-- ``W``: backward for the weight gradient only (needs the matching ``I`` first).
+Kinds of work use PyTorch's letters: ``F`` forward, ``B`` full backward, or ``I`` + ``W`` when a
+schedule splits backward into the input gradient and the weight gradient (see :class:`Kind`).
 
 Try it::
 
@@ -21,7 +17,7 @@ Try it::
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -30,9 +26,6 @@ class Kind(StrEnum):
     B = "B"  # full backward: input grad + weight grad
     I = "I"  # noqa: E741  backward, input grad only (Zero Bubble's "B")
     W = "W"  # backward, weight grad only (Zero Bubble's "W")
-
-    def __str__(self) -> str:
-        return self.value
 
 
 _ACTION_RE = re.compile(r"^\s*(\d+)\s*([FBIW])\s*(\d+)\s*$")
@@ -77,7 +70,6 @@ class Schedule:
     orders: list[list[Action]]
     stage_to_device: list[int]
     split_backward: bool = False
-    notes: dict[str, object] = field(default_factory=dict)
 
     @property
     def n_devices(self) -> int:
@@ -104,8 +96,7 @@ class Schedule:
             f"device {d:>{width}}: " + " ".join(str(a) for a in order) for d, order in enumerate(self.orders)
         )
 
-    def __str__(self) -> str:
-        return self.to_text()
+    __str__ = to_text
 
 
 def loop_placement(n_stages: int, n_devices: int) -> list[int]:
@@ -127,12 +118,8 @@ def producer_of(action: Action, n_stages: int, split_backward: bool) -> Action |
 
 
 def dependencies(action: Action, n_stages: int, split_backward: bool) -> list[Action]:
-    """The actions that must finish before `action` may start.
-
-    Data flows forward through stages and gradients flow backward:
-    ``F(s, m)`` needs ``F(s-1, m)``; a backward of stage s needs its own forward and the input
-    gradient from stage s+1; ``W(s, m)`` needs ``I(s, m)``.
-    """
+    """The actions that must finish before `action` may start: its producer on the stage before
+    (forward) or after (backward), a backward's own forward, and W's I."""
     s, m = action.stage, action.microbatch
     if action.kind is Kind.W:
         return [Action(s, Kind.I, m)]

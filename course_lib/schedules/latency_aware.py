@@ -76,9 +76,8 @@ def latency_aware_1f1b(
     """1F1B whose warm-up is deepened by `extra_per_link` micro-batches for every link below a device
     (one number for all links, or one per link d -> d+1). extra_per_link=0 is plain 1F1B."""
     check_sizes(n_devices, n_microbatches)  # before counting links: p - 1 of them
-    extra = _per_link(extra_per_link, n_devices - 1)
-    deeper = one_f_one_b(n_devices, n_microbatches, warmup=warmup_forwards(n_devices, extra))
-    return replace(deeper, name="latency-aware-1f1b", notes={"extra_per_link": extra})
+    deeper = one_f_one_b(n_devices, n_microbatches, warmup=warmup_forwards(n_devices, extra_per_link))
+    return replace(deeper, name="latency-aware-1f1b")
 
 
 def plain_1f1b_step(n_devices: int, n_microbatches: int, t_f: float, t_b: float, latency_s: float) -> float:

@@ -45,10 +45,6 @@ class Message:
         s = self.producer.stage
         return s if self.direction == FORWARD else s - 1
 
-    @property
-    def consumer_stage(self) -> int:
-        return self.producer.stage + (1 if self.direction == FORWARD else -1)
-
 
 def message_of(action: Action, schedule: Schedule) -> Message | None:
     """The message `action`'s output becomes, or None if it stays on its rank (or goes nowhere)."""
@@ -59,9 +55,7 @@ def message_of(action: Action, schedule: Schedule) -> Message | None:
         nxt = s - 1
     else:
         return None
-    if where[nxt] == where[s]:
-        return None
-    return Message(action, where[s], where[nxt])
+    return Message(action, where[s], where[nxt]) if where[nxt] != where[s] else None
 
 
 def input_message(action: Action, schedule: Schedule) -> Message | None:
@@ -83,9 +77,7 @@ def producer_of(action: Action, schedule: Schedule) -> Action | None:
 def local_producer(action: Action, schedule: Schedule) -> Action | None:
     """The producer of `action`'s input when it runs on the same device (None if remote or none)."""
     producer = producer_of(action, schedule)
-    if producer is None or input_message(action, schedule) is not None:
-        return None
-    return producer
+    return producer if producer is not None and message_of(producer, schedule) is None else None
 
 
 def messages(schedule: Schedule) -> list[Message]:

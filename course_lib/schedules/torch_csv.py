@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 
 from course_lib.errors import CourseError
-from course_lib.schedules.ir import Action, Kind, Schedule, loop_placement
+from course_lib.schedules.ir import Action, Kind, Schedule
 
 # PyTorch cells that are not compute: FSDP (UNSHARD/RESHARD), gradient reduction, communication.
 _OTHER_RE = re.compile(r"^\d+(UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)\d*$")
@@ -39,15 +39,11 @@ def to_csv_text(schedule: Schedule) -> str:
 
 def write_csv(schedule: Schedule, path: str | Path) -> None:
     """Write `schedule` to `path` in PyTorch's compute-only CSV format."""
-    with open(path, "w", newline="") as f:
-        f.write(to_csv_text(schedule))
+    Path(path).write_text(to_csv_text(schedule), newline="")  # keep csv's \r\n as written
 
 
 def from_csv_text(
-    text: str,
-    name: str = "from-csv",
-    n_microbatches: int | None = None,
-    n_stages: int | None = None,
+    text: str, name: str = "from-csv", n_microbatches: int | None = None, n_stages: int | None = None,
     ignore_non_compute: bool = False,
 ) -> Schedule:
     """Parse PyTorch's CSV text into a Schedule.
@@ -87,20 +83,16 @@ def from_csv_text(
         n_stages = max((a.stage + 1 for a in actions), default=n_devices)
     if n_microbatches is None:
         n_microbatches = max((a.microbatch + 1 for a in actions), default=1)
-    placement = loop_placement(n_stages, n_devices)
-    placed: set[int] = set()
+    first_row: dict[int, int] = {}  # stage -> the first device whose row mentions it
     for device, order in enumerate(orders):
         for action in order:
-            if action.stage < n_stages and action.stage not in placed:
-                placement[action.stage] = device
-                placed.add(action.stage)
+            first_row.setdefault(action.stage, device)
+    placement = [first_row.get(stage, stage % n_devices) for stage in range(n_stages)]
     split = any(a.kind in (Kind.I, Kind.W) for a in actions)
     return Schedule(name, n_stages, n_microbatches, orders, placement, split_backward=split)
 
 
 def read_csv(path: str | Path, **kwargs) -> Schedule:
     """Read a PyTorch schedule CSV file; keyword arguments as for :func:`from_csv_text`."""
-    with open(path, newline="") as f:
-        text = f.read()
     kwargs.setdefault("name", Path(path).stem)
-    return from_csv_text(text, **kwargs)
+    return from_csv_text(Path(path).read_text(), **kwargs)

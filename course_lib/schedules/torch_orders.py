@@ -59,17 +59,14 @@ def _torch_class(schedules, name: str) -> type:
 
 
 def _compute_actions(rank_order: list, class_name: str) -> list[Action]:
-    actions = []
-    for a in rank_order:
-        if a is None or not a.is_compute_op:  # None: idle slot; REDUCE_GRAD, sends: not compute
-            continue
-        kind = a.computation_type.value
-        require(
-            kind in {k.value for k in Kind},
-            f"torch's {class_name} uses {kind} actions, which our IR (F, B, I, W) cannot express",
-        )
-        actions.append(Action(a.stage_index, Kind(kind), a.microbatch_index))
-    return actions
+    # None: an idle slot; REDUCE_GRAD, sends and receives are not compute
+    compute = [a for a in rank_order if a is not None and a.is_compute_op]
+    unknown = sorted({a.computation_type.value for a in compute} - {k.value for k in Kind})
+    require(
+        not unknown,
+        f"torch's {class_name} uses {', '.join(unknown)} actions, which our IR (F, B, I, W) cannot express",
+    )
+    return [Action(a.stage_index, Kind(a.computation_type.value), a.microbatch_index) for a in compute]
 
 
 def torch_schedule(schedule: str, p: int, m: int, v: int = 1):
@@ -99,10 +96,7 @@ def _api_changed(err: Exception) -> CourseError:
 
 def torch_order(schedule: str, p: int, m: int, v: int = 1) -> Schedule:
     """Rank-by-rank compute actions of torch's schedule (see torch_schedule for `schedule`) as a
-    Schedule named ``torch-<class name>``, with torch's placement of the p*v stages.
-
-    Raises CourseError (naming the class and sizes) if torch refuses the sizes or lacks the API, or
-    if the order has actions our IR cannot express."""
+    Schedule named ``torch-<class name>``, with torch's placement of the p*v stages."""
     sched = torch_schedule(schedule, p, m, v)
     name = type(sched).__name__
     try:

@@ -22,6 +22,7 @@ Try it::
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 
 from course_lib.errors import CourseError
@@ -40,16 +41,13 @@ class ScheduleError(CourseError):
         )
 
 
+_WHAT = {Kind.F: "forward", Kind.B: "backward", Kind.I: "input gradient", Kind.W: "weight gradient"}
+
+
 def describe(action: Action) -> str:
     """``2B0 (stage 2's backward for micro-batch 0)``: the action and what it means."""
-    what = {
-        Kind.F: "forward",
-        Kind.B: "backward",
-        Kind.I: "input gradient",
-        Kind.W: "weight gradient",
-    }[action.kind]
     joiner = "of" if action.kind is Kind.F else "for"
-    return f"{action} (stage {action.stage}'s {what} {joiner} micro-batch {action.microbatch})"
+    return f"{action} (stage {action.stage}'s {_WHAT[action.kind]} {joiner} micro-batch {action.microbatch})"
 
 
 def _expected_kinds(schedule: Schedule) -> tuple[Kind, ...]:
@@ -113,19 +111,19 @@ def _action_problems(schedule: Schedule, device: int, action: Action) -> list[st
 def _bookkeeping(schedule: Schedule, keyed: list[list[Key]]) -> list[str]:
     problems: list[str] = []
     p, n_stages, m = schedule.n_devices, schedule.n_stages, schedule.n_microbatches
-    if len(schedule.stage_to_device) != n_stages:
+    homes = schedule.stage_to_device
+    if len(homes) != n_stages:
         problems.append(
-            f"stage_to_device has {len(schedule.stage_to_device)} entries but the schedule has "
-            f"{n_stages} stages; it needs one device per stage"
+            f"stage_to_device has {len(homes)} entries but the schedule has {n_stages} stages; "
+            "it needs one device per stage"
         )
-    for stage, device in enumerate(schedule.stage_to_device):
-        if not 0 <= device < p:
-            problems.append(
-                f"stage {stage} is placed on device {device}, but there are only devices 0..{p - 1}"
-            )
+    problems += [
+        f"stage {stage} is placed on device {device}, but there are only devices 0..{p - 1}"
+        for stage, device in enumerate(homes)
+        if not 0 <= device < p
+    ]
     kinds = _expected_kinds(schedule)
     letters = {kind.value for kind in kinds}
-    homes = schedule.stage_to_device
     seen: dict[Key, list[tuple[int, int]]] = defaultdict(list)  # action -> [(device, position)]
     for device, order in enumerate(keyed):
         for position, key in enumerate(order):
@@ -141,16 +139,13 @@ def _bookkeeping(schedule: Schedule, keyed: list[list[Key]]) -> list[str]:
             problems.append(
                 f"{action} appears {len(places)} times ({where}); each action must run exactly once"
             )
-    for stage in range(n_stages):
-        home = schedule.stage_to_device[stage] if stage < len(schedule.stage_to_device) else "?"
-        for kind in kinds:
-            for mb in range(m):
-                if (stage, kind.value, mb) not in seen:
-                    action = Action(stage, kind, mb)
-                    problems.append(
-                        f"{describe(action)} is missing: device {home} holds stage {stage} "
-                        "and must run it once"
-                    )
+    for stage, kind, mb in itertools.product(range(n_stages), kinds, range(m)):
+        if (stage, kind.value, mb) not in seen:
+            home = homes[stage] if stage < len(homes) else "?"
+            problems.append(
+                f"{describe(Action(stage, kind, mb))} is missing: device {home} holds stage {stage} "
+                "and must run it once"
+            )
     return problems
 
 
@@ -181,10 +176,10 @@ def _deadlock(schedule: Schedule, keyed: list[list[Key]]) -> list[str]:
     stuck = [d for d, order in enumerate(schedule.orders) if position[d] < len(order)]
     if not stuck:
         return []
-    where: dict[Action, tuple[int, int]] = {}
+    runner: dict[Action, int] = {}  # the (first) device whose order holds an action
     for device, order in enumerate(schedule.orders):
-        for i, action in enumerate(order):
-            where.setdefault(action, (device, i))
+        for action in order:
+            runner.setdefault(action, device)
     problems = []
     waits_on: dict[int, int | None] = {}
     for device in stuck:
@@ -194,33 +189,24 @@ def _deadlock(schedule: Schedule, keyed: list[list[Key]]) -> list[str]:
         for need in dependencies(action, schedule.n_stages, schedule.split_backward):
             if _key(need) in done:
                 continue
-            if need not in where:
+            other = runner.get(need)
+            if other is None:
                 reasons.append(f"it needs {describe(need)}, which no device runs")
                 continue
-            other, i = where[need]
             waits_on[device] = other
             blocker = schedule.orders[other][position[other]]
             if other == device:
-                reasons.append(
-                    f"it needs {describe(need)}, which this same device runs only later in its order"
-                )
+                why = "this same device runs only later in its order"
             elif blocker == need:
-                reasons.append(
-                    f"it needs {describe(need)}, which device {other} cannot run yet either "
-                    f"(see device {other})"
-                )
+                why = f"device {other} cannot run yet either (see device {other})"
             else:
-                reasons.append(
-                    f"it needs {describe(need)}, which device {other} runs only after {blocker}, "
-                    f"where device {other} is stuck"
-                )
+                why = f"device {other} runs only after {blocker}, where device {other} is stuck"
+            reasons.append(f"it needs {describe(need)}, which {why}")
         problems.append(f"deadlock: device {device} is stuck at {action}: " + "; ".join(reasons))
-    cycle = _find_cycle(waits_on)
-    if cycle:
+    if cycle := _find_cycle(waits_on):
+        circle = " -> ".join(f"device {d}" for d in cycle)
         problems.append(
-            "deadlock: devices wait on each other in a circle: "
-            + " -> ".join(f"device {d}" for d in cycle)
-            + "; none of them can ever move"
+            f"deadlock: devices wait on each other in a circle: {circle}; none of them can ever move"
         )
     return problems
 
