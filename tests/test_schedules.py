@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from course_lib.errors import CourseError
-from course_lib.schedules.builders import SCHEDULES, build_schedule, one_f_one_b, resolve_name
+from course_lib.schedules.builders import SCHEDULES, build_schedule, gpipe, naive, one_f_one_b, resolve_name
 from course_lib.schedules.ir import Action
 from course_lib.schedules.validate import check
 
@@ -100,3 +100,11 @@ def test_1f1b_takes_a_warm_up_per_device():
     deeper = one_f_one_b(3, 6, warmup=[4, 2, 0])
     assert str(deeper).splitlines()[0] == "device 0: 0F0 0F1 0F2 0F3 0F4 0B0 0F5 0B1 0B2 0B3 0B4 0B5"
     assert check(deeper) == []
+
+
+@pytest.mark.parametrize("builder", [naive, gpipe, one_f_one_b])
+def test_builders_called_directly_refuse_bad_sizes(builder):
+    with pytest.raises(CourseError, match="n_devices must be a whole number >= 1, got 0"):
+        builder(0, 4)
+    with pytest.raises(CourseError, match="n_microbatches must be a whole number >= 1, got 2.5"):
+        builder(2, 2.5)

@@ -38,8 +38,8 @@ def B(stage: int, mb: int) -> Action:
 
 
 def check_sizes(n_devices: int, n_microbatches: int, virtual: int = 1) -> None:
-    """Reject sizes no schedule can use, naming the value that was given. build_schedule checks them
-    once, for every builder; a builder called directly trusts its caller."""
+    """Reject sizes no schedule can use, naming the value that was given (build_schedule checks them
+    for every builder; the three a lesson calls directly check them too)."""
     for label, value in (("n_devices", n_devices), ("n_microbatches", n_microbatches), ("virtual", virtual)):
         require(
             isinstance(value, int) and not isinstance(value, bool) and value >= 1,
@@ -53,6 +53,7 @@ def naive(n_devices: int, n_microbatches: int) -> Schedule:
     Device d's order is ``dF0 dB0 dF1 dB1 ...``. Because device 0 runs ``0F1`` only after ``0B0``,
     and ``0B0`` needs every later stage's backward, no two devices ever work at the same time.
     """
+    check_sizes(n_devices, n_microbatches)
     orders = [[a for mb in range(n_microbatches) for a in (F(d, mb), B(d, mb))] for d in range(n_devices)]
     return Schedule("naive", n_devices, n_microbatches, orders, list(range(n_devices)))
 
@@ -63,6 +64,7 @@ def gpipe(n_devices: int, n_microbatches: int) -> Schedule:
     Backwards go in micro-batch order 0, 1, ..., m-1, as torch.distributed.pipelining's ScheduleGPipe
     does. Device 0 holds the activations of all m micro-batches until its first backward.
     """
+    check_sizes(n_devices, n_microbatches)
     mbs = range(n_microbatches)
     orders = [[F(d, mb) for mb in mbs] + [B(d, mb) for mb in mbs] for d in range(n_devices)]
     return Schedule("gpipe", n_devices, n_microbatches, orders, list(range(n_devices)))
@@ -81,6 +83,7 @@ def one_f_one_b(n_devices: int, n_microbatches: int, warmup: Sequence[int] | Non
     So device d never holds more than ``p - d`` micro-batches' activations (device 0: p), where GPipe
     holds m. With m < p - 1 - d the warm-up is simply all m forwards.
     """
+    check_sizes(n_devices, n_microbatches)
     p, m = n_devices, n_microbatches
     warmup = [p - 1 - d for d in range(p)] if warmup is None else list(warmup)
     require(
