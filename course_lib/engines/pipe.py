@@ -43,8 +43,9 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint as recompute
 
 from course_lib.devices import stage_devices
-from course_lib.engines.runtime import CHECKPOINT_MODES
+from course_lib.engines.runtime import check_checkpoint
 from course_lib.errors import require
+from course_lib.partition import Partition, stage_modules
 
 
 def _partitions_by_device(module: nn.Sequential) -> list[int]:
@@ -81,32 +82,20 @@ class Pipe(nn.Module):
         require(
             isinstance(chunks, int) and chunks >= 1, f"chunks must be a whole number >= 1, got {chunks!r}"
         )
-        require(
-            checkpoint in CHECKPOINT_MODES,
-            f"unknown checkpoint mode {checkpoint!r}; expected one of {', '.join(CHECKPOINT_MODES)}",
-        )
-        if balance is None:
-            balance = [len(module)] if devices is not None and len(devices) == 1 else None
-            if balance is None and devices is not None:
-                base, extra = divmod(len(module), len(devices))
-                require(
-                    base >= 1, f"{len(devices)} devices for {len(module)} layers: give at most {len(module)}"
-                )
-                balance = [base + (1 if i < extra else 0) for i in range(len(devices))]
-            balance = balance or _partitions_by_device(module)
-        balance = list(balance)
+        check_checkpoint(checkpoint)
+        if balance is None and devices is not None:  # as torchgpipe: split evenly over the devices
+            base, extra = divmod(len(module), len(devices))
+            require(base >= 1, f"{len(devices)} devices for {len(module)} layers: give at most {len(module)}")
+            balance = [base + (1 if i < extra else 0) for i in range(len(devices))]
+        balance = _partitions_by_device(module) if balance is None else list(balance)
         require(
             all(isinstance(b, int) and b >= 1 for b in balance) and sum(balance) == len(module),
             f"balance {balance} must be positive layer counts summing to the module's {len(module)} layers",
         )
-        if devices is None:
-            if balance == _partitions_by_device(module):  # keep where the user put the layers
-                devices = [
-                    next(iter(module[sum(balance[:i])].parameters()), torch.empty(0)).device
-                    for i in range(len(balance))
-                ]
-            else:
-                devices = stage_devices(len(balance))
+        parts = stage_modules(module, Partition.from_sizes(balance))
+        if devices is None and balance == _partitions_by_device(module):  # keep where the user put them
+            devices = [next(part.parameters(), torch.empty(0)).device for part in parts]
+        devices = stage_devices(len(balance)) if devices is None else devices
         require(
             len(devices) == len(balance),
             f"{len(devices)} devices for {len(balance)} partitions (balance {balance}); "
@@ -114,12 +103,7 @@ class Pipe(nn.Module):
         )
         self.chunks, self.checkpoint, self.balance = chunks, checkpoint, balance
         self.devices = [torch.device(d) for d in devices]
-        children = list(module)
-        self.partitions = nn.ModuleList()
-        start = 0
-        for size, device in zip(balance, self.devices, strict=True):
-            self.partitions.append(nn.Sequential(*children[start : start + size]).to(device))
-            start += size
+        self.partitions = nn.ModuleList(part.to(d) for part, d in zip(parts, self.devices, strict=True))
 
     def _recomputes(self, index: int, n_chunks: int) -> bool:
         if not torch.is_grad_enabled() or self.checkpoint == "never":

@@ -35,6 +35,7 @@ are counted).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -46,6 +47,14 @@ from course_lib.model import lm_loss
 from course_lib.schedules.ir import Action, Kind
 
 CHECKPOINT_MODES = ("never", "except_last", "always")
+
+
+def check_checkpoint(mode: str) -> None:
+    """Refuse an unknown activation-checkpointing mode (every engine and Pipe call this)."""
+    require(
+        mode in CHECKPOINT_MODES,
+        f"unknown checkpoint mode {mode!r}; expected one of {', '.join(CHECKPOINT_MODES)}",
+    )
 
 
 @dataclass
@@ -85,10 +94,7 @@ class StageRuntime:
     ):
         require(0 <= stage < n_stages, f"stage must be in 0..{n_stages - 1}, got {stage}")
         require(n_microbatches >= 1, f"micro-batches must be >= 1, got {n_microbatches}")
-        require(
-            checkpoint in CHECKPOINT_MODES,
-            f"unknown checkpoint mode {checkpoint!r}; expected one of {', '.join(CHECKPOINT_MODES)}",
-        )
+        check_checkpoint(checkpoint)
         self.stage, self.n_stages, self.n_microbatches = stage, n_stages, n_microbatches
         self.checkpoint = checkpoint
         self.track_memory = track_memory
@@ -98,19 +104,16 @@ class StageRuntime:
         self.losses: dict[int, float] = {}  # micro-batch -> its loss already divided by m
         self._stash: dict[int, _Stash] = {}
         self._bytes = SavedBytes({p.untyped_storage().data_ptr() for p in self.module.parameters()})
+        self.peak_saved_bytes = 0  # most bytes held for backward at once since start_batch()
         self.peak_inflight = 0  # most micro-batches stashed at once since start_batch()
-        self._peak = 0
         # layers that own weights directly: W computes their gradients from their output gradients
         self._weight_layers = [m for m in self.module.modules() if any(True for _ in m.parameters(False))]
         self._recording: list[tuple[nn.Module, Tensor]] | None = None
         # I/W needs every weight layer's output; a schedule with full backwards does not, and skips
         # the hooks (one Python call per layer per micro-batch)
         self.split_backward = split_backward
-        self._hooks = (
-            [layer.register_forward_hook(self._record_output) for layer in self._weight_layers]
-            if split_backward
-            else []
-        )
+        hooked = self._weight_layers if split_backward else []
+        self._hooks = [layer.register_forward_hook(self._record_output) for layer in hooked]
 
     # ---- bookkeeping ---------------------------------------------------------------------------
     def _record_output(self, layer: nn.Module, _inputs, output) -> None:
@@ -123,18 +126,15 @@ class StageRuntime:
             return True
         return self.checkpoint == "except_last" and mb < self.n_microbatches - 1
 
+    def _checkpointed_inputs(self) -> int:
+        return sum(s.inp.nbytes for s in self._stash.values() if s.out is None)
+
     def saved_bytes(self) -> int:
         """Bytes held right now for backward: tensors autograd saved, plus checkpointed inputs."""
-        held = sum(s.inp.nbytes for s in self._stash.values() if s.out is None)
-        return self._bytes.total + held
-
-    @property
-    def peak_saved_bytes(self) -> int:
-        return self._peak
+        return self._bytes.total + self._checkpointed_inputs()
 
     def _note_peak(self) -> None:
-        held = sum(s.inp.nbytes for s in self._stash.values() if s.out is None)
-        self._peak = max(self._peak, self._bytes.peak + held)
+        self.peak_saved_bytes = max(self.peak_saved_bytes, self._bytes.peak + self._checkpointed_inputs())
         self.peak_inflight = max(self.peak_inflight, len(self._stash))
 
     def inflight(self) -> int:
@@ -146,15 +146,12 @@ class StageRuntime:
         """Forward with the graph recorded (and measured); returns the output (or the loss)."""
         self._recording = stash.layer_outputs = []
         stash.holders = []
+        counting = self._bytes.counting(stash.holders) if self.track_memory else nullcontext()
         try:
-            if self.track_memory:
-                with self._bytes.counting(stash.holders):
-                    out = self._forward_and_loss(stash)
-            else:
-                out = self._forward_and_loss(stash)
+            with counting:
+                return self._forward_and_loss(stash)
         finally:
             self._recording = None
-        return out
 
     def _forward_and_loss(self, stash: _Stash) -> Tensor:
         out = self.module(stash.inp)
@@ -283,7 +280,7 @@ class StageRuntime:
         self._stash.clear()
         self._bytes.clear()
         self.losses = {}
-        self._peak = self.peak_inflight = 0
+        self.peak_saved_bytes = self.peak_inflight = 0
 
     def close(self) -> None:
         """Take the forward hooks off the module (it may be reused by another runtime)."""
