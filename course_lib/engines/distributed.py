@@ -32,10 +32,8 @@ Several machines: the usual torchrun rendezvous flags, the same command on every
     (on the second node: the same with --node-rank 1)
 
 Backend: gloo on CPUs, NCCL when the ranks run on GPUs (``--device cuda``: rank r uses its local
-GPU). Failures: a rank that raises or dies stops every other rank within ``timeout_s`` (peers see
-the closed connection at once; a rank that hangs is caught by the process group's timeout), and
-the error names the failed rank and its exception. Under torchrun, torchrun itself tears the group
-down and names the failed rank.
+GPU). A failed rank stops the others and is named (``launch.py`` says how); under torchrun,
+torchrun itself tears the group down and names the failed rank.
 """
 
 from __future__ import annotations
@@ -68,14 +66,12 @@ def _backend_device(device: str, local_ranks: int) -> str:
     require(
         device in ("cpu", "cuda", "auto"), f"the distributed engine runs on 'cpu' or 'cuda', got {device!r}"
     )
-    if device == "auto":
-        return "cuda" if gpu_count() >= local_ranks else "cpu"
+    enough = gpu_count() >= local_ranks
     require(
-        device == "cpu" or gpu_count() >= local_ranks,
-        f"device 'cuda' needs one GPU per rank: {local_ranks} ranks here, but this machine has "
-        f"{gpu_count()} GPUs",
+        device != "cuda" or enough,
+        f"device 'cuda' needs one GPU per rank: {local_ranks} ranks, {gpu_count()} GPUs on this machine",
     )
-    return device
+    return "cuda" if device == "cuda" or (device == "auto" and enough) else "cpu"
 
 
 def make_spec(
@@ -118,10 +114,10 @@ def make_spec(
     device = _backend_device(cfg.device, local_ranks)
     return RunSpec(
         cfg=replace(cfg, device=device),
-        schedule=schedule,
+        schedule=sched,
+        partition=plan.partition,
         ranks=ranks,
         virtual=sched.stages_per_device,
-        partition_sizes=tuple(plan.partition.sizes),
         links=tuple(plan.links) if plan.links is not None else None,
         checkpoint=checkpoint,
         timeout_s=float(timeout_s),
@@ -157,12 +153,7 @@ def gather_and_merge(spec: RunSpec, rank: int, record: dict) -> DistributedResul
 
 def _run_specs(ctx: RankContext, specs: list[RunSpec]) -> list[DistributedResult] | None:
     """One spawned rank: every spec in turn, in one process group; rank 0 returns the results."""
-
-    def report(step: int, loss: float | None) -> None:
-        if loss is not None:  # the rank with the last stage tells the launcher's progress bar
-            ctx.progress(loss)
-
-    merged = [gather_and_merge(s, ctx.rank, run_rank(s, ctx.rank, ctx.device, report)) for s in specs]
+    merged = [gather_and_merge(s, ctx.rank, run_rank(s, ctx.rank, ctx.device, ctx.progress)) for s in specs]
     return merged if ctx.rank == 0 else None
 
 
