@@ -5,18 +5,16 @@ stages the schedule places on it (several with interleaving: stage s on rank s %
 batch runs its list of actions in order: ``run_schedule``, the loop lesson 08 reads. Where each
 action's input comes from is known from the schedule alone (``schedules/messages.py``): a message
 from another rank, an earlier action's output on this rank, or the batch (stage 0's forward reads
-the token ids). The action runs on its stage (``StageRuntime.run``), and its output goes to the
-rank that consumes it, or is kept here for a later action. After
-the last action the rank waits for its sends and steps its optimizer: one step per batch, after the
-flush, exactly as the reference trainer does. What the loop does not need to know (the injected
-fault, the GPU sync, the spans it records) lives in ``StepRecorder``.
+the token ids). The action runs on its stage (``StageRuntime.run``); its output goes to the rank
+that consumes it, or is kept here for a later action. After the last action the rank waits for its
+sends and steps its optimizer: one step per batch, after the flush, as the reference trainer does.
+What the loop does not need to know (the injected fault, the GPU sync, the spans it records) lives
+in ``StepRecorder``. This runs inside a process that already joined the process group.
 
 Clocks: the spans every rank records (perf_counter, seconds) must line up in one Timeline. On one
 machine all processes read the same monotonic clock, so every rank takes rank 0's time 0 and the
-spans are exact. Across machines there is no shared clock: each rank takes the moment it left a
-common barrier as its time 0, which is right to within that barrier's skew (about one network
-latency), and the Timeline's notes say so. This module runs inside a process that
-already joined the process group; ``distributed.py`` starts those processes.
+spans are exact. Across machines each rank takes the moment it left a common barrier as its time 0,
+right to within that barrier's skew (about one network latency); the Timeline's notes say which.
 """
 
 from __future__ import annotations
@@ -189,10 +187,7 @@ class StepRecorder:
 
 
 def run_rank(
-    spec: RunSpec,
-    rank: int,
-    torch_device: torch.device,
-    on_loss: Callable[[float], None] | None = None,
+    spec: RunSpec, rank: int, torch_device: torch.device, on_loss: Callable[[float], None] | None = None
 ) -> dict:
     """Train `spec.cfg.steps` batches as pipeline rank `rank`; return what this rank measured.
     On the rank that holds the last stage, `on_loss(loss)` follows every optimizer step."""
