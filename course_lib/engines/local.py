@@ -122,7 +122,6 @@ class LocalPipelineTrainer:
             for s, mod in enumerate(modules)
         ]  # fmt: skip
         self.optimizer = make_optimizer(self.model, cfg)
-        self._devices = self.plan.devices
 
     # ---- one batch -----------------------------------------------------------------------------
     def compute_gradients(self, x: torch.Tensor, y: torch.Tensor) -> tuple[float, StepStats]:
@@ -158,10 +157,10 @@ class LocalPipelineTrainer:
         the launch's); note what a forward stashed and the size of what it passes on."""
         rt = self.runtimes[action.stage]
         before = rt.saved_bytes()
-        synchronize(self._devices)
+        synchronize(self.plan.devices)
         t0 = time.perf_counter()
         out = rt.run(action, inp, targets)
-        synchronize(self._devices)
+        synchronize(self.plan.devices)
         stats.durations[(action.stage, action.kind)].append(time.perf_counter() - t0)
         if action.kind is Kind.F:
             stats.stash_bytes[action.stage].append(rt.saved_bytes() - before)
@@ -180,20 +179,16 @@ class LocalPipelineTrainer:
     def timeline_from(self, steps: Sequence[StepStats]) -> tuple[Timeline, StageCosts]:
         """Simulate the schedule with the measured medians (per stage and kind) and the plan's links."""
         n = self.schedule.n_stages
-        pooled: dict[tuple[int, Kind], list[float]] = defaultdict(list)
-        stash: dict[int, list[int]] = defaultdict(list)
-        for st in steps:
-            for key, values in st.durations.items():
-                pooled[key] += values
-            for s, values in st.stash_bytes.items():
-                stash[s] += values
+        keys = {key for st in steps for key in st.durations}
+        pooled = {key: [t for st in steps for t in st.durations.get(key, [])] for key in keys}
+        stash = [[b for st in steps for b in st.stash_bytes.get(s, [])] for s in range(n)]
         costs = costs_from_durations(pooled, n, "median")
         timeline = simulate(
             self.schedule,
             costs,
             boundary_bytes=[steps[-1].boundary_bytes.get(s, 0) for s in range(n - 1)],
             links=self.plan.links,
-            stash_bytes=[int(statistics.median(stash[s])) if stash[s] else 0 for s in range(n)],
+            stash_bytes=[int(statistics.median(held)) if held else 0 for held in stash],
             source=MEASURED_COMPUTE,
         )
         return timeline, costs
@@ -220,7 +215,7 @@ class LocalPipelineTrainer:
         for x, y in bar:
             t0 = time.perf_counter()
             loss, stats = self.step(x, y)
-            synchronize(self._devices)
+            synchronize(self.plan.devices)
             times.append(time.perf_counter() - t0)
             losses.append(loss)
             all_stats.append(stats)
@@ -243,7 +238,7 @@ class LocalPipelineTrainer:
                 max(st.peak_saved_bytes[s] for st in all_stats) for s in range(len(self.runtimes))
             ],
             peak_device_bytes=[
-                max(st.peak_device_bytes[d] for st in all_stats) for d in range(len(self._devices))
+                max(st.peak_device_bytes[d] for st in all_stats) for d in range(len(self.plan.devices))
             ],
             peak_inflight=[max(st.peak_inflight[s] for st in all_stats) for s in range(len(self.runtimes))],
             schedule=self.schedule.name,
