@@ -2,7 +2,7 @@
 
 Every rank records its own spans (start and end of each action, on the common clock set at the
 start barrier), the messages it sent and when it waited for the ones it received. Rank 0 gathers
-those records and ``merge_records`` turns them into a Timeline with source ``measured``:
+those records and ``merge_step`` turns them into a Timeline with source ``measured``:
 
 - a span is one action's compute (waiting for an input is *not* inside it: that wait is bubble);
 - a transfer starts when the sender handed the tensor over and ends when the receiver had it. The
