@@ -54,9 +54,7 @@ class _Wire(threading.Thread):
                 tensor, tag, deliver_at, group = item
                 if tensor.is_cuda:
                     torch.cuda.set_device(tensor.device)
-                delay = deliver_at - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
+                time.sleep(max(0.0, deliver_at - time.perf_counter()))
                 if self.error is None:
                     self.handles.append(dist.isend(tensor, dst=self.dst, group=group, tag=tag))
             except BaseException as err:  # reported to the compute thread by drain()

@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint as recompute
 
 from course_lib.devices import stage_devices
-from course_lib.engines.runtime import check_checkpoint
+from course_lib.engines.runtime import check_checkpoint, checkpointed
 from course_lib.errors import require
 from course_lib.partition import Partition, stage_modules
 
@@ -105,11 +105,6 @@ class Pipe(nn.Module):
         self.devices = [torch.device(d) for d in devices]
         self.partitions = nn.ModuleList(part.to(d) for part, d in zip(parts, self.devices, strict=True))
 
-    def _recomputes(self, index: int, n_chunks: int) -> bool:
-        if not torch.is_grad_enabled() or self.checkpoint == "never":
-            return False
-        return self.checkpoint == "always" or index < n_chunks - 1
-
     def forward(self, x: Tensor) -> Tensor:
         """Micro-batched forward through every partition; returns the joined output (a Tensor)."""
         require(isinstance(x, Tensor), f"Pipe takes one tensor, got {type(x).__name__}")
@@ -118,7 +113,7 @@ class Pipe(nn.Module):
         for i, mb in enumerate(micro):
             for partition, device in zip(self.partitions, self.devices, strict=True):
                 mb = mb.to(device)
-                if self._recomputes(i, len(micro)):
+                if torch.is_grad_enabled() and checkpointed(self.checkpoint, i, len(micro)):
                     mb = recompute(partition, mb, use_reentrant=False)
                 else:
                     mb = partition(mb)

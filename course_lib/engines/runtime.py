@@ -57,6 +57,11 @@ def check_checkpoint(mode: str) -> None:
     )
 
 
+def checkpointed(mode: str, mb: int, n_microbatches: int) -> bool:
+    """Does micro-batch `mb` keep only its input, and recompute its forward before the backward?"""
+    return mode == "always" or (mode == "except_last" and mb < n_microbatches - 1)
+
+
 @dataclass
 class _Stash:
     """What one micro-batch leaves on a stage between its forward and its (last) backward."""
@@ -73,9 +78,7 @@ class _Stash:
     def free(self) -> None:
         for holder in self.holders:
             holder.drop()
-        self.holders = []
-        self.out = None
-        self.layer_outputs = []
+        self.holders, self.out, self.layer_outputs = [], None, []
 
 
 class StageRuntime:
@@ -96,8 +99,7 @@ class StageRuntime:
         require(n_microbatches >= 1, f"micro-batches must be >= 1, got {n_microbatches}")
         check_checkpoint(checkpoint)
         self.stage, self.n_stages, self.n_microbatches = stage, n_stages, n_microbatches
-        self.checkpoint = checkpoint
-        self.track_memory = track_memory
+        self.checkpoint, self.track_memory = checkpoint, track_memory
         self.device = torch.device(device)
         self.module = module.to(self.device)
         self.is_first, self.is_last = stage == 0, stage == n_stages - 1
@@ -119,12 +121,6 @@ class StageRuntime:
     def _record_output(self, layer: nn.Module, _inputs, output) -> None:
         if self._recording is not None and isinstance(output, Tensor) and output.requires_grad:
             self._recording.append((layer, output))
-
-    def checkpointed(self, mb: int) -> bool:
-        """Does micro-batch `mb` keep only its input (and recompute the forward before backward)?"""
-        if self.checkpoint == "always":
-            return True
-        return self.checkpoint == "except_last" and mb < self.n_microbatches - 1
 
     def _checkpointed_inputs(self) -> int:
         return sum(s.inp.nbytes for s in self._stash.values() if s.out is None)
@@ -191,7 +187,7 @@ class StageRuntime:
         if not self.is_first:
             inp = inp.detach().requires_grad_(True)  # a leaf: its .grad is what we send back
         stash = _Stash(inp, target.to(self.device) if self.is_last else None)
-        if self.checkpointed(mb):
+        if checkpointed(self.checkpoint, mb, self.n_microbatches):
             with torch.no_grad():
                 out = self._forward_and_loss(stash)
         else:
