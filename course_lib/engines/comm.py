@@ -1,9 +1,8 @@
 """Point-to-point messages between pipeline ranks: the sends and receives of one rank.
 
-Which outputs cross ranks, from whom and to whom, is derived once from the schedule
-(``schedules/messages.py``): both ends can list all of a step's messages from the Schedule alone,
-so a receiver knows in advance what will arrive, from whom, its shape, and in which order the
-sender will send it.
+Both ends list a step's messages from the Schedule alone (``schedules/messages.py``, where its
+"Try it" shows them), so a receiver knows in advance what will arrive, from whom, its shape, and in
+which order the sender will send it.
 
 How messages are matched, so that nothing deadlocks: the receiver posts all of a step's receives
 at the start of the step, into preallocated buffers, so data moves in the background while the
@@ -19,12 +18,6 @@ rank computes, and waiting for an input costs nothing if it already arrived.
 Sends never block compute: ``isend`` returns at once (or the message goes to an injected link's
 sender thread, see ``links_injected.py``), and a rank waits for its sends only at the end of the
 step, before the optimizer step.
-
-Try it (no processes needed)::
-
-    from course_lib.schedules.builders import build_schedule
-    from course_lib.schedules.messages import incoming_messages
-    incoming_messages(build_schedule("1f1b", 2, 4), device=1)   # what rank 1 receives, in order
 """
 
 from __future__ import annotations

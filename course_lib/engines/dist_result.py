@@ -9,10 +9,6 @@ those records and ``merge_step`` turns them into a Timeline with source ``measur
   receiver only knows when its wait returned; if it had to wait, that is the arrival, otherwise
   the data was already there and the end is taken as the injected link's delivery time (or the
   hand-over, on a free link), capped at the moment the receiver asked.
-
-    result = run_distributed(cfg, "1f1b", stages=2)
-    result.timeline.bubble_fraction      # measured, last step
-    result.step_time_s                   # median step (slowest rank), first step left out
 """
 
 from __future__ import annotations

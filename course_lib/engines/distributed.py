@@ -185,7 +185,6 @@ def run_distributed(
     schedule: str | Schedule = "1f1b",
     stages: int | None = None,
     *,
-    timeout_s: float = 60.0,
     progress: bool = False,
     **options,
 ) -> DistributedResult:
@@ -198,10 +197,10 @@ def run_distributed(
     boundary: injected latency and bandwidth), ``checkpoint`` (never / except_last / always),
     ``fault`` (a Fault, to watch a failure), ``return_grads``, ``threads`` (torch threads per rank),
     ``track_memory`` (False: skip measuring bytes saved for backward, for like-for-like timing).
-    A failed rank raises DistributedError within about `timeout_s`, naming the rank and its exception.
+    A failed rank raises DistributedError within about ``timeout_s`` (60), naming it and its exception.
     ``progress=True`` shows a progress bar (steps done, last loss).
     """
-    return launch([make_spec(cfg, schedule, stages, timeout_s=timeout_s, **options)], progress)[0]
+    return launch([make_spec(cfg, schedule, stages, **options)], progress)[0]
 
 
 if __name__ == "__main__":  # torchrun ... -m course_lib.engines.distributed: see course_lib/cli/torchrun.py

@@ -6,12 +6,11 @@
     result = trainer.train()
     result.losses, result.timeline.bubble_fraction, result.peak_saved_bytes
 
-Stages go on ``stage_devices``: one GPU per pipeline device when there are enough GPUs, otherwise
-every stage on the same real device ("simulated devices"). The engine runs the schedule's actions one
-at a time, in a valid global order (``execution_order``), and times each one (synchronising the GPU
-first, so a time is the work's and not the launch's). One process cannot run stages side by side,
-so the Timeline is made by giving the *measured* per-stage F / B / W times (median per stage and
-kind) and the chosen links to the simulator: its source is "measured compute + simulated links".
+Stages go on ``stage_devices`` (one GPU each, or simulated devices: see ``course_lib/devices.py``).
+The engine runs the schedule's actions one at a time, in a valid global order (``execution_order``),
+and times each one. One process cannot run stages side by side, so the Timeline is made by giving
+the *measured* per-stage F / B / W times (median per stage and kind) and the chosen links to the
+simulator: its source is "measured compute + simulated links".
 
 Synchronous training: gradients of the m micro-batches add up, and the optimizer steps once per
 batch, after the flush. Loss and gradients equal the reference trainer's (tests check every
@@ -116,7 +115,7 @@ class LocalPipelineTrainer:
         n = self.schedule.n_stages
         self.runtimes = [
             StageRuntime(
-                s, n, mod, cfg.microbatches, checkpoint, self.plan.device_of_stage(s),
+                s, n, mod, cfg.microbatches, checkpoint, self.plan.devices[self.schedule.device_of(s)],
                 track_memory=track_memory, split_backward=self.schedule.split_backward,
             )
             for s, mod in enumerate(modules)

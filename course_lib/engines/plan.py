@@ -35,9 +35,6 @@ class PipelinePlan:
     checkpoint: str
     links: list[Link] | None  # one per stage boundary, or None for free links
 
-    def device_of_stage(self, stage: int) -> torch.device:
-        return self.devices[self.schedule.stage_to_device[stage]]
-
 
 def _as_partition(partition, n_layers: int, n_stages: int) -> Partition:
     if partition is None:

@@ -175,9 +175,8 @@ class StageRuntime:
         return None
 
     def forward(self, mb: int, inp: Tensor, target: Tensor | None = None) -> Tensor | None:
-        """Run micro-batch `mb` through the stage. Stage 0 gets token ids; the last stage needs the
-        targets, records ``losses[mb]`` (loss / m) and returns None; other stages ignore the targets
-        and return the activation to send on (detached: the graph stays here)."""
+        """F of micro-batch `mb` (arguments as for ``run``). The last stage records ``losses[mb]``
+        (loss / m) and returns None; the others return their activation, detached: the graph stays here."""
         require(mb not in self._stash, f"stage {self.stage} already ran the forward of micro-batch {mb}")
         require(
             not self.is_last or target is not None,
