@@ -93,10 +93,12 @@ def make_spec(
 ) -> RunSpec:
     """Check every input and build the spec; raises CourseError before any process starts.
 
-    `schedule` is a name (built for `stages` ranks, default 2, x `virtual`) or a built Schedule, such
-    as ``latency_aware_1f1b(2, 8, extra_per_link=3)``: then the schedule says how many ranks and
-    stages per rank there are, and `stages` / `virtual` may be left out. The plan (schedule,
-    partition, links) is the local engine's: ``engines.plan.make_plan``."""
+    `schedule`: a name (built for `stages` ranks, default 2, x `virtual`) or a built Schedule such as
+    ``latency_aware_1f1b(2, 8, extra_per_link=3)``, which says how many ranks and stages per rank.
+    The plan (schedule, `partition`: layers per stage with embedding and head, `links`: a Link or one
+    per stage boundary, `checkpoint`) is the local engine's (``engines.plan.make_plan``). `timeout_s`:
+    how long a rank waits for a silent peer; `fault`: a Fault, to watch a failure; `threads`: torch
+    threads per rank; ``track_memory=False`` skips measuring bytes saved for backward (for timing)."""
     if stages is None and not isinstance(schedule, Schedule):
         stages = 2
     plan = make_plan(cfg, schedule, stages, virtual, partition, checkpoint, links)
@@ -190,16 +192,9 @@ def run_distributed(
 ) -> DistributedResult:
     """Train with `stages` processes on this machine (gloo on CPU, NCCL with ``cfg.device='cuda'``).
 
-    `schedule`: a name (``stages`` ranks, default 2) or a built Schedule (one process per device of it).
-
-    Options (all checked before any process starts): ``virtual`` (stages per rank, interleaved),
-    ``partition`` (layers per stage, embedding and head included), ``links`` (a Link or one per stage
-    boundary: injected latency and bandwidth), ``checkpoint`` (never / except_last / always),
-    ``fault`` (a Fault, to watch a failure), ``return_grads``, ``threads`` (torch threads per rank),
-    ``track_memory`` (False: skip measuring bytes saved for backward, for like-for-like timing).
-    A failed rank raises DistributedError within about ``timeout_s`` (60), naming it and its exception.
-    ``progress=True`` shows a progress bar (steps done, last loss).
-    """
+    `schedule` and the options are ``make_spec``'s, all checked before any process starts. A failed
+    rank raises DistributedError within about ``timeout_s`` (60), naming it and its exception.
+    ``progress=True`` shows a progress bar (steps done, last loss)."""
     return launch([make_spec(cfg, schedule, stages, **options)], progress)[0]
 
 

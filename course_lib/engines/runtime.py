@@ -27,10 +27,8 @@ and keeps the graph. ``backward_weight`` (W) later turns those saved output grad
 gradients, one layer at a time, so W does only the weight work and never repeats I's. The sum is
 exactly what a full backward computes (the tests check it).
 
-Memory is *measured*, not modelled (``saved_memory.py``): ``saved_bytes()`` is what is held for
-backward right now, ``peak_saved_bytes`` the high-water mark since ``start_batch()``;
-``track_memory=False`` skips the measuring for like-for-like timing (then only checkpointed inputs
-are counted).
+Memory is *measured*, not modelled (``saved_memory.py``); ``track_memory=False`` skips that for
+like-for-like timing (then only checkpointed inputs are counted).
 """
 
 from __future__ import annotations
@@ -244,8 +242,7 @@ class StageRuntime:
         return None if self.is_first else grads[-1]
 
     def backward_weight(self, mb: int) -> None:
-        """W: weight gradients from the output gradients I saved, accumulated into ``.grad``;
-        frees the micro-batch's stash."""
+        """W: weight gradients from I's saved output gradients, into ``.grad``; frees the stash."""
         require(
             mb in self._stash and self._stash[mb].layer_grads is not None,
             f"stage {self.stage} runs W for micro-batch {mb} before its I (input gradient)",
