@@ -100,11 +100,9 @@ class LocalPipelineTrainer:
         partition: Partition | Sequence[int] | None = None,
         checkpoint: str = "never",
         links: Link | Sequence[Link] | None = None,
-        corpus: Corpus | None = None,
-        track_memory: bool = True,
+        corpus: Corpus | None = None,  # already loaded (default: read cfg.data_path or the shipped one)
+        track_memory: bool = True,  # False: skip measuring bytes saved for backward (for timing)
     ):
-        """`corpus`: an already loaded corpus (default: read cfg.data_path or the shipped one).
-        `track_memory=False` skips measuring bytes saved for backward (for like-for-like timing)."""
         # every check first: nothing is built or read if any input is bad
         self.plan: PipelinePlan = make_plan(cfg, schedule, stages, virtual, partition, checkpoint, links)
         self.cfg = cfg

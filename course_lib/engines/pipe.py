@@ -37,6 +37,7 @@ Where it differs from the removed ``torch.distributed.pipeline.sync.Pipe``:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import groupby
 
 import torch
 from torch import Tensor, nn
@@ -50,17 +51,11 @@ from course_lib.partition import Partition, stage_modules
 
 def _partitions_by_device(module: nn.Sequential) -> list[int]:
     """Layer counts of runs of consecutive children that live on the same device (the old Pipe's rule)."""
-    sizes: list[int] = []
-    last = None
-    for child in module:
-        params = list(child.parameters())
-        device = params[0].device if params else last
-        if sizes and device == last:
-            sizes[-1] += 1
-        else:
-            sizes.append(1)
-        last = device
-    return sizes
+    devices, last = [], None
+    for child in module:  # a child without weights stays with the one before it
+        last = next((p.device for p in child.parameters()), last)
+        devices.append(last)
+    return [len(list(run)) for _, run in groupby(devices)]
 
 
 class Pipe(nn.Module):
