@@ -204,15 +204,7 @@ def test_merge_makes_one_measured_timeline_with_transfers():
     assert by_action[b1].start == pytest.approx(0.4) and by_action[b1].end == pytest.approx(0.45)
 
 
-def test_memory_probes_can_be_switched_off_only_where_the_runtime_offers_it():
-    import inspect
-
-    from course_lib.engines.runtime import StageRuntime
-
+def test_memory_probes_can_be_switched_off():
     cfg = TrainConfig(**TINY, microbatches=4)
-    if "track_memory" in inspect.signature(StageRuntime).parameters:
-        assert make_spec(cfg, "1f1b", 2, track_memory=False).track_memory is False
-    else:
-        with pytest.raises(CourseError, match="track_memory"):
-            make_spec(cfg, "1f1b", 2, track_memory=False)
+    assert make_spec(cfg, "1f1b", 2, track_memory=False).track_memory is False
     assert make_spec(cfg, "1f1b", 2).track_memory is True
