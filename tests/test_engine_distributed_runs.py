@@ -9,7 +9,7 @@ import torch
 from course_lib.engines.dist_worker import Fault
 from course_lib.engines.distributed import DistributedError, launch, make_spec, run_distributed
 from course_lib.links import Link
-from course_lib.reference import TrainConfig, accumulate_gradients, make_optimizer, setup
+from course_lib.reference import TrainConfig, accumulate_gradients, make_optimizer, setup, train_batches
 from course_lib.schedules.builders import build_schedule
 
 pytestmark = pytest.mark.processes
@@ -36,10 +36,8 @@ def reference(cfg: TrainConfig):
     """Losses, last step's gradients and final weights of the single-device trainer."""
     corpus, model = setup(cfg)
     optimizer = make_optimizer(model, cfg)
-    gen = torch.Generator().manual_seed(cfg.seed)
     losses = []
-    for _ in range(cfg.steps):
-        x, y = corpus.batch("train", cfg.batch_size, cfg.seq_len, gen)
+    for x, y in train_batches(corpus, cfg):
         optimizer.zero_grad(set_to_none=True)
         losses.append(accumulate_gradients(model, x, y, cfg.microbatches))
         optimizer.step()

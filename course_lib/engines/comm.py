@@ -1,9 +1,8 @@
 """Point-to-point messages between pipeline ranks: the sends and receives of one rank.
 
-Which outputs cross ranks, from whom and to whom, is derived once from the schedule
-(``schedules/messages.py``): both ends can list all of a step's messages from the Schedule alone,
-so a receiver knows in advance what will arrive, from whom, its shape, and in which order the
-sender will send it.
+Both ends list a step's messages from the Schedule alone (``schedules/messages.py``, where its
+"Try it" shows them), so a receiver knows in advance what will arrive, from whom, its shape, and in
+which order the sender will send it.
 
 How messages are matched, so that nothing deadlocks: the receiver posts all of a step's receives
 at the start of the step, into preallocated buffers, so data moves in the background while the
@@ -19,12 +18,6 @@ rank computes, and waiting for an input costs nothing if it already arrived.
 Sends never block compute: ``isend`` returns at once (or the message goes to an injected link's
 sender thread, see ``links_injected.py``), and a rank waits for its sends only at the end of the
 step, before the optimizer step.
-
-Try it (no processes needed)::
-
-    from course_lib.schedules.builders import build_schedule
-    from course_lib.schedules.messages import incoming_messages
-    incoming_messages(build_schedule("1f1b", 2, 4), device=1)   # what rank 1 receives, in order
 """
 
 from __future__ import annotations
@@ -86,27 +79,20 @@ class PeerFailure(RuntimeError):
         self.peer = peer
 
 
+@dataclass
 class RankComm:
-    """One rank's sends and receives, step after step.
+    """One rank's sends and receives, step after step."""
 
-    `shape`: the tensor shape of every message (a micro-batch's activations, or their gradients);
-    `links`: one per stage boundary, to deliver messages as over that link (None: send at once);
-    `groups`: from ``direction_groups`` (NCCL), or None; `t0`: the rank's aligned clock origin.
-    """
+    schedule: Schedule
+    rank: int
+    shape: tuple[int, ...]  # of every message: a micro-batch's activations, or their gradients
+    torch_device: torch.device
+    t0: float  # the rank's aligned clock origin
+    links: Sequence[Link] | None = None  # one per stage boundary, delivering as over it (None: at once)
+    groups: dict[tuple[int, int], object] | None = None  # from direction_groups (NCCL), or None
 
-    def __init__(
-        self,
-        schedule: Schedule,
-        rank: int,
-        shape: tuple[int, ...],
-        torch_device: torch.device,
-        t0: float,
-        links: Sequence[Link] | None = None,
-        groups: dict[tuple[int, int], object] | None = None,
-    ):
-        self.schedule, self.rank, self.shape, self.torch_device = schedule, rank, shape, torch_device
-        self.t0, self.links, self.groups = t0, links, groups
-        self.sender = InjectedLinks() if links is not None else None
+    def __post_init__(self) -> None:
+        self.sender = InjectedLinks() if self.links is not None else None
         self.step = 0
         self.pending: dict[Action, tuple[torch.Tensor, object]] = {}
         self.handles: list[object] = []
@@ -146,9 +132,7 @@ class RankComm:
         """Hand `tensor` over without waiting for it to arrive (over its boundary's link, if any)."""
         tensor = tensor.detach().contiguous()
         tag = message_tag(msg, self.schedule, self.step)
-        nbytes = tensor.numel() * tensor.element_size()
-        handoff = self.now()
-        deliver_at = None
+        nbytes, handoff, deliver_at = tensor.nbytes, self.now(), None
         if self.sender is not None:
             link = self.links[msg.boundary]
             deliver_at = self.sender.enqueue(tensor, msg.dst, tag, nbytes, link, self._group(msg)) - self.t0

@@ -2,17 +2,13 @@
 
 Every rank records its own spans (start and end of each action, on the common clock set at the
 start barrier), the messages it sent and when it waited for the ones it received. Rank 0 gathers
-those records and ``merge_records`` turns them into a Timeline with source ``measured``:
+those records and ``merge_step`` turns them into a Timeline with source ``measured``:
 
 - a span is one action's compute (waiting for an input is *not* inside it: that wait is bubble);
 - a transfer starts when the sender handed the tensor over and ends when the receiver had it. The
   receiver only knows when its wait returned; if it had to wait, that is the arrival, otherwise
   the data was already there and the end is taken as the injected link's delivery time (or the
   hand-over, on a free link), capped at the moment the receiver asked.
-
-    result = run_distributed(cfg, "1f1b", stages=2)
-    result.timeline.bubble_fraction      # measured, last step
-    result.step_time_s                   # median step (slowest rank), first step left out
 """
 
 from __future__ import annotations

@@ -2,19 +2,19 @@
 
 Every rank builds the *same* model from the seed (so no weights need to travel), keeps only the
 stages the schedule places on it (several with interleaving: stage s on rank s % p), and for every
-batch runs its list of actions in order: ``run_schedule``, the loop lesson 08 reads. Each action
-takes its input from a message, from an earlier action on this rank, or from the batch; runs on its
-stage (``StageRuntime.run``); and sends its output on, or keeps it for a later action here. After
-the last action the rank waits for its sends and steps its optimizer: one step per batch, after the
-flush, exactly as the reference trainer does. What the loop does not need to know (the injected
-fault, the GPU sync, the spans it records) lives in ``StepRecorder``.
+batch runs its list of actions in order: ``run_schedule``, the loop lesson 08 reads. Where each
+action's input comes from is known from the schedule alone (``schedules/messages.py``): a message
+from another rank, an earlier action's output on this rank, or the batch (stage 0's forward reads
+the token ids). The action runs on its stage (``StageRuntime.run``); its output goes to the rank
+that consumes it, or is kept here for a later action. After the last action the rank waits for its
+sends and steps its optimizer: one step per batch, after the flush, as the reference trainer does.
+What the loop does not need to know (the injected fault, the GPU sync, the spans it records) lives
+in ``StepRecorder``. This runs inside a process that already joined the process group.
 
 Clocks: the spans every rank records (perf_counter, seconds) must line up in one Timeline. On one
 machine all processes read the same monotonic clock, so every rank takes rank 0's time 0 and the
-spans are exact. Across machines there is no shared clock: each rank takes the moment it left a
-common barrier as its time 0, which is right to within that barrier's skew (about one network
-latency), and the Timeline's notes say so. This module runs inside a process that
-already joined the process group; ``distributed.py`` starts those processes.
+spans are exact. Across machines each rank takes the moment it left a common barrier as its time 0,
+right to within that barrier's skew (about one network latency); the Timeline's notes say which.
 """
 
 from __future__ import annotations
@@ -34,9 +34,8 @@ from course_lib.data import Corpus, split_microbatches
 from course_lib.engines.comm import RankComm, direction_groups
 from course_lib.engines.runtime import StageRuntime
 from course_lib.links import Link
-from course_lib.partition import Partition, stage_modules, uniform
+from course_lib.partition import Partition, stage_modules
 from course_lib.reference import TrainConfig, make_optimizer, setup, train_batches
-from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Action, Kind, Schedule
 from course_lib.schedules.messages import input_message, local_producer, message_of
 
@@ -56,13 +55,13 @@ class Fault:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """Everything a rank needs, checked by the launcher before any process starts."""
+    """Everything a rank needs, checked by ``make_spec`` before any process starts."""
 
     cfg: TrainConfig
-    schedule: str | Schedule  # a name for build_schedule, or a built Schedule (plain data: pickles)
+    schedule: Schedule  # built and validated (plain data: it pickles)
+    partition: Partition  # layers per stage
     ranks: int  # p: pipeline ranks (processes)
     virtual: int = 1  # stages per rank
-    partition_sizes: tuple[int, ...] | None = None  # layers per stage; None: uniform
     links: tuple[Link, ...] | None = None  # one per stage boundary; None: no injected delay
     checkpoint: str = "never"
     timeout_s: float = 60.0
@@ -78,14 +77,7 @@ class RunSpec:
         return self.ranks * self.virtual
 
     def build_schedule(self) -> Schedule:
-        if isinstance(self.schedule, Schedule):
-            return self.schedule  # checked by make_spec before any process started
-        return build_schedule(self.schedule, self.ranks, self.cfg.microbatches, self.virtual)
-
-    def partition(self, n_layers: int) -> Partition:
-        if self.partition_sizes is None:
-            return uniform(n_layers, self.n_stages)
-        return Partition.from_sizes(self.partition_sizes)
+        return self.schedule
 
 
 def _inject(fault: Fault, rank: int) -> None:
@@ -116,7 +108,7 @@ class Rank:
     index: int
     schedule: Schedule
     stages: dict[int, StageRuntime]  # stage -> its runtime
-    first_layer: dict[int, int]  # stage -> index of its first layer in the whole model
+    params: dict[str, nn.Parameter]  # its stages' weights, named as in the whole model (as the reference)
     optimizer: torch.optim.Optimizer
 
     def loss(self) -> float | None:
@@ -124,23 +116,13 @@ class Rank:
         last = self.stages.get(self.schedule.n_stages - 1)
         return None if last is None else last.loss()
 
-    def named_parameters(self) -> dict[str, nn.Parameter]:
-        """Parameters named as in the whole model (``layers.<i>.…``), to compare with the reference."""
-        out = {}
-        for s, stage in self.stages.items():
-            for name, p in stage.module.named_parameters():
-                index, rest = name.split(".", 1)
-                out[f"layers.{self.first_layer[s] + int(index)}.{rest}"] = p
-        return out
-
 
 def build_rank(spec: RunSpec, index: int, torch_device: torch.device) -> tuple[Corpus, Rank]:
     """The data, and the stages the schedule places on rank `index`, from the seeded model."""
     cfg = spec.cfg
     corpus, model = setup(replace(cfg, device="cpu"))  # same weights on every rank, from the seed
     schedule = spec.build_schedule()
-    partition = spec.partition(len(model.layers))
-    modules = stage_modules(model.layers, partition)
+    modules = stage_modules(model.layers, spec.partition)
     mine = schedule.stages_of(index)
     stages = {
         s: StageRuntime(
@@ -149,21 +131,18 @@ def build_rank(spec: RunSpec, index: int, torch_device: torch.device) -> tuple[C
         )
         for s in mine
     }  # fmt: skip
+    owned = {id(p) for s in mine for p in modules[s].parameters()}
+    params = {name: p for name, p in model.named_parameters() if id(p) in owned}
     optimizer = make_optimizer(nn.ModuleList([modules[s] for s in mine]), cfg)
-    return corpus, Rank(index, schedule, stages, {s: partition.bounds[s][0] for s in mine}, optimizer)
+    return corpus, Rank(index, schedule, stages, params, optimizer)
 
 
 def run_schedule(
     rank: Rank, batch: list[tuple[Tensor, Tensor]], comm: RankComm, recorder: StepRecorder
 ) -> None:
-    """One batch on one pipeline rank: its actions, in the schedule's order.
-
-    Where an action's input comes from is known from the schedule alone (``schedules/messages.py``):
-    a message from another rank, the output of an earlier action on this rank, or the batch (stage
-    0's forward reads the token ids). The action runs on its stage, and its output goes to the rank
-    that consumes it, or is kept here for a later action. `batch` holds (token ids, targets) per
-    micro-batch; `recorder` measures each action and may inject a fault, outside this loop's logic.
-    """
+    """One batch on one pipeline rank: its actions, in the schedule's order (see the module doc).
+    `batch` holds (token ids, targets) per micro-batch; `recorder` measures each action and may
+    inject a fault, outside this loop's logic."""
     schedule = rank.schedule
     kept: dict[Action, Tensor] = {}  # outputs whose consumer is a stage on this rank
     for action in schedule.orders[rank.index]:
@@ -208,14 +187,10 @@ class StepRecorder:
 
 
 def run_rank(
-    spec: RunSpec,
-    rank: int,
-    torch_device: torch.device,
-    on_step: Callable[[int, float | None], None] | None = None,
+    spec: RunSpec, rank: int, torch_device: torch.device, on_loss: Callable[[float], None] | None = None
 ) -> dict:
     """Train `spec.cfg.steps` batches as pipeline rank `rank`; return what this rank measured.
-    `on_step(step, loss)` is called after every optimizer step (loss: None unless this rank holds
-    the last stage)."""
+    On the rank that holds the last stage, `on_loss(loss)` follows every optimizer step."""
     threads = torch.get_num_threads()
     torch.set_num_threads(spec.threads)  # p ranks share the machine's cores
     corpus, me = build_rank(spec, rank, torch_device)
@@ -230,23 +205,22 @@ def run_rank(
     try:
         for step, (x, y) in enumerate(train_batches(corpus, cfg)):
             steps.append(_train_step(me, step, split_microbatches(x, y, cfg.microbatches), comm, recorder))
-            loss = me.loss()  # None unless this rank holds the last stage
-            losses += [] if loss is None else [loss]
-            if on_step is not None:
-                on_step(step, loss)
+            if (loss := me.loss()) is not None:  # this rank holds the last stage
+                losses.append(loss)
+                if on_loss is not None:
+                    on_loss(loss)
     finally:
         comm.close()
         for stage in me.stages.values():
             stage.close()
         torch.set_num_threads(threads)
-    named = me.named_parameters()
-    n_params = sum(p.numel() for p in named.values())
+    n_params = sum(p.numel() for p in me.params.values())
     record = dict(rank=rank, steps=steps, losses=losses, clock=clock, n_params=n_params)
     if spec.return_grads:
         record["grads"] = {
-            n: None if p.grad is None else p.grad.detach().cpu().clone() for n, p in named.items()
+            n: None if p.grad is None else p.grad.detach().cpu().clone() for n, p in me.params.items()
         }
-        record["params"] = {n: p.detach().cpu().clone() for n, p in named.items()}
+        record["params"] = {n: p.detach().cpu().clone() for n, p in me.params.items()}
     return record
 
 

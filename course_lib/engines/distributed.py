@@ -32,10 +32,8 @@ Several machines: the usual torchrun rendezvous flags, the same command on every
     (on the second node: the same with --node-rank 1)
 
 Backend: gloo on CPUs, NCCL when the ranks run on GPUs (``--device cuda``: rank r uses its local
-GPU). Failures: a rank that raises or dies stops every other rank within ``timeout_s`` (peers see
-the closed connection at once; a rank that hangs is caught by the process group's timeout), and
-the error names the failed rank and its exception. Under torchrun, torchrun itself tears the group
-down and names the failed rank.
+GPU). A failed rank stops the others and is named (``launch.py`` says how); under torchrun,
+torchrun itself tears the group down and names the failed rank.
 """
 
 from __future__ import annotations
@@ -68,14 +66,12 @@ def _backend_device(device: str, local_ranks: int) -> str:
     require(
         device in ("cpu", "cuda", "auto"), f"the distributed engine runs on 'cpu' or 'cuda', got {device!r}"
     )
-    if device == "auto":
-        return "cuda" if gpu_count() >= local_ranks else "cpu"
+    enough = gpu_count() >= local_ranks
     require(
-        device == "cpu" or gpu_count() >= local_ranks,
-        f"device 'cuda' needs one GPU per rank: {local_ranks} ranks here, but this machine has "
-        f"{gpu_count()} GPUs",
+        device != "cuda" or enough,
+        f"device 'cuda' needs one GPU per rank: {local_ranks} ranks, {gpu_count()} GPUs on this machine",
     )
-    return device
+    return "cuda" if device == "cuda" or (device == "auto" and enough) else "cpu"
 
 
 def make_spec(
@@ -97,10 +93,12 @@ def make_spec(
 ) -> RunSpec:
     """Check every input and build the spec; raises CourseError before any process starts.
 
-    `schedule` is a name (built for `stages` ranks, default 2, x `virtual`) or a built Schedule, such
-    as ``latency_aware_1f1b(2, 8, extra_per_link=3)``: then the schedule says how many ranks and
-    stages per rank there are, and `stages` / `virtual` may be left out. The plan (schedule,
-    partition, links) is the local engine's: ``engines.plan.make_plan``."""
+    `schedule`: a name (built for `stages` ranks, default 2, x `virtual`) or a built Schedule such as
+    ``latency_aware_1f1b(2, 8, extra_per_link=3)``, which says how many ranks and stages per rank.
+    The plan (schedule, `partition`: layers per stage with embedding and head, `links`: a Link or one
+    per stage boundary, `checkpoint`) is the local engine's (``engines.plan.make_plan``). `timeout_s`:
+    how long a rank waits for a silent peer; `fault`: a Fault, to watch a failure; `threads`: torch
+    threads per rank; ``track_memory=False`` skips measuring bytes saved for backward (for timing)."""
     if stages is None and not isinstance(schedule, Schedule):
         stages = 2
     plan = make_plan(cfg, schedule, stages, virtual, partition, checkpoint, links)
@@ -118,10 +116,10 @@ def make_spec(
     device = _backend_device(cfg.device, local_ranks)
     return RunSpec(
         cfg=replace(cfg, device=device),
-        schedule=schedule,
+        schedule=sched,
+        partition=plan.partition,
         ranks=ranks,
         virtual=sched.stages_per_device,
-        partition_sizes=tuple(plan.partition.sizes),
         links=tuple(plan.links) if plan.links is not None else None,
         checkpoint=checkpoint,
         timeout_s=float(timeout_s),
@@ -157,12 +155,7 @@ def gather_and_merge(spec: RunSpec, rank: int, record: dict) -> DistributedResul
 
 def _run_specs(ctx: RankContext, specs: list[RunSpec]) -> list[DistributedResult] | None:
     """One spawned rank: every spec in turn, in one process group; rank 0 returns the results."""
-
-    def report(step: int, loss: float | None) -> None:
-        if loss is not None:  # the rank with the last stage tells the launcher's progress bar
-            ctx.progress(loss)
-
-    merged = [gather_and_merge(s, ctx.rank, run_rank(s, ctx.rank, ctx.device, report)) for s in specs]
+    merged = [gather_and_merge(s, ctx.rank, run_rank(s, ctx.rank, ctx.device, ctx.progress)) for s in specs]
     return merged if ctx.rank == 0 else None
 
 
@@ -194,23 +187,15 @@ def run_distributed(
     schedule: str | Schedule = "1f1b",
     stages: int | None = None,
     *,
-    timeout_s: float = 60.0,
     progress: bool = False,
     **options,
 ) -> DistributedResult:
     """Train with `stages` processes on this machine (gloo on CPU, NCCL with ``cfg.device='cuda'``).
 
-    `schedule`: a name (``stages`` ranks, default 2) or a built Schedule (one process per device of it).
-
-    Options (all checked before any process starts): ``virtual`` (stages per rank, interleaved),
-    ``partition`` (layers per stage, embedding and head included), ``links`` (a Link or one per stage
-    boundary: injected latency and bandwidth), ``checkpoint`` (never / except_last / always),
-    ``fault`` (a Fault, to watch a failure), ``return_grads``, ``threads`` (torch threads per rank),
-    ``track_memory`` (False: skip measuring bytes saved for backward, for like-for-like timing).
-    A failed rank raises DistributedError within about `timeout_s`, naming the rank and its exception.
-    ``progress=True`` shows a progress bar (steps done, last loss).
-    """
-    return launch([make_spec(cfg, schedule, stages, timeout_s=timeout_s, **options)], progress)[0]
+    `schedule` and the options are ``make_spec``'s, all checked before any process starts. A failed
+    rank raises DistributedError within about ``timeout_s`` (60), naming it and its exception.
+    ``progress=True`` shows a progress bar (steps done, last loss)."""
+    return launch([make_spec(cfg, schedule, stages, **options)], progress)[0]
 
 
 if __name__ == "__main__":  # torchrun ... -m course_lib.engines.distributed: see course_lib/cli/torchrun.py

@@ -88,16 +88,9 @@ class _Group:
     launcher_pid: int
 
 
-def _loopback_listener() -> socket.socket:
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    return listener
-
-
 def free_port() -> int:
     """A TCP port that was free on 127.0.0.1 a moment ago (for a process group started elsewhere)."""
-    with _loopback_listener() as s:
+    with socket.create_server(("127.0.0.1", 0)) as s:
         return s.getsockname()[1]
 
 
@@ -117,7 +110,7 @@ def spawn(
     require(timeout_s > 0, f"timeout_s must be > 0 seconds, got {timeout_s!r}")
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
-    with _loopback_listener() as listener:  # rank 0's store takes it over; this copy closes
+    with socket.create_server(("127.0.0.1", 0)) as listener:  # rank 0's store takes it over; this copy closes
         group = _Group(world, backend, float(timeout_s), listener.getsockname()[1], os.getpid())
         procs = [
             ctx.Process(

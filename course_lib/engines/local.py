@@ -6,12 +6,11 @@
     result = trainer.train()
     result.losses, result.timeline.bubble_fraction, result.peak_saved_bytes
 
-Stages go on ``stage_devices``: one GPU per pipeline device when there are enough GPUs, otherwise
-every stage on the same real device ("simulated devices"). The engine runs the schedule's actions one
-at a time, in a valid global order (``execution_order``), and times each one (synchronising the GPU
-first, so a time is the work's and not the launch's). One process cannot run stages side by side,
-so the Timeline is made by giving the *measured* per-stage F / B / W times (median per stage and
-kind) and the chosen links to the simulator: its source is "measured compute + simulated links".
+Stages go on ``stage_devices`` (one GPU each, or simulated devices: see ``course_lib/devices.py``).
+The engine runs the schedule's actions one at a time, in a valid global order (``execution_order``),
+and times each one. One process cannot run stages side by side, so the Timeline is made by giving
+the *measured* per-stage F / B / W times (median per stage and kind) and the chosen links to the
+simulator: its source is "measured compute + simulated links".
 
 Synchronous training: gradients of the m micro-batches add up, and the optimizer steps once per
 batch, after the flush. Loss and gradients equal the reference trainer's (tests check every
@@ -101,11 +100,9 @@ class LocalPipelineTrainer:
         partition: Partition | Sequence[int] | None = None,
         checkpoint: str = "never",
         links: Link | Sequence[Link] | None = None,
-        corpus: Corpus | None = None,
-        track_memory: bool = True,
+        corpus: Corpus | None = None,  # already loaded (default: read cfg.data_path or the shipped one)
+        track_memory: bool = True,  # False: skip measuring bytes saved for backward (for timing)
     ):
-        """`corpus`: an already loaded corpus (default: read cfg.data_path or the shipped one).
-        `track_memory=False` skips measuring bytes saved for backward (for like-for-like timing)."""
         # every check first: nothing is built or read if any input is bad
         self.plan: PipelinePlan = make_plan(cfg, schedule, stages, virtual, partition, checkpoint, links)
         self.cfg = cfg
@@ -116,13 +113,12 @@ class LocalPipelineTrainer:
         n = self.schedule.n_stages
         self.runtimes = [
             StageRuntime(
-                s, n, mod, cfg.microbatches, checkpoint, self.plan.device_of_stage(s),
+                s, n, mod, cfg.microbatches, checkpoint, self.plan.devices[self.schedule.device_of(s)],
                 track_memory=track_memory, split_backward=self.schedule.split_backward,
             )
             for s, mod in enumerate(modules)
         ]  # fmt: skip
         self.optimizer = make_optimizer(self.model, cfg)
-        self._devices = self.plan.devices
 
     # ---- one batch -----------------------------------------------------------------------------
     def compute_gradients(self, x: torch.Tensor, y: torch.Tensor) -> tuple[float, StepStats]:
@@ -158,10 +154,10 @@ class LocalPipelineTrainer:
         the launch's); note what a forward stashed and the size of what it passes on."""
         rt = self.runtimes[action.stage]
         before = rt.saved_bytes()
-        synchronize(self._devices)
+        synchronize(self.plan.devices)
         t0 = time.perf_counter()
         out = rt.run(action, inp, targets)
-        synchronize(self._devices)
+        synchronize(self.plan.devices)
         stats.durations[(action.stage, action.kind)].append(time.perf_counter() - t0)
         if action.kind is Kind.F:
             stats.stash_bytes[action.stage].append(rt.saved_bytes() - before)
@@ -180,20 +176,16 @@ class LocalPipelineTrainer:
     def timeline_from(self, steps: Sequence[StepStats]) -> tuple[Timeline, StageCosts]:
         """Simulate the schedule with the measured medians (per stage and kind) and the plan's links."""
         n = self.schedule.n_stages
-        pooled: dict[tuple[int, Kind], list[float]] = defaultdict(list)
-        stash: dict[int, list[int]] = defaultdict(list)
-        for st in steps:
-            for key, values in st.durations.items():
-                pooled[key] += values
-            for s, values in st.stash_bytes.items():
-                stash[s] += values
+        keys = {key for st in steps for key in st.durations}
+        pooled = {key: [t for st in steps for t in st.durations.get(key, [])] for key in keys}
+        stash = [[b for st in steps for b in st.stash_bytes.get(s, [])] for s in range(n)]
         costs = costs_from_durations(pooled, n, "median")
         timeline = simulate(
             self.schedule,
             costs,
             boundary_bytes=[steps[-1].boundary_bytes.get(s, 0) for s in range(n - 1)],
             links=self.plan.links,
-            stash_bytes=[int(statistics.median(stash[s])) if stash[s] else 0 for s in range(n)],
+            stash_bytes=[int(statistics.median(held)) if held else 0 for held in stash],
             source=MEASURED_COMPUTE,
         )
         return timeline, costs
@@ -220,7 +212,7 @@ class LocalPipelineTrainer:
         for x, y in bar:
             t0 = time.perf_counter()
             loss, stats = self.step(x, y)
-            synchronize(self._devices)
+            synchronize(self.plan.devices)
             times.append(time.perf_counter() - t0)
             losses.append(loss)
             all_stats.append(stats)
@@ -243,7 +235,7 @@ class LocalPipelineTrainer:
                 max(st.peak_saved_bytes[s] for st in all_stats) for s in range(len(self.runtimes))
             ],
             peak_device_bytes=[
-                max(st.peak_device_bytes[d] for st in all_stats) for d in range(len(self._devices))
+                max(st.peak_device_bytes[d] for st in all_stats) for d in range(len(self.plan.devices))
             ],
             peak_inflight=[max(st.peak_inflight[s] for st in all_stats) for s in range(len(self.runtimes))],
             schedule=self.schedule.name,

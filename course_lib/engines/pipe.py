@@ -37,29 +37,25 @@ Where it differs from the removed ``torch.distributed.pipeline.sync.Pipe``:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import groupby
 
 import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint as recompute
 
 from course_lib.devices import stage_devices
-from course_lib.engines.runtime import CHECKPOINT_MODES
+from course_lib.engines.runtime import check_checkpoint, checkpointed
 from course_lib.errors import require
+from course_lib.partition import Partition, stage_modules
 
 
 def _partitions_by_device(module: nn.Sequential) -> list[int]:
     """Layer counts of runs of consecutive children that live on the same device (the old Pipe's rule)."""
-    sizes: list[int] = []
-    last = None
-    for child in module:
-        params = list(child.parameters())
-        device = params[0].device if params else last
-        if sizes and device == last:
-            sizes[-1] += 1
-        else:
-            sizes.append(1)
-        last = device
-    return sizes
+    devices, last = [], None
+    for child in module:  # a child without weights stays with the one before it
+        last = next((p.device for p in child.parameters()), last)
+        devices.append(last)
+    return [len(list(run)) for _, run in groupby(devices)]
 
 
 class Pipe(nn.Module):
@@ -81,32 +77,20 @@ class Pipe(nn.Module):
         require(
             isinstance(chunks, int) and chunks >= 1, f"chunks must be a whole number >= 1, got {chunks!r}"
         )
-        require(
-            checkpoint in CHECKPOINT_MODES,
-            f"unknown checkpoint mode {checkpoint!r}; expected one of {', '.join(CHECKPOINT_MODES)}",
-        )
-        if balance is None:
-            balance = [len(module)] if devices is not None and len(devices) == 1 else None
-            if balance is None and devices is not None:
-                base, extra = divmod(len(module), len(devices))
-                require(
-                    base >= 1, f"{len(devices)} devices for {len(module)} layers: give at most {len(module)}"
-                )
-                balance = [base + (1 if i < extra else 0) for i in range(len(devices))]
-            balance = balance or _partitions_by_device(module)
-        balance = list(balance)
+        check_checkpoint(checkpoint)
+        if balance is None and devices is not None:  # as torchgpipe: split evenly over the devices
+            base, extra = divmod(len(module), len(devices))
+            require(base >= 1, f"{len(devices)} devices for {len(module)} layers: give at most {len(module)}")
+            balance = [base + (1 if i < extra else 0) for i in range(len(devices))]
+        balance = _partitions_by_device(module) if balance is None else list(balance)
         require(
             all(isinstance(b, int) and b >= 1 for b in balance) and sum(balance) == len(module),
             f"balance {balance} must be positive layer counts summing to the module's {len(module)} layers",
         )
-        if devices is None:
-            if balance == _partitions_by_device(module):  # keep where the user put the layers
-                devices = [
-                    next(iter(module[sum(balance[:i])].parameters()), torch.empty(0)).device
-                    for i in range(len(balance))
-                ]
-            else:
-                devices = stage_devices(len(balance))
+        parts = stage_modules(module, Partition.from_sizes(balance))
+        if devices is None and balance == _partitions_by_device(module):  # keep where the user put them
+            devices = [next(part.parameters(), torch.empty(0)).device for part in parts]
+        devices = stage_devices(len(balance)) if devices is None else devices
         require(
             len(devices) == len(balance),
             f"{len(devices)} devices for {len(balance)} partitions (balance {balance}); "
@@ -114,17 +98,7 @@ class Pipe(nn.Module):
         )
         self.chunks, self.checkpoint, self.balance = chunks, checkpoint, balance
         self.devices = [torch.device(d) for d in devices]
-        children = list(module)
-        self.partitions = nn.ModuleList()
-        start = 0
-        for size, device in zip(balance, self.devices, strict=True):
-            self.partitions.append(nn.Sequential(*children[start : start + size]).to(device))
-            start += size
-
-    def _recomputes(self, index: int, n_chunks: int) -> bool:
-        if not torch.is_grad_enabled() or self.checkpoint == "never":
-            return False
-        return self.checkpoint == "always" or index < n_chunks - 1
+        self.partitions = nn.ModuleList(part.to(d) for part, d in zip(parts, self.devices, strict=True))
 
     def forward(self, x: Tensor) -> Tensor:
         """Micro-batched forward through every partition; returns the joined output (a Tensor)."""
@@ -134,7 +108,7 @@ class Pipe(nn.Module):
         for i, mb in enumerate(micro):
             for partition, device in zip(self.partitions, self.devices, strict=True):
                 mb = mb.to(device)
-                if self._recomputes(i, len(micro)):
+                if torch.is_grad_enabled() and checkpointed(self.checkpoint, i, len(micro)):
                     mb = recompute(partition, mb, use_reentrant=False)
                 else:
                     mb = partition(mb)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from course_lib.devices import stage_devices, uses_simulated_devices
-from course_lib.engines.runtime import CHECKPOINT_MODES
+from course_lib.devices import stage_devices
+from course_lib.engines.runtime import check_checkpoint
 from course_lib.errors import require
 from course_lib.links import Link, per_boundary
 from course_lib.partition import Partition, uniform
@@ -32,12 +32,8 @@ class PipelinePlan:
     schedule: Schedule
     partition: Partition  # one entry per model stage (p * v of them)
     devices: list[torch.device]  # one per pipeline device (rank)
-    simulated_devices: bool  # True when several pipeline devices share one real device
     checkpoint: str
     links: list[Link] | None  # one per stage boundary, or None for free links
-
-    def device_of_stage(self, stage: int) -> torch.device:
-        return self.devices[self.schedule.stage_to_device[stage]]
 
 
 def _as_partition(partition, n_layers: int, n_stages: int) -> Partition:
@@ -123,10 +119,7 @@ def make_plan(
     """Check everything and decide the layout; raises CourseError naming the bad value.
     With a built schedule, `stages` and `virtual` may be None (the schedule's own)."""
     cfg.check()
-    require(
-        checkpoint in CHECKPOINT_MODES,
-        f"unknown checkpoint mode {checkpoint!r}; expected one of {', '.join(CHECKPOINT_MODES)}",
-    )
+    check_checkpoint(checkpoint)
     sched = resolve_schedule(cfg, schedule, stages, virtual)
     part = _as_partition(partition, cfg.n_layers + 2, sched.n_stages)
     if links is not None:
@@ -136,7 +129,6 @@ def make_plan(
         schedule=sched,
         partition=part,
         devices=stage_devices(sched.n_devices, cfg.device),
-        simulated_devices=uses_simulated_devices(sched.n_devices, cfg.device),
         checkpoint=checkpoint,
         links=links,
     )

@@ -27,14 +27,13 @@ and keeps the graph. ``backward_weight`` (W) later turns those saved output grad
 gradients, one layer at a time, so W does only the weight work and never repeats I's. The sum is
 exactly what a full backward computes (the tests check it).
 
-Memory is *measured*, not modelled (``saved_memory.py``): ``saved_bytes()`` is what is held for
-backward right now, ``peak_saved_bytes`` the high-water mark since ``start_batch()``;
-``track_memory=False`` skips the measuring for like-for-like timing (then only checkpointed inputs
-are counted).
+Memory is *measured*, not modelled (``saved_memory.py``); ``track_memory=False`` skips that for
+like-for-like timing (then only checkpointed inputs are counted).
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -46,6 +45,19 @@ from course_lib.model import lm_loss
 from course_lib.schedules.ir import Action, Kind
 
 CHECKPOINT_MODES = ("never", "except_last", "always")
+
+
+def check_checkpoint(mode: str) -> None:
+    """Refuse an unknown activation-checkpointing mode (every engine and Pipe call this)."""
+    require(
+        mode in CHECKPOINT_MODES,
+        f"unknown checkpoint mode {mode!r}; expected one of {', '.join(CHECKPOINT_MODES)}",
+    )
+
+
+def checkpointed(mode: str, mb: int, n_microbatches: int) -> bool:
+    """Does micro-batch `mb` keep only its input, and recompute its forward before the backward?"""
+    return mode == "always" or (mode == "except_last" and mb < n_microbatches - 1)
 
 
 @dataclass
@@ -64,9 +76,7 @@ class _Stash:
     def free(self) -> None:
         for holder in self.holders:
             holder.drop()
-        self.holders = []
-        self.out = None
-        self.layer_outputs = []
+        self.holders, self.out, self.layer_outputs = [], None, []
 
 
 class StageRuntime:
@@ -85,56 +95,40 @@ class StageRuntime:
     ):
         require(0 <= stage < n_stages, f"stage must be in 0..{n_stages - 1}, got {stage}")
         require(n_microbatches >= 1, f"micro-batches must be >= 1, got {n_microbatches}")
-        require(
-            checkpoint in CHECKPOINT_MODES,
-            f"unknown checkpoint mode {checkpoint!r}; expected one of {', '.join(CHECKPOINT_MODES)}",
-        )
+        check_checkpoint(checkpoint)
         self.stage, self.n_stages, self.n_microbatches = stage, n_stages, n_microbatches
-        self.checkpoint = checkpoint
-        self.track_memory = track_memory
+        self.checkpoint, self.track_memory = checkpoint, track_memory
         self.device = torch.device(device)
         self.module = module.to(self.device)
         self.is_first, self.is_last = stage == 0, stage == n_stages - 1
         self.losses: dict[int, float] = {}  # micro-batch -> its loss already divided by m
         self._stash: dict[int, _Stash] = {}
         self._bytes = SavedBytes({p.untyped_storage().data_ptr() for p in self.module.parameters()})
+        self.peak_saved_bytes = 0  # most bytes held for backward at once since start_batch()
         self.peak_inflight = 0  # most micro-batches stashed at once since start_batch()
-        self._peak = 0
         # layers that own weights directly: W computes their gradients from their output gradients
         self._weight_layers = [m for m in self.module.modules() if any(True for _ in m.parameters(False))]
         self._recording: list[tuple[nn.Module, Tensor]] | None = None
         # I/W needs every weight layer's output; a schedule with full backwards does not, and skips
         # the hooks (one Python call per layer per micro-batch)
         self.split_backward = split_backward
-        self._hooks = (
-            [layer.register_forward_hook(self._record_output) for layer in self._weight_layers]
-            if split_backward
-            else []
-        )
+        hooked = self._weight_layers if split_backward else []
+        self._hooks = [layer.register_forward_hook(self._record_output) for layer in hooked]
 
     # ---- bookkeeping ---------------------------------------------------------------------------
     def _record_output(self, layer: nn.Module, _inputs, output) -> None:
         if self._recording is not None and isinstance(output, Tensor) and output.requires_grad:
             self._recording.append((layer, output))
 
-    def checkpointed(self, mb: int) -> bool:
-        """Does micro-batch `mb` keep only its input (and recompute the forward before backward)?"""
-        if self.checkpoint == "always":
-            return True
-        return self.checkpoint == "except_last" and mb < self.n_microbatches - 1
+    def _checkpointed_inputs(self) -> int:
+        return sum(s.inp.nbytes for s in self._stash.values() if s.out is None)
 
     def saved_bytes(self) -> int:
         """Bytes held right now for backward: tensors autograd saved, plus checkpointed inputs."""
-        held = sum(s.inp.nbytes for s in self._stash.values() if s.out is None)
-        return self._bytes.total + held
-
-    @property
-    def peak_saved_bytes(self) -> int:
-        return self._peak
+        return self._bytes.total + self._checkpointed_inputs()
 
     def _note_peak(self) -> None:
-        held = sum(s.inp.nbytes for s in self._stash.values() if s.out is None)
-        self._peak = max(self._peak, self._bytes.peak + held)
+        self.peak_saved_bytes = max(self.peak_saved_bytes, self._bytes.peak + self._checkpointed_inputs())
         self.peak_inflight = max(self.peak_inflight, len(self._stash))
 
     def inflight(self) -> int:
@@ -146,15 +140,12 @@ class StageRuntime:
         """Forward with the graph recorded (and measured); returns the output (or the loss)."""
         self._recording = stash.layer_outputs = []
         stash.holders = []
+        counting = self._bytes.counting(stash.holders) if self.track_memory else nullcontext()
         try:
-            if self.track_memory:
-                with self._bytes.counting(stash.holders):
-                    out = self._forward_and_loss(stash)
-            else:
-                out = self._forward_and_loss(stash)
+            with counting:
+                return self._forward_and_loss(stash)
         finally:
             self._recording = None
-        return out
 
     def _forward_and_loss(self, stash: _Stash) -> Tensor:
         out = self.module(stash.inp)
@@ -182,9 +173,8 @@ class StageRuntime:
         return None
 
     def forward(self, mb: int, inp: Tensor, target: Tensor | None = None) -> Tensor | None:
-        """Run micro-batch `mb` through the stage. Stage 0 gets token ids; the last stage needs the
-        targets, records ``losses[mb]`` (loss / m) and returns None; other stages ignore the targets
-        and return the activation to send on (detached: the graph stays here)."""
+        """F of micro-batch `mb` (arguments as for ``run``). The last stage records ``losses[mb]``
+        (loss / m) and returns None; the others return their activation, detached: the graph stays here."""
         require(mb not in self._stash, f"stage {self.stage} already ran the forward of micro-batch {mb}")
         require(
             not self.is_last or target is not None,
@@ -194,7 +184,7 @@ class StageRuntime:
         if not self.is_first:
             inp = inp.detach().requires_grad_(True)  # a leaf: its .grad is what we send back
         stash = _Stash(inp, target.to(self.device) if self.is_last else None)
-        if self.checkpointed(mb):
+        if checkpointed(self.checkpoint, mb, self.n_microbatches):
             with torch.no_grad():
                 out = self._forward_and_loss(stash)
         else:
@@ -252,8 +242,7 @@ class StageRuntime:
         return None if self.is_first else grads[-1]
 
     def backward_weight(self, mb: int) -> None:
-        """W: weight gradients from the output gradients I saved, accumulated into ``.grad``;
-        frees the micro-batch's stash."""
+        """W: weight gradients from I's saved output gradients, into ``.grad``; frees the stash."""
         require(
             mb in self._stash and self._stash[mb].layer_grads is not None,
             f"stage {self.stage} runs W for micro-batch {mb} before its I (input gradient)",
@@ -283,7 +272,7 @@ class StageRuntime:
         self._stash.clear()
         self._bytes.clear()
         self.losses = {}
-        self._peak = self.peak_inflight = 0
+        self.peak_saved_bytes = self.peak_inflight = 0
 
     def close(self) -> None:
         """Take the forward hooks off the module (it may be reused by another runtime)."""

@@ -9,11 +9,11 @@ every rank has a GPU), spawned from here, so it runs from a notebook too.
 Try it::
 
     from course_lib.reference import TrainConfig
-    from course_lib.engines.torch_pipelining import run_torch_pipelining
+    from course_lib.engines.torch_pipelining import launch, make_spec
     cfg = TrainConfig(n_layers=8, steps=3, batch_size=8, seq_len=32, microbatches=4)
-    r = run_torch_pipelining(cfg, "gpipe", stages=2)           # torch's ScheduleGPipe
-    r = run_torch_pipelining(cfg, "1f1b", stages=2, from_csv=True)  # our 1F1B, via CSV
-    r.losses          # per step: equal (to float rounding) to the reference trainer's
+    theirs, ours = launch([make_spec(cfg, "gpipe", stages=2),              # torch's ScheduleGPipe
+                           make_spec(cfg, "1f1b", stages=2, from_csv=True)])  # our 1F1B, via CSV
+    theirs.losses     # per step: equal (to float rounding) to the reference trainer's
 
 Both sides compute the same thing: each rank builds the model from the seed, keeps its stages
 (stage s on rank s % p, torch's and Megatron's placement), sees the reference trainer's batches in
@@ -23,7 +23,6 @@ its order, and steps AdamW once per batch; torch divides the summed micro-batch 
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -35,15 +34,14 @@ from course_lib.devices import gpu_count
 from course_lib.engines.launch import RankContext, spawn
 from course_lib.engines.plan import resolve_schedule
 from course_lib.errors import require
-from course_lib.reference import TrainConfig, make_optimizer, setup
-from course_lib.schedules.builders import build_schedule, resolve_name
+from course_lib.model import lm_loss
+from course_lib.partition import stage_modules, uniform
+from course_lib.reference import TrainConfig, make_optimizer, setup, train_batches
+from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
+from course_lib.schedules.torch_csv import to_csv_text
 
-# our schedule name -> torch.distributed.pipelining class that builds the same order itself
-TORCH_CLASSES = {
-    "gpipe": "ScheduleGPipe",
-    "1f1b": "Schedule1F1B",
-    "interleaved-1f1b": "ScheduleInterleaved1F1B",
-}
+# schedules run by their own torch class (the registry's torch_class); any other runs from our CSV
+TORCH_CLASS_RUNS = ("gpipe", "1f1b", "interleaved-1f1b")
 
 
 @dataclass(frozen=True)
@@ -85,41 +83,36 @@ def make_spec(
     cfg.check()
     name = resolve_name(schedule)
     require(
-        from_csv or name in TORCH_CLASSES,
+        from_csv or name in TORCH_CLASS_RUNS,
         f"torch.distributed.pipelining has no class for schedule {name!r} here; choose one of "
-        f"{', '.join(TORCH_CLASSES)}, or pass from_csv=True to run our order through torch's runtime",
+        f"{', '.join(TORCH_CLASS_RUNS)}, or pass from_csv=True to run our order through torch's runtime",
     )
-    if name == "1f1b" and not from_csv:
-        # Schedule1F1B refuses m < p in its constructor; say so before spawning anything
-        require(
-            cfg.microbatches >= stages,
-            f"torch's Schedule1F1B needs at least as many micro-batches as ranks: m={cfg.microbatches}, "
-            f"p={stages}",
-        )
+    require(  # Schedule1F1B refuses m < p in its constructor; say so before spawning anything
+        name != "1f1b" or from_csv or cfg.microbatches >= stages,
+        f"torch's Schedule1F1B needs m >= p (micro-batches >= ranks): m={cfg.microbatches}, p={stages}",
+    )
     resolve_schedule(cfg, name, stages, virtual)  # the engines' checks: p, m, v, layers; validated
     return TorchRunSpec(cfg, name, stages, virtual, from_csv, threads)
 
 
-def _torch_schedule(spec: TorchRunSpec, stages: list, loss_fn, csv_path: str | None):
+def _torch_schedule(spec: TorchRunSpec, stages: list, csv_text: str | None):
     """The torch schedule object for this rank's stages (a list; single-stage classes take one)."""
     from torch.distributed.pipelining import schedules as S
 
     m = spec.cfg.microbatches
     if spec.from_csv:
-        runtime = S._PipelineScheduleRuntime(stages, m, loss_fn=loss_fn)
-        runtime._load_csv(csv_path, format="compute_only")  # torch validates the order here
+        runtime = S._PipelineScheduleRuntime(stages, m, loss_fn=lm_loss)
+        with tempfile.NamedTemporaryFile("w", suffix=".csv", newline="") as f:  # torch reads a file
+            f.write(csv_text)
+            f.flush()
+            runtime._load_csv(f.name, format="compute_only")  # torch validates the order here
         return runtime
-    cls = getattr(S, TORCH_CLASSES[spec.schedule])
-    if issubclass(cls, S.PipelineScheduleSingle):
-        return cls(stages[0], m, loss_fn=loss_fn)
-    return cls(stages, m, loss_fn=loss_fn)
+    cls = getattr(S, SCHEDULES[spec.schedule].torch_class)
+    return cls(stages[0] if issubclass(cls, S.PipelineScheduleSingle) else stages, m, loss_fn=lm_loss)
 
 
-def _run_rank(spec: TorchRunSpec, rank: int, device: torch.device, csv_path: str | None) -> dict:
+def _run_rank(spec: TorchRunSpec, rank: int, device: torch.device, csv_text: str | None) -> dict:
     from torch.distributed.pipelining import PipelineStage
-
-    from course_lib.model import lm_loss
-    from course_lib.partition import stage_modules, uniform
 
     torch.set_num_threads(spec.threads)
     cfg = spec.cfg
@@ -128,21 +121,16 @@ def _run_rank(spec: TorchRunSpec, rank: int, device: torch.device, csv_path: str
     modules = stage_modules(model.layers, uniform(len(model.layers), n_stages))
     mine = [s for s in range(n_stages) if s % spec.ranks == rank]
     stages = [PipelineStage(modules[s].to(device), s, n_stages, device) for s in mine]
-    schedule = _torch_schedule(spec, stages, lm_loss, csv_path)
+    schedule = _torch_schedule(spec, stages, csv_text)
     optimizer = make_optimizer(nn.ModuleList([modules[s] for s in mine]), cfg)
     has_first, has_last = 0 in mine, n_stages - 1 in mine
-    gen = torch.Generator().manual_seed(cfg.seed)  # the reference trainer's batches, in its order
     losses, times = [], []
-    for _ in range(cfg.steps):
-        x, y = corpus.batch("train", cfg.batch_size, cfg.seq_len, gen)
+    for x, y in train_batches(corpus, cfg):  # the reference trainer's batches, in its order
         t0 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         mb_losses: list[torch.Tensor] = []
         args = (x.to(device),) if has_first else ()
-        if has_last:
-            schedule.step(*args, target=y.to(device), losses=mb_losses)
-        else:
-            schedule.step(*args)
+        schedule.step(*args, **(dict(target=y.to(device), losses=mb_losses) if has_last else {}))
         optimizer.step()
         times.append(time.perf_counter() - t0)
         if has_last:  # equal micro-batches: the mean of their losses is the batch's mean loss
@@ -150,55 +138,31 @@ def _run_rank(spec: TorchRunSpec, rank: int, device: torch.device, csv_path: str
     return {"rank": rank, "losses": losses, "times": times}
 
 
-def _run_specs(ctx: RankContext, specs: list[TorchRunSpec], csvs: list) -> list[dict]:
+def _run_specs(ctx: RankContext, specs: list[TorchRunSpec], texts: list[str | None]) -> list[dict]:
     """One spawned rank: every spec in turn, in one process group."""
-    return [_run_rank(spec, ctx.rank, ctx.device, csv) for spec, csv in zip(specs, csvs, strict=True)]
+    return [_run_rank(spec, ctx.rank, ctx.device, text) for spec, text in zip(specs, texts, strict=True)]
 
 
 def launch(specs: list[TorchRunSpec], timeout_s: float = 120.0) -> list[TorchPipelineResult]:
     """Spawn the ranks once and run every spec in turn (starting processes is the slow part).
     `timeout_s`: how long a rank waits for a silent peer before the run fails (DistributedError)."""
-    from course_lib.schedules.torch_csv import write_csv
-
     require(specs, "launch needs at least one TorchRunSpec")
     world = specs[0].ranks
     require(all(s.ranks == world for s in specs), "every spec of one launch needs the same number of ranks")
     # one GPU per rank, or all on the CPU: decided here, the same way for every spec
     device = "cuda" if specs[0].cfg.device in ("cuda", "auto") and gpu_count() >= world else "cpu"
     specs = [replace(s, cfg=replace(s.cfg, device=device)) for s in specs]
-    with tempfile.TemporaryDirectory() as tmp:
-        csvs, texts = [], []
-        for i, spec in enumerate(specs):
-            if not spec.from_csv:
-                csvs.append(None)
-                texts.append(None)
-                continue
-            ours = build_schedule(spec.schedule, world, spec.cfg.microbatches, spec.virtual)
-            path = os.path.join(tmp, f"{i}_{spec.schedule}.csv")
-            write_csv(ours, path)
-            csvs.append(path)
-            with open(path) as f:
-                texts.append(f.read())
-        backend = "nccl" if device == "cuda" else "gloo"
-        records = spawn(_run_specs, world, (specs, csvs), backend=backend, timeout_s=timeout_s)
+    texts = [
+        to_csv_text(build_schedule(s.schedule, world, s.cfg.microbatches, s.virtual)) if s.from_csv else None
+        for s in specs
+    ]
+    backend = "nccl" if device == "cuda" else "gloo"
+    records = spawn(_run_specs, world, (specs, texts), backend=backend, timeout_s=timeout_s)
     out = []
     for i, spec in enumerate(specs):
         last = records[(world * spec.virtual - 1) % world][i]  # the rank holding the last stage
-        runner = "_PipelineScheduleRuntime + our CSV" if spec.from_csv else TORCH_CLASSES[spec.schedule]
+        runner = (
+            "_PipelineScheduleRuntime + our CSV" if spec.from_csv else SCHEDULES[spec.schedule].torch_class
+        )
         out.append(TorchPipelineResult(spec.schedule, runner, world, last["losses"], last["times"], texts[i]))
     return out
-
-
-def run_torch_pipelining(
-    cfg: TrainConfig,
-    schedule: str = "gpipe",
-    stages: int = 2,
-    *,
-    virtual: int = 1,
-    from_csv: bool = False,
-    threads: int = 1,
-    timeout_s: float = 120.0,
-) -> TorchPipelineResult:
-    """Train `cfg` with torch.distributed.pipelining on `stages` spawned processes (see the module doc)."""
-    spec = make_spec(cfg, schedule, stages, virtual=virtual, from_csv=from_csv, threads=threads)
-    return launch([spec], timeout_s)[0]
