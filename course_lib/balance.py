@@ -26,14 +26,17 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 
+from course_lib.engines.saved_memory import SavedBytes
 from course_lib.errors import CourseError, require
-from course_lib.model import ToyGPT, layer_names, lm_loss
+from course_lib.model import ToyGPT, count_parameters, layer_names, lm_loss
 from course_lib.partition import Partition, optimal, stage_totals, uniform
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Kind, Schedule
+from course_lib.timeline import format_bytes
 
 BYTES_PER_PARAM = 16  # weight 4 + gradient 4 + AdamW exp_avg 4 + exp_avg_sq 4 (fp32)
 STRATEGIES = ("uniform", "params", "time", "memory")
@@ -71,21 +74,6 @@ class LayerProfile:
         return [float(s + a) for s, a in zip(self.static_bytes(), self.activation_bytes, strict=True)]
 
 
-def _saved_bytes(fn, exclude: set[int]) -> tuple[object, int]:
-    """Run fn() and count the bytes autograd saves for backward (parameters excluded, storages once)."""
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in exclude:
-            seen[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = fn()
-    return out, sum(seen.values())
-
-
 def profile_layers(
     model: ToyGPT, batch_size: int = 4, seq_len: int | None = None, repeats: int = 5, seed: int = 0
 ) -> LayerProfile:
@@ -102,7 +90,7 @@ def profile_layers(
     idx = torch.randint(0, cfg.vocab_size, (batch_size, seq_len), generator=gen)
     targets = torch.randint(0, cfg.vocab_size, (batch_size, seq_len), generator=gen)
     layers = list(model.layers)
-    param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved_bytes = SavedBytes({p.untyped_storage().data_ptr() for p in model.parameters()})
 
     inputs = [idx]  # each layer's input, computed once without autograd
     with torch.no_grad():
@@ -116,8 +104,10 @@ def profile_layers(
 
     saved, grads = [], []
     for i in range(len(layers)):  # warm-up run (first calls allocate), counting saved bytes
-        out, nbytes = _saved_bytes(lambda i=i: one_pass(i), param_ptrs)
-        saved.append(nbytes)
+        saved_bytes.clear()
+        with saved_bytes.counting([]):
+            out = one_pass(i)
+        saved.append(saved_bytes.total)
         grads.append(torch.ones_like(out) if out.dim() else None)
         out.backward(grads[i])
     times: list[list[float]] = [[] for _ in layers]
@@ -131,7 +121,7 @@ def profile_layers(
     model.zero_grad(set_to_none=True)
     return LayerProfile(
         names=layer_names(model),
-        params=[sum(p.numel() for p in layer.parameters()) for layer in layers],
+        params=[count_parameters(layer) for layer in layers],
         time_s=[statistics.median(t) for t in times],
         activation_bytes=saved,
         batch_size=batch_size,
@@ -189,14 +179,6 @@ def stage_memory(
     ]
 
 
-def format_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return f"{n} B"  # unreachable
-
-
 class OutOfMemory(CourseError):
     """A simulated device ran out of memory: raised where a real GPU would fail to allocate."""
 
@@ -246,10 +228,8 @@ def balanced(
     if budget_bytes is None and by == "uniform":
         return uniform(profile.n_layers, n_stages)
     inflight = inflight_per_stage(_schedule(schedule, n_stages, microbatches))
-    static, act = [0], [0]  # prefix sums: a stage's bytes in O(1)
-    for s_b, a_b in zip(profile.static_bytes(), profile.activation_bytes, strict=True):
-        static.append(static[-1] + s_b)
-        act.append(act[-1] + a_b)
+    static = [0, *accumulate(profile.static_bytes())]  # prefix sums: a stage's bytes in O(1)
+    act = [0, *accumulate(profile.activation_bytes)]
 
     def need(stage: int, start: int, end: int) -> float:
         return static[end] - static[start] + inflight[stage] * (act[end] - act[start])

@@ -20,10 +20,8 @@ import torch
 
 import course_lib
 from course_lib.devices import accelerator, describe_devices
+from course_lib.plots import SERIES_COLORS
 from course_lib.reference import TrainConfig, accelerator_config
-
-# Okabe-Ito: distinguishable with the common forms of colour blindness
-OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 
 
 def seed_everything(seed: int = 0) -> None:
@@ -48,7 +46,7 @@ def setup(seed: int = 0, quiet: bool = False, threads: int = 1) -> str:
     """
     seed_everything(seed)
     torch.set_num_threads(threads)
-    mpl.rcParams["axes.prop_cycle"] = mpl.cycler(color=OKABE_ITO)
+    mpl.rcParams["axes.prop_cycle"] = mpl.cycler(color=SERIES_COLORS)  # Okabe-Ito, as the course's own plots
     mpl.rcParams["figure.dpi"] = 90
     mpl.rcParams["axes.grid"] = True
     mpl.rcParams["grid.alpha"] = 0.3

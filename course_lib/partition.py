@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from torch import nn
 
@@ -42,11 +43,8 @@ class Partition:
         require(len(sizes) >= 1, "a partition needs at least one stage")
         bad = [s for s in sizes if s < 1]
         require(not bad, f"every stage needs at least one layer; got stage sizes {list(sizes)}")
-        bounds, start = [], 0
-        for size in sizes:
-            bounds.append((start, start + size))
-            start += size
-        return cls(tuple(bounds))
+        ends = list(accumulate(sizes))
+        return cls(tuple(zip([0, *ends[:-1]], ends, strict=True)))
 
     def check(self, n_layers: int) -> None:
         """Raise unless this partition covers exactly `n_layers` layers."""
@@ -55,12 +53,6 @@ class Partition:
             f"partition sizes {list(self.sizes)} cover {self.n_layers} layers, but the model has "
             f"{n_layers} (embedding + blocks + head)",
         )
-
-    def stage_of_layer(self, layer: int) -> int:
-        for s, (start, end) in enumerate(self.bounds):
-            if start <= layer < end:
-                return s
-        raise CourseError(f"layer {layer} is outside the partition (0..{self.n_layers - 1})")
 
 
 def uniform(n_layers: int, n_stages: int) -> Partition:
@@ -118,9 +110,7 @@ def optimal(
     require(n_stages <= n, f"{n_stages} stages cannot split {n} layers: use at most {n} stages")
     bad = [c for c in costs if not (math.isfinite(c) and c >= 0)]
     require(not bad, f"layer costs must be finite and >= 0, got {bad[:1]}")
-    prefix = [0.0]
-    for c in costs:
-        prefix.append(prefix[-1] + float(c))
+    prefix = [0.0, *accumulate(float(c) for c in costs)]
     inf = math.inf
     # best[s][j]: stages 0..s cover layers [0, j); cut[s][j]: where stage s starts in that optimum
     best = [[inf] * (n + 1) for _ in range(n_stages)]

@@ -28,7 +28,7 @@ from course_lib.errors import CourseError, require
 from course_lib.schedules.closed_forms import Case, megatron
 from course_lib.schedules.closed_forms import gpipe_bubble as gpipe_bubble  # notebooks import it from here
 from course_lib.schedules.ir import Kind
-from course_lib.timeline import Timeline
+from course_lib.timeline import Timeline, format_bytes
 
 # Okabe-Ito: distinguishable with every common form of colour blindness
 COLORS = {Kind.F: "#56B4E9", Kind.B: "#E69F00", Kind.I: "#D55E00", Kind.W: "#009E73"}
@@ -127,7 +127,7 @@ def plot_timeline(
     ax.set_yticks(range(tl.n_devices))
     ax.set_yticklabels([f"device {d}" for d in range(tl.n_devices)])
     ax.set_xlabel(f"time ({unit})")
-    _label_boxes(ax, tl, factor, span_x, height, max_labels)
+    _label_boxes(ax, tl, factor, px_per_x, height, max_labels)
 
     kinds = [k for k in (Kind.F, Kind.B, Kind.I, Kind.W) if any(s.action.kind is k for s in tl.spans[:5000])]
     handles = [Patch(facecolor=COLORS[k], label=LABELS[k]) for k in kinds]
@@ -148,18 +148,15 @@ def _default_title(tl: Timeline) -> str:
 
 
 def _label_boxes(
-    ax: Axes, tl: Timeline, factor: float, span_x: float, height: float, max_labels: int
+    ax: Axes, tl: Timeline, factor: float, px_per_x: float, height: float, max_labels: int
 ) -> None:
     """Write micro-batch numbers only into boxes wide (and tall) enough to hold them."""
     fig = ax.figure
-    bbox = ax.get_position()
-    width_px = bbox.width * fig.get_figwidth() * fig.dpi
-    row_px = bbox.height * fig.get_figheight() * fig.dpi / max(tl.n_devices, 1) * height
+    row_px = ax.get_position().height * fig.get_figheight() * fig.dpi / max(tl.n_devices, 1) * height
     fontsize = 7.0
     char_px = 0.62 * fontsize * fig.dpi / 72  # average glyph width of a digit
     if row_px < 1.3 * fontsize * fig.dpi / 72:
         return
-    px_per_x = width_px / span_x
     placed = 0
     for s in tl.spans:
         text = str(s.action.microbatch)
@@ -247,14 +244,6 @@ def plot_bubble_vs_m(
     return ax
 
 
-def format_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
-
-
 def plot_memory(tl: Timeline, ax: Axes | None = None) -> Axes:
     """Peak micro-batches whose activations each device held at once (bytes on the bars if known)."""
     ax = _new_axes(ax, (7.0, 3.5))
@@ -263,14 +252,7 @@ def plot_memory(tl: Timeline, ax: Axes | None = None) -> Axes:
     bars = ax.bar(devices, peaks, color=SERIES_COLORS[0])
     nbytes = [tl.peak_stash_bytes(d) for d in devices]
     if any(nbytes):
-        for bar, b in zip(bars, nbytes, strict=True):
-            ax.annotate(
-                format_bytes(b or 0),
-                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                ha="center",
-                va="bottom",
-                fontsize=7,
-            )
+        ax.bar_label(bars, labels=[format_bytes(b or 0) for b in nbytes], fontsize=7)
     ax.set_xticks(devices)
     ax.set_xlabel("device")
     ax.set_ylabel("peak micro-batches held")

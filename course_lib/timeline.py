@@ -174,3 +174,12 @@ class Timeline:
                 for d in range(self.n_devices)
             ],
         }
+
+
+def format_bytes(n: float) -> str:
+    """'512 B', '1.5 KiB', '3.0 MiB', ... (binary units, as memory is counted), up to TiB."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
