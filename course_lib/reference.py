@@ -53,14 +53,12 @@ class TrainConfig:
 
     def check(self) -> None:
         """All bad input is refused here, before a model is built or data is read."""
-        require(self.n_layers >= 1, f"layers must be >= 1, got {self.n_layers}")
         require(self.steps >= 0, f"steps must be >= 0, got {self.steps}")
         require(self.lr > 0, f"learning rate must be > 0, got {self.lr}")
         require(self.warmup_steps >= 0, f"warmup steps must be >= 0, got {self.warmup_steps}")
-        require(self.seq_len >= 1, f"sequence length must be >= 1, got {self.seq_len}")
         check_microbatches(self.batch_size, self.microbatches)
         resolve_device(self.device)
-        ModelConfig(n_layers=self.n_layers, d_model=self.d_model, n_heads=self.n_heads, seq_len=self.seq_len)
+        self.model_config(vocab_size=ModelConfig.vocab_size)  # checks layers, width, heads, length
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(

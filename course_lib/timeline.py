@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from course_lib.errors import require
 from course_lib.schedules.ir import Action, Kind
 
 SIMULATED = "simulated"
@@ -64,8 +65,7 @@ class Timeline:
     notes: dict[str, str] = field(default_factory=dict)  # free-form remarks (say, how clocks were aligned)
 
     def __post_init__(self) -> None:
-        if self.source not in SOURCES:
-            raise ValueError(f"unknown timeline source {self.source!r}; expected one of {SOURCES}")
+        require(self.source in SOURCES, f"unknown timeline source {self.source!r}; expected one of {SOURCES}")
         self._index_cache: tuple[int, dict[int, list[Span]], float, float] | None = None
 
     def _index(self) -> tuple[dict[int, list[Span]], float, float]:
