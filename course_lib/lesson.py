@@ -24,12 +24,6 @@ from course_lib.plots import SERIES_COLORS
 from course_lib.reference import TrainConfig, accelerator_config
 
 
-def seed_everything(seed: int = 0) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
 def train_config(**overrides) -> TrainConfig:
     """The TrainConfig a lesson trains: the CPU toy (TrainConfig's defaults) when there is no GPU; with
     one (CUDA or Apple's mps), ``accelerator_config()``'s wider model on device 'auto'. `overrides`
@@ -44,7 +38,9 @@ def setup(seed: int = 0, quiet: bool = False, threads: int = 1) -> str:
     help, and on a busy or small machine extra threads make every step many times slower. It also
     keeps floating-point sums in the same order on every laptop, so everyone sees the same numbers.
     """
-    seed_everything(seed)
+    random.seed(seed)  # every generator a lesson might draw from
+    np.random.seed(seed)
+    torch.manual_seed(seed)
     torch.set_num_threads(threads)
     mpl.rcParams["axes.prop_cycle"] = mpl.cycler(color=SERIES_COLORS)  # Okabe-Ito, as the course's own plots
     mpl.rcParams["figure.dpi"] = 90

@@ -106,11 +106,10 @@ def preset(name: str) -> Link:
 def site_link(a: str, b: str, route_factor: float = 1.0, bandwidth_Bps: float = 100 * Gbit) -> Link:
     """A fiber Link between two sites of data/sites.csv: great-circle distance x route_factor at
     4.9 us/km. Two stages at the same site get a 400 GbE link instead (same datacenter)."""
-    if site(a) == site(b):
+    here, there = site(a), site(b)
+    if here == there:
         return PRESETS["400gbe"].link
-    km = distance_km(site(a), site(b))
+    km = distance_km(here, there)
     return Link(
-        latency_s=fiber_latency_s(km, route_factor),
-        bandwidth_Bps=bandwidth_Bps,
-        name=f"{site(a).name} - {site(b).name} ({km:,.0f} km)",
+        fiber_latency_s(km, route_factor), bandwidth_Bps, name=f"{here.name} - {there.name} ({km:,.0f} km)"
     )

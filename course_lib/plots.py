@@ -51,11 +51,6 @@ def time_scale(seconds: float) -> tuple[float, str]:
     return 1e6, "µs"
 
 
-def source_line(tl: Timeline) -> str:
-    """The caption every Timeline figure carries: where the numbers come from, and the bubble."""
-    return f"source: {tl.source} · bubble {tl.bubble_fraction:.1%} of device-time idle"
-
-
 def _new_axes(ax: Axes | None, figsize: tuple[float, float]) -> Axes:
     if ax is not None:
         return ax
@@ -137,7 +132,8 @@ def plot_timeline(
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
 
     heading = title if title is not None else _default_title(tl)
-    ax.set_title(f"{heading}\n{source_line(tl)}", fontsize=10)
+    caption = f"source: {tl.source} · bubble {tl.bubble_fraction:.1%} of device-time idle"
+    ax.set_title(f"{heading}\n{caption}", fontsize=10)
     return ax
 
 

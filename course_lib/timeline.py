@@ -113,9 +113,7 @@ class Timeline:
     def bubble_fraction(self) -> float:
         """Idle share of the step, GPipe's convention: (p-1)/(m+p-1) for equal costs."""
         total = self.n_devices * self.makespan
-        if total <= 0:
-            return 0.0
-        return 1.0 - sum(s.duration for s in self.spans) / total
+        return 1.0 - sum(s.duration for s in self.spans) / total if total > 0 else 0.0
 
     # ---- memory -----------------------------------------------------------------------------
     def holding_intervals(self, device: int) -> dict[tuple[int, int], tuple[float, float]]:
