@@ -62,8 +62,7 @@ class LayerProfile:
         return [BYTES_PER_PARAM * p for p in self.params]
 
     def costs(self, by: str) -> list[float]:
-        """The per-layer numbers a strategy balances."""
-        require(by in STRATEGIES, f"unknown balancing strategy {by!r}; choose one of {STRATEGIES}")
+        """The per-layer numbers a strategy balances (`by`: one of STRATEGIES, checked by balanced())."""
         if by == "uniform":
             return [1.0] * self.n_layers
         if by == "params":
@@ -225,6 +224,7 @@ def balanced(
     With `budget_bytes`, only partitions whose every stage fits its device under `schedule` with m
     micro-batches are allowed: the optimal partition for `by` under a memory budget."""
     require(by in STRATEGIES, f"unknown balancing strategy {by!r}; choose one of {STRATEGIES}")
+    require(budget_bytes is None or budget_bytes > 0, f"budget_bytes must be > 0, got {budget_bytes}")
     if budget_bytes is None and by == "uniform":
         return uniform(profile.n_layers, n_stages)
     inflight = inflight_per_stage(_schedule(schedule, n_stages, microbatches))
@@ -234,12 +234,8 @@ def balanced(
     def need(stage: int, start: int, end: int) -> float:
         return static[end] - static[start] + inflight[stage] * (act[end] - act[start])
 
-    fits = None
-    if budget_bytes is not None:
-        require(budget_bytes > 0, f"budget_bytes must be > 0, got {budget_bytes}")
-
-        def fits(stage: int, start: int, end: int) -> bool:
-            return need(stage, start, end) <= budget_bytes
+    def fits(stage: int, start: int, end: int) -> bool:
+        return budget_bytes is None or need(stage, start, end) <= budget_bytes
 
     try:
         # memory is charged per stage (in-flight counts differ); the other costs are plain sums

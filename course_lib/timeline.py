@@ -133,10 +133,10 @@ class Timeline:
         events = []
         for key, (t0, t1) in self.holding_intervals(device).items():
             events += [(t0, weight(key)), (t1, -weight(key))]
-        # at equal times free before allocating: finishing one backward and starting the next
-        # forward at the same instant does not hold both
+        # sorting (time, delta) pairs frees before allocating at equal times: finishing one backward
+        # and starting the next forward at the same instant does not hold both
         level = peak = 0
-        for _, delta in sorted(events, key=lambda e: (e[0], e[1])):
+        for _, delta in sorted(events):
             level += delta
             peak = max(peak, level)
         return peak
@@ -147,10 +147,8 @@ class Timeline:
 
     def peak_stash_bytes(self, device: int) -> int | None:
         """Peak bytes of stashed activations on `device` (None if stash sizes are unknown)."""
-        if self.stash_bytes is None:
-            return None
         sizes = self.stash_bytes
-        return self._peak(device, lambda key: sizes[key[0]])
+        return None if sizes is None else self._peak(device, lambda key: sizes[key[0]])
 
     # ---- summaries --------------------------------------------------------------------------
     def summary(self) -> dict[str, object]:
