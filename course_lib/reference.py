@@ -23,7 +23,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import torch
 from torch import Tensor
@@ -61,13 +61,7 @@ class TrainConfig:
         self.model_config(vocab_size=ModelConfig.vocab_size)  # checks layers, width, heads, length
 
     def model_config(self, vocab_size: int) -> ModelConfig:
-        return ModelConfig(
-            n_layers=self.n_layers,
-            d_model=self.d_model,
-            n_heads=self.n_heads,
-            vocab_size=vocab_size,
-            seq_len=self.seq_len,
-        )
+        return ModelConfig(self.n_layers, self.d_model, self.n_heads, vocab_size, self.seq_len)
 
 
 def accelerator_config(**overrides) -> TrainConfig:
@@ -95,23 +89,14 @@ class TrainResult:
         return statistics.median(self.step_times_s) if self.step_times_s else 0.0
 
     def to_json(self) -> dict:
-        return {
-            "losses": self.losses,
-            "val_loss_start": self.val_loss_start,
-            "val_loss_end": self.val_loss_end,
-            "step_time_s": self.step_time_s,
-            "n_layers": self.n_layers,
-            "n_params": self.n_params,
-            "config": self.config,
-        }
+        """TrainResult's fields as plain data (a subclass adds its own), the step times as their median."""
+        data = {f.name: getattr(self, f.name) for f in fields(TrainResult) if f.name != "step_times_s"}
+        return data | {"step_time_s": self.step_time_s}
 
 
 def accumulate_gradients(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, m: int) -> float:
-    """Forward and backward m micro-batches one after another, summing gradients.
-
-    Returns the batch's mean loss. Gradients end up equal (up to float rounding) to those of one
-    backward pass over the whole batch.
-    """
+    """Forward and backward m micro-batches one after another, summing gradients; returns the batch's
+    mean loss. The gradients equal (up to float rounding) those of one backward over the whole batch."""
     total = 0.0
     for xm, ym in split_microbatches(x, y, m):
         loss = lm_loss(model(xm), ym) / m  # 1/m: the sum over micro-batches is the batch mean
@@ -180,11 +165,9 @@ def max_grad_diff(grads: Mapping[str, Tensor | None], reference: Mapping[str, Te
 
 
 class WarmupAdamW(torch.optim.AdamW):
-    """AdamW whose learning rate ramps up linearly over the first `warmup_steps` steps.
-
-    The ramp lives inside ``step()`` so that every engine, which only ever calls ``optimizer.step()``
-    once per batch, follows exactly the same learning-rate schedule as the reference trainer.
-    """
+    """AdamW whose learning rate ramps up linearly over the first `warmup_steps` steps. The ramp lives
+    inside ``step()`` so that every engine, which only ever calls ``optimizer.step()`` once per batch,
+    follows exactly the same learning-rate schedule as the reference trainer."""
 
     def __init__(self, params, lr: float, warmup_steps: int, **kwargs):
         super().__init__(params, lr=lr, **kwargs)
