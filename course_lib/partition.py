@@ -136,8 +136,7 @@ def optimal(
             "in flight (1F1B instead of GPipe) or smaller micro-batches"
         )
     sizes, j = [], n
-    for s in range(n_stages - 1, -1, -1):
-        i = cut[s][j]
-        sizes.append(j - i)
-        j = i
+    for s in range(n_stages - 1, -1, -1):  # walk the cuts back from the last layer
+        sizes.append(j - cut[s][j])
+        j = cut[s][j]
     return Partition.from_sizes(sizes[::-1])
