@@ -57,8 +57,7 @@ class LayerProfile:
     def n_layers(self) -> int:
         return len(self.names)
 
-    def static_bytes(self) -> list[int]:
-        """Weights + gradients + optimizer state per layer."""
+    def static_bytes(self) -> list[int]:  # weights + gradients + optimizer state, per layer
         return [BYTES_PER_PARAM * p for p in self.params]
 
     def costs(self, by: str) -> list[float]:
@@ -78,8 +77,7 @@ def profile_layers(
 ) -> LayerProfile:
     """Measure every layer of `model` on this machine: forward + backward time of one micro-batch of
     `batch_size` sequences (median of `repeats`, after one warm-up run), parameter count, and bytes of
-    activations saved for backward. The head's time includes the loss, as the last stage computes it.
-    """
+    activations saved for backward. The head's time includes the loss, as the last stage computes it."""
     require(batch_size >= 1, f"batch_size must be >= 1, got {batch_size}")
     require(repeats >= 1, f"repeats must be >= 1, got {repeats}")
     cfg = model.config

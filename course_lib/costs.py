@@ -78,7 +78,6 @@ def costs_from(
     timelines: Sequence[Timeline], reduce: str = "median", equal_stages: bool = False
 ) -> StageCosts:
     """The costs measured in `timelines`, per stage: the median (or mean) duration of every span.
-
     Leave warm-up steps out before calling. `equal_stages=True` pools every stage's spans into one
     number per kind: the textbook's equal stages, at this run's average cost."""
     require(len(timelines) > 0, "costs_from needs at least one Timeline")
@@ -101,7 +100,6 @@ def costs_from_durations(
     equal_stages: bool = False,
 ) -> StageCosts:
     """``costs_from`` on raw measurements: seconds per (stage, kind), as an engine records them.
-
     A stage whose backward ran as one piece B gets ``i`` = its B and ``w`` = 0, so that a replay
     charges exactly what was measured; a split one gets its I and its W."""
     require(reduce in REDUCERS, f"reduce must be one of {sorted(REDUCERS)}, got {reduce!r}")

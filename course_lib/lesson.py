@@ -36,8 +36,7 @@ def setup(seed: int = 0, quiet: bool = False, threads: int = 1) -> str:
 
     One CPU thread by default: the toy model's matrices are 32 wide, far too small for threads to
     help, and on a busy or small machine extra threads make every step many times slower. It also
-    keeps floating-point sums in the same order on every laptop, so everyone sees the same numbers.
-    """
+    keeps floating-point sums in the same order on every laptop, so everyone sees the same numbers."""
     random.seed(seed)  # every generator a lesson might draw from
     np.random.seed(seed)
     torch.manual_seed(seed)

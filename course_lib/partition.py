@@ -103,8 +103,7 @@ def optimal(
     passes it, CourseError says so. `stage_cost(stage, start, end)`, if given, replaces the plain sum
     of `costs` over the stage (`costs` then only gives the number of layers). Among equally good
     partitions the one with the lightest *first* stages is returned (stage 0 holds the most
-    micro-batches under 1F1B, so leaving it light costs nothing).
-    """
+    micro-batches under 1F1B, so leaving it light costs nothing)."""
     n = len(costs)
     require(n_stages >= 1, f"number of stages must be >= 1, got {n_stages}")
     require(n_stages <= n, f"{n_stages} stages cannot split {n} layers: use at most {n} stages")

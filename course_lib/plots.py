@@ -76,11 +76,9 @@ def plot_timeline(
 
     `extent_s` fixes the x axis to that many seconds (and picks its unit from it), so that charts
     drawn one above the other share one scale; by default the axis ends at this timeline's makespan.
-
     Micro-batch numbers are written inside boxes wide enough to hold them (at most `max_labels`);
     grey shows through where a device is idle. `show_transfers` draws each message as a thin line
-    from sender (when it left) to receiver (when it arrived).
-    """
+    from sender (when it left) to receiver (when it arrived)."""
     ax = _new_axes(ax, gantt_figsize(tl.n_devices))
     t0 = tl.start
     extent = max(tl.makespan, extent_s or 0.0)
@@ -186,8 +184,7 @@ def plot_bubble_vs_m(
     """Simulated bubble for several p over m (points), with the closed form drawn over them (lines).
 
     `convention` "gpipe" plots the idle share of the step, (p-1)/(m+p-1); "megatron" plots bubble
-    time relative to ideal compute, (p-1)/m. The same simulations, two ways of dividing.
-    """
+    time relative to ideal compute, (p-1)/m. The same simulations, two ways of dividing."""
     from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
     from course_lib.simulator import simulate
 

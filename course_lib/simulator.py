@@ -72,8 +72,7 @@ def simulate(
     boundary (default: free). `stash_bytes`: bytes of activations one micro-batch keeps alive on
     each stage until its backward; if not given, the boundary tensor the stage receives (a lower
     bound: a real stage stashes every layer's activations). `source`: SIMULATED, or
-    MEASURED_COMPUTE when `costs` were measured.
-    """
+    MEASURED_COMPUTE when `costs` were measured."""
     n_st = schedule.n_stages
     nbytes = per_boundary(boundary_bytes, n_st - 1, "boundary_bytes", 0)
     require(all(x >= 0 for x in nbytes), f"boundary_bytes must be >= 0, got {nbytes}")
@@ -90,10 +89,9 @@ def simulate(
 
 
 def _index_actions(schedule: Schedule) -> tuple[list[list[int]], list[int]]:
-    """Each device's action keys in order, and key -> the device that runs it (-1: nobody).
-
-    An action the simulator cannot place (unknown stage or micro-batch, on a device that does not
-    hold its stage, or seen twice) hands the schedule to the validator, which says what is wrong."""
+    """Each device's action keys in order, and key -> the device that runs it (-1: nobody). An
+    action the simulator cannot place (unknown stage or micro-batch, on a device that does not hold
+    its stage, or seen twice) hands the schedule to the validator, which says what is wrong."""
     n_st, n_mb, where = schedule.n_stages, schedule.n_microbatches, schedule.stage_to_device
     if len(where) != n_st:
         _reject(schedule)
@@ -141,18 +139,16 @@ def _durations(costs: StageCosts, n_st: int) -> list[float]:
 
 def _routes(schedule: Schedule, nbytes: list, wires: list[Link]) -> list[Route | None]:
     """Where each (stage, kind)'s output goes, at stage * 4 + kind (None: it stays on its device).
-
     ``message_of`` decides which outputs cross devices; the same holds for every micro-batch, so
     micro-batch 0 stands for all. The boundary a message crosses picks its link and its size."""
     table: list[Route | None] = [None] * (4 * schedule.n_stages)
     for s in range(schedule.n_stages):
         for code, kind in enumerate(_KINDS):
             msg = message_of(Action(s, kind, 0), schedule)
-            if msg is None:
-                continue
-            link, size = wires[msg.boundary], nbytes[msg.boundary]
-            on_wire = size / link.bandwidth_Bps if size and math.isfinite(link.bandwidth_Bps) else 0.0
-            table[s * 4 + code] = (msg.dst, int(size), on_wire, link.latency_s)
+            if msg is not None:
+                link, size = wires[msg.boundary], nbytes[msg.boundary]
+                on_wire = size / link.bandwidth_Bps if size and math.isfinite(link.bandwidth_Bps) else 0.0
+                table[s * 4 + code] = (msg.dst, int(size), on_wire, link.latency_s)
     return table
 
 
