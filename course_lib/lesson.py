@@ -5,9 +5,9 @@
     lesson.setup()
 
 It seeds every random generator, picks a colour-blind-safe plotting style, and prints which versions
-and devices this run uses (one GPU per stage, one accelerator shared by every stage, or the CPU), so
-that a screenshot of any lesson says where its numbers came from. ``train_config()`` gives the model
-size to train here: the CPU toy, or a wider model when there is a GPU.
+and devices this run uses (course_lib/devices.py), so that a screenshot of any lesson says where its
+numbers came from. ``train_config()`` gives the model size to train here: the CPU toy, or a wider
+model when there is a GPU.
 """
 
 from __future__ import annotations

@@ -88,19 +88,12 @@ def plot_timeline(
 
     # idle background: one band per device across the whole step
     ax.broken_barh([(0.0, span_x)], (-0.5, tl.n_devices), facecolors="white")
-    bands = [
-        [(0.0, d - height / 2), (span_x, d - height / 2), (span_x, d + height / 2), (0.0, d + height / 2)]
-        for d in range(tl.n_devices)
-    ]
+    bands = [_box(0.0, span_x, d, height) for d in range(tl.n_devices)]
     ax.add_collection(PolyCollection(bands, facecolors=IDLE_COLOR, edgecolors="none"))
 
     # all boxes in one collection: much faster than one artist per box
-    verts, colors = [], []
-    for s in tl.spans:
-        x0, x1 = (s.start - t0) * factor, (s.end - t0) * factor
-        y0, y1 = s.device - height / 2, s.device + height / 2
-        verts.append([(x0, y0), (x1, y0), (x1, y1), (x0, y1)])
-        colors.append(COLORS[s.action.kind])
+    verts = [_box((s.start - t0) * factor, (s.end - t0) * factor, s.device, height) for s in tl.spans]
+    colors = [COLORS[s.action.kind] for s in tl.spans]
     # white edges separate neighbouring boxes, but would swallow boxes only a few pixels wide
     fig = ax.figure
     px_per_x = ax.get_position().width * fig.get_figwidth() * fig.dpi / span_x
@@ -133,6 +126,11 @@ def plot_timeline(
     caption = f"source: {tl.source} · bubble {tl.bubble_fraction:.1%} of device-time idle"
     ax.set_title(f"{heading}\n{caption}", fontsize=10)
     return ax
+
+
+def _box(x0: float, x1: float, row: int, height: float) -> list[tuple[float, float]]:
+    """The corners of a box from x0 to x1, centred on `row`."""
+    return [(x0, row - height / 2), (x1, row - height / 2), (x1, row + height / 2), (x0, row + height / 2)]
 
 
 def _default_title(tl: Timeline) -> str:

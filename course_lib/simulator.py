@@ -3,9 +3,7 @@
 Rules, the same ones a real pipeline obeys:
 
 - each device runs its actions strictly in the order the schedule gives it;
-- an action starts when its device is free AND everything it depends on has arrived
-  (``ir.dependencies``: F needs the previous stage's F, a backward needs its own F and the next
-  stage's input gradient, W needs its I);
+- an action starts when its device is free AND all it depends on (``ir.dependencies``) has arrived;
 - an output crosses to another device exactly when ``schedules.messages`` says it does (the rule
   the engines use too); a dependency between stages on the same device costs nothing;
 - a send overlaps compute (the sender moves on at once), a receive waits for the last byte;
