@@ -79,14 +79,8 @@ def stage_totals(costs: Sequence[float], partition: Partition) -> list[float]:
     return [float(sum(costs[start:end])) for start, end in partition.bounds]
 
 
-# A stage's extra constraint: fits(stage, start, end) -> True if layers[start:end] may form stage `stage`.
-# balance.py builds one from per-layer memory and the schedule's in-flight micro-batches per stage.
-StageCheck = Callable[[int, int, int], bool]
-
-
-# A stage's cost when it is not a plain sum: cost(stage, start, end). Memory under 1F1B is one: stage 0
-# holds more micro-batches than stage p-1, so the same layers weigh more there.
-StageCost = Callable[[int, int, int], float]
+StageCheck = Callable[[int, int, int], bool]  # fits(stage, start, end): may layers[start:end] be `stage`?
+StageCost = Callable[[int, int, int], float]  # cost(stage, start, end), where not a plain sum of layers
 
 
 def optimal(
