@@ -84,10 +84,7 @@ StageCost = Callable[[int, int, int], float]  # cost(stage, start, end), where n
 
 
 def optimal(
-    costs: Sequence[float],
-    n_stages: int,
-    fits: StageCheck | None = None,
-    stage_cost: StageCost | None = None,
+    costs: Sequence[float], n_stages: int, fits: StageCheck | None = None, stage_cost: StageCost | None = None
 ) -> Partition:
     """The contiguous partition whose largest stage (sum of `costs`) is as small as possible.
 
