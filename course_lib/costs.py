@@ -55,15 +55,12 @@ class StageCosts:
 
 
 def _expand(label: str, value: Cost, n_stages: int) -> list[float]:
-    if isinstance(value, (int, float)):
-        values = [float(value)] * n_stages
-    else:
-        values = [float(x) for x in value]
-        require(
-            len(values) == n_stages,
-            f"StageCosts.{label} has {len(values)} entries but the schedule has {n_stages} stages; "
-            "give one number per stage, or a single number for all",
-        )
+    values = [float(value)] * n_stages if isinstance(value, (int, float)) else [float(x) for x in value]
+    require(
+        len(values) == n_stages,
+        f"StageCosts.{label} has {len(values)} entries but the schedule has {n_stages} stages; "
+        "give one number per stage, or a single number for all",
+    )
     bad = [x for x in values if not (math.isfinite(x) and x >= 0)]
     require(not bad, f"StageCosts.{label} must be finite and >= 0, got {bad[0] if bad else None!r}")
     return values

@@ -56,8 +56,7 @@ class Embedding(nn.Module):
         self.position = nn.Embedding(cfg.seq_len, cfg.d_model)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(idx.shape[1], device=idx.device)
-        return self.token(idx) + self.position(positions)
+        return self.token(idx) + self.position(torch.arange(idx.shape[1], device=idx.device))
 
 
 class CausalSelfAttention(nn.Module):

@@ -30,7 +30,6 @@ from course_lib.schedules.closed_forms import gpipe_bubble as gpipe_bubble  # no
 from course_lib.schedules.ir import Kind
 from course_lib.timeline import Timeline, format_bytes
 
-# Okabe-Ito: distinguishable with every common form of colour blindness
 COLORS = {Kind.F: "#56B4E9", Kind.B: "#E69F00", Kind.I: "#D55E00", Kind.W: "#009E73"}
 LABELS = {
     Kind.F: "F: forward",
