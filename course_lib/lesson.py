@@ -45,11 +45,10 @@ def setup(seed: int = 0, quiet: bool = False, threads: int = 1) -> str:
     mpl.rcParams["figure.dpi"] = 90
     mpl.rcParams["axes.grid"] = True
     mpl.rcParams["grid.alpha"] = 0.3
-    versions = (
+    line = (
         f"course_lib {course_lib.__version__} | torch {torch.__version__} | seed {seed} | "
-        f"{torch.get_num_threads()} CPU thread(s)"
+        f"{torch.get_num_threads()} CPU thread(s)\n{describe_devices()}"
     )
-    line = f"{versions}\n{describe_devices()}"
     if not quiet:
         print(line)
     return line

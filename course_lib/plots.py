@@ -200,9 +200,8 @@ def plot_bubble_vs_m(
                 tl = simulate(build_schedule(name, p, m, virtual=virtual), costs)
             except CourseError:
                 continue  # e.g. interleaved needs particular m; those points are simply absent
-            bf = tl.bubble_fraction
             xs.append(m)
-            ys.append(bf / (1 - bf) if convention == "megatron" else bf)
+            ys.append(megatron(tl.bubble_fraction) if convention == "megatron" else tl.bubble_fraction)
         ax.plot(xs, ys, "o", color=color, markersize=4, label=f"simulated, p={p}")
         case = Case.of(p, 1, virtual, costs)
         held = [m for m in xs if form.holds(replace(case, m=m))]
