@@ -18,11 +18,6 @@ Try it::
     tl = simulate(build_schedule("1f1b", 4, 8), StageCosts(f=1e-3, i=1e-3, w=1e-3),
                   boundary_bytes=64 * 2**20, links=Link(latency_s=1e-4, bandwidth_Bps=50e9))
     print(tl.makespan, tl.bubble_fraction)
-
-How ``simulate`` works, one function per step: ``_index_actions`` numbers every action, so the
-event loop works on plain lists of numbers (hashing Action objects 100k times would dominate the
-run time); ``_durations`` and ``_routes`` say, per stage and kind, how long an action takes and
-where its output goes; ``_play`` runs the event loop; ``_timeline`` writes down what happened.
 """
 
 from __future__ import annotations
@@ -42,8 +37,9 @@ from course_lib.schedules.messages import message_of
 from course_lib.schedules.validate import ScheduleError, check
 from course_lib.timeline import SIMULATED, Span, Timeline, Transfer
 
-# An action's key is (micro-batch * n_stages + stage) * 4 + kind code; key % (4 * n_stages) is then
-# stage * 4 + kind, the index into the tables that depend only on stage and kind.
+# The event loop works on plain lists of numbers: hashing Action objects 100k times would dominate the
+# run time. An action's key is (micro-batch * n_stages + stage) * 4 + kind code; key % (4 * n_stages)
+# is then stage * 4 + kind, the index into the tables that depend only on stage and kind.
 _KINDS = (Kind.F, Kind.B, Kind.I, Kind.W)
 _KIND_CODE = {kind: code for code, kind in enumerate(_KINDS)}
 _F, _B, _I, _W = 0, 1, 2, 3

@@ -74,16 +74,13 @@ class Timeline:
         cache = self._index_cache
         if cache is None or cache[0] != len(self.spans):
             by_device: dict[int, list[Span]] = {d: [] for d in range(self.n_devices)}
-            for s in self.spans:
+            for s in sorted(self.spans, key=lambda s: s.start):
                 by_device.setdefault(s.device, []).append(s)
-            for spans in by_device.values():
-                spans.sort(key=lambda s: s.start)
             start = min((s.start for s in self.spans), default=0.0)
             end = max((s.end for s in self.spans), default=0.0)
             cache = self._index_cache = (len(self.spans), by_device, start, end)
         return cache[1], cache[2], cache[3]
 
-    # ---- time -------------------------------------------------------------------------------
     @property
     def start(self) -> float:
         return self._index()[1]
@@ -115,7 +112,6 @@ class Timeline:
         total = self.n_devices * self.makespan
         return 1.0 - sum(s.duration for s in self.spans) / total if total > 0 else 0.0
 
-    # ---- memory -----------------------------------------------------------------------------
     def holding_intervals(self, device: int) -> dict[tuple[int, int], tuple[float, float]]:
         """(stage, micro-batch) -> (start, end) during which `device` keeps its activations: from
         the start of its forward to the end of its last backward piece (B, or W when split)."""
@@ -150,7 +146,6 @@ class Timeline:
         sizes = self.stash_bytes
         return None if sizes is None else self._peak(device, lambda key: sizes[key[0]])
 
-    # ---- summaries --------------------------------------------------------------------------
     def summary(self) -> dict[str, object]:
         """Plain-data summary, the shape the CLI's --json prints."""
         return {
