@@ -153,7 +153,6 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def layer_names(model: ToyGPT) -> list[str]:
-    """Human-readable names for the flat layer list: embedding, block 0..n-1, head."""
     return ["embedding", *(f"block {i}" for i in range(model.config.n_layers)), "head"]
 
 

@@ -20,8 +20,7 @@ from course_lib.errors import require
 from course_lib.geo import distance_km, site
 from course_lib.links import Link
 
-SPEED_IN_FIBER_KM_S = 204_000.0  # c / 1.468 (group index of silica fiber about 1.47)
-FIBER_S_PER_KM = 1.0 / SPEED_IN_FIBER_KM_S  # about 4.9 microseconds per km, one way
+FIBER_S_PER_KM = 1.0 / 204_000.0  # light in fiber: c / 1.468 (silica's group index), about 4.9 us per km
 INTERNET_ROUTE_FACTOR = 2.1  # internet paths vs line of sight (Bozkurt et al. 2018, arXiv 1811.10737)
 
 GB = 1e9  # bytes; network rates are decimal

@@ -107,11 +107,8 @@ def plot_timeline(
         ]
         ax.add_collection(LineCollection(lines, colors="#444444", linewidths=0.6, alpha=0.6))
 
-    ax.set_xlim(0, span_x)
-    ax.set_ylim(tl.n_devices - 0.5, -0.5)  # device 0 on top
-    ax.set_yticks(range(tl.n_devices))
-    ax.set_yticklabels([f"device {d}" for d in range(tl.n_devices)])
-    ax.set_xlabel(f"time ({unit})")
+    ax.set(xlim=(0, span_x), ylim=(tl.n_devices - 0.5, -0.5), xlabel=f"time ({unit})")  # device 0 on top
+    ax.set(yticks=range(tl.n_devices), yticklabels=[f"device {d}" for d in range(tl.n_devices)])
     _label_boxes(ax, tl, factor, px_per_x, height, max_labels)
 
     kinds = [k for k in (Kind.F, Kind.B, Kind.I, Kind.W) if any(s.action.kind is k for s in tl.spans[:5000])]
@@ -128,7 +125,6 @@ def plot_timeline(
 
 
 def _box(x0: float, x1: float, row: int, height: float) -> list[tuple[float, float]]:
-    """The corners of a box from x0 to x1, centred on `row`."""
     return [(x0, row - height / 2), (x1, row - height / 2), (x1, row + height / 2), (x0, row + height / 2)]
 
 
@@ -220,9 +216,7 @@ def plot_bubble_vs_m(
         if convention == "gpipe"
         else f"GPipe's {form.text} divides by the whole step instead"
     )
-    ax.set_xlabel("micro-batches m")
-    ax.set_ylabel(what)
-    ax.set_ylim(bottom=0)
+    ax.set(xlabel="micro-batches m", ylabel=what, ylim=(0, None))
     ax.legend(fontsize=8)
     vtxt = f", v={virtual}" if virtual > 1 else ""
     ax.set_title(
@@ -242,9 +236,7 @@ def plot_memory(tl: Timeline, ax: Axes | None = None) -> Axes:
     nbytes = [tl.peak_stash_bytes(d) for d in devices]
     if any(nbytes):
         ax.bar_label(bars, labels=[format_bytes(b or 0) for b in nbytes], fontsize=7)
-    ax.set_xticks(devices)
-    ax.set_xlabel("device")
-    ax.set_ylabel("peak micro-batches held")
+    ax.set(xticks=devices, xlabel="device", ylabel="peak micro-batches held")
     caption = f"source: {tl.source}"
     if any(nbytes) and tl.stash_is_lower_bound:
         caption += " · bytes: boundary tensors only (a lower bound on what a stage stashes)"
