@@ -192,8 +192,7 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
 
 
 def setup(cfg: TrainConfig, corpus: Corpus | None = None) -> tuple[Corpus, ToyGPT]:
-    """Check the config, read the data (unless `corpus` is given) and build the model: the start of
-    every trainer."""
+    """Check the config, read the data (unless `corpus` is given), build the model: every trainer's start."""
     cfg.check()
     if corpus is None:
         corpus = load_corpus(cfg.data_path) if cfg.data_path else load_corpus()

@@ -59,8 +59,7 @@ class Timeline:
     n_stages: int | None = None  # the schedule's stages (more than n_devices when interleaved)
     n_microbatches: int | None = None
     boundary_bytes: list[int] = field(default_factory=list)  # one micro-batch's message, boundary s -> s+1
-    # bytes one micro-batch keeps alive on each stage until its backward (index = stage); optional
-    stash_bytes: list[int] | None = None
+    stash_bytes: list[int] | None = None  # per stage: bytes one micro-batch keeps until its backward
     stash_is_lower_bound: bool = False  # True: stash_bytes count only the boundary tensor a stage got
     notes: dict[str, str] = field(default_factory=dict)  # free-form remarks (say, how clocks were aligned)
 
