@@ -26,14 +26,17 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 
+from course_lib.engines.saved_memory import SavedBytes
 from course_lib.errors import CourseError, require
-from course_lib.model import ToyGPT, layer_names, lm_loss
+from course_lib.model import ToyGPT, count_parameters, layer_names, lm_loss
 from course_lib.partition import Partition, optimal, stage_totals, uniform
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Kind, Schedule
+from course_lib.timeline import format_bytes
 
 BYTES_PER_PARAM = 16  # weight 4 + gradient 4 + AdamW exp_avg 4 + exp_avg_sq 4 (fp32)
 STRATEGIES = ("uniform", "params", "time", "memory")
@@ -54,13 +57,11 @@ class LayerProfile:
     def n_layers(self) -> int:
         return len(self.names)
 
-    def static_bytes(self) -> list[int]:
-        """Weights + gradients + optimizer state per layer."""
+    def static_bytes(self) -> list[int]:  # weights + gradients + optimizer state, per layer
         return [BYTES_PER_PARAM * p for p in self.params]
 
     def costs(self, by: str) -> list[float]:
-        """The per-layer numbers a strategy balances."""
-        require(by in STRATEGIES, f"unknown balancing strategy {by!r}; choose one of {STRATEGIES}")
+        """The per-layer numbers a strategy balances (`by`: one of STRATEGIES, checked by balanced())."""
         if by == "uniform":
             return [1.0] * self.n_layers
         if by == "params":
@@ -71,28 +72,12 @@ class LayerProfile:
         return [float(s + a) for s, a in zip(self.static_bytes(), self.activation_bytes, strict=True)]
 
 
-def _saved_bytes(fn, exclude: set[int]) -> tuple[object, int]:
-    """Run fn() and count the bytes autograd saves for backward (parameters excluded, storages once)."""
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in exclude:
-            seen[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = fn()
-    return out, sum(seen.values())
-
-
 def profile_layers(
     model: ToyGPT, batch_size: int = 4, seq_len: int | None = None, repeats: int = 5, seed: int = 0
 ) -> LayerProfile:
     """Measure every layer of `model` on this machine: forward + backward time of one micro-batch of
     `batch_size` sequences (median of `repeats`, after one warm-up run), parameter count, and bytes of
-    activations saved for backward. The head's time includes the loss, as the last stage computes it.
-    """
+    activations saved for backward. The head's time includes the loss, as the last stage computes it."""
     require(batch_size >= 1, f"batch_size must be >= 1, got {batch_size}")
     require(repeats >= 1, f"repeats must be >= 1, got {repeats}")
     cfg = model.config
@@ -102,7 +87,7 @@ def profile_layers(
     idx = torch.randint(0, cfg.vocab_size, (batch_size, seq_len), generator=gen)
     targets = torch.randint(0, cfg.vocab_size, (batch_size, seq_len), generator=gen)
     layers = list(model.layers)
-    param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved_bytes = SavedBytes({p.untyped_storage().data_ptr() for p in model.parameters()})
 
     inputs = [idx]  # each layer's input, computed once without autograd
     with torch.no_grad():
@@ -116,8 +101,10 @@ def profile_layers(
 
     saved, grads = [], []
     for i in range(len(layers)):  # warm-up run (first calls allocate), counting saved bytes
-        out, nbytes = _saved_bytes(lambda i=i: one_pass(i), param_ptrs)
-        saved.append(nbytes)
+        saved_bytes.clear()
+        with saved_bytes.counting([]):
+            out = one_pass(i)
+        saved.append(saved_bytes.total)
         grads.append(torch.ones_like(out) if out.dim() else None)
         out.backward(grads[i])
     times: list[list[float]] = [[] for _ in layers]
@@ -131,7 +118,7 @@ def profile_layers(
     model.zero_grad(set_to_none=True)
     return LayerProfile(
         names=layer_names(model),
-        params=[sum(p.numel() for p in layer.parameters()) for layer in layers],
+        params=[count_parameters(layer) for layer in layers],
         time_s=[statistics.median(t) for t in times],
         activation_bytes=saved,
         batch_size=batch_size,
@@ -189,14 +176,6 @@ def stage_memory(
     ]
 
 
-def format_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return f"{n} B"  # unreachable
-
-
 class OutOfMemory(CourseError):
     """A simulated device ran out of memory: raised where a real GPU would fail to allocate."""
 
@@ -243,23 +222,18 @@ def balanced(
     With `budget_bytes`, only partitions whose every stage fits its device under `schedule` with m
     micro-batches are allowed: the optimal partition for `by` under a memory budget."""
     require(by in STRATEGIES, f"unknown balancing strategy {by!r}; choose one of {STRATEGIES}")
+    require(budget_bytes is None or budget_bytes > 0, f"budget_bytes must be > 0, got {budget_bytes}")
     if budget_bytes is None and by == "uniform":
         return uniform(profile.n_layers, n_stages)
     inflight = inflight_per_stage(_schedule(schedule, n_stages, microbatches))
-    static, act = [0], [0]  # prefix sums: a stage's bytes in O(1)
-    for s_b, a_b in zip(profile.static_bytes(), profile.activation_bytes, strict=True):
-        static.append(static[-1] + s_b)
-        act.append(act[-1] + a_b)
+    static = [0, *accumulate(profile.static_bytes())]  # prefix sums: a stage's bytes in O(1)
+    act = [0, *accumulate(profile.activation_bytes)]
 
     def need(stage: int, start: int, end: int) -> float:
         return static[end] - static[start] + inflight[stage] * (act[end] - act[start])
 
-    fits = None
-    if budget_bytes is not None:
-        require(budget_bytes > 0, f"budget_bytes must be > 0, got {budget_bytes}")
-
-        def fits(stage: int, start: int, end: int) -> bool:
-            return need(stage, start, end) <= budget_bytes
+    def fits(stage: int, start: int, end: int) -> bool:
+        return budget_bytes is None or need(stage, start, end) <= budget_bytes
 
     try:
         # memory is charged per stage (in-flight counts differ); the other costs are plain sums

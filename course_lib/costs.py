@@ -55,15 +55,12 @@ class StageCosts:
 
 
 def _expand(label: str, value: Cost, n_stages: int) -> list[float]:
-    if isinstance(value, (int, float)):
-        values = [float(value)] * n_stages
-    else:
-        values = [float(x) for x in value]
-        require(
-            len(values) == n_stages,
-            f"StageCosts.{label} has {len(values)} entries but the schedule has {n_stages} stages; "
-            "give one number per stage, or a single number for all",
-        )
+    values = [float(value)] * n_stages if isinstance(value, (int, float)) else [float(x) for x in value]
+    require(
+        len(values) == n_stages,
+        f"StageCosts.{label} has {len(values)} entries but the schedule has {n_stages} stages; "
+        "give one number per stage, or a single number for all",
+    )
     bad = [x for x in values if not (math.isfinite(x) and x >= 0)]
     require(not bad, f"StageCosts.{label} must be finite and >= 0, got {bad[0] if bad else None!r}")
     return values
@@ -78,7 +75,6 @@ def costs_from(
     timelines: Sequence[Timeline], reduce: str = "median", equal_stages: bool = False
 ) -> StageCosts:
     """The costs measured in `timelines`, per stage: the median (or mean) duration of every span.
-
     Leave warm-up steps out before calling. `equal_stages=True` pools every stage's spans into one
     number per kind: the textbook's equal stages, at this run's average cost."""
     require(len(timelines) > 0, "costs_from needs at least one Timeline")
@@ -101,7 +97,6 @@ def costs_from_durations(
     equal_stages: bool = False,
 ) -> StageCosts:
     """``costs_from`` on raw measurements: seconds per (stage, kind), as an engine records them.
-
     A stage whose backward ran as one piece B gets ``i`` = its B and ``w`` = 0, so that a replay
     charges exactly what was measured; a split one gets its I and its W."""
     require(reduce in REDUCERS, f"reduce must be one of {sorted(REDUCERS)}, got {reduce!r}")

@@ -18,8 +18,7 @@ import torch
 
 from course_lib.errors import CourseError, require
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-DEFAULT_CORPUS = DATA_DIR / "corpus.txt"
+DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus.txt"
 
 
 @dataclass(frozen=True)

@@ -44,15 +44,9 @@ def accelerator() -> str | None:
     return "mps" if mps_available() else None
 
 
-def _unknown(name: object) -> CourseError:
-    return CourseError(f"unknown device {name!r}; expected one of {', '.join(DEVICE_CHOICES)}")
-
-
 def resolve_device(name: str = "auto") -> torch.device:
     """'auto' -> cuda:0, else mps, else the CPU; 'cpu'; 'mps'; 'cuda' or 'cuda:N' (must exist)."""
-    if not isinstance(name, str):
-        raise _unknown(name)
-    key = name.strip().lower()
+    key = name.strip().lower() if isinstance(name, str) else ""
     if key == "auto":
         kind = accelerator()
         return torch.device("cuda:0" if kind == "cuda" else kind or "cpu")
@@ -61,17 +55,15 @@ def resolve_device(name: str = "auto") -> torch.device:
     if key == "mps":
         require(mps_available(), "device 'mps' is not available: it needs Apple silicon; use 'cpu' or 'auto'")
         return torch.device("mps")
-    if key == "cuda" or key.startswith("cuda:"):
-        index = "0" if key == "cuda" else key.split(":", 1)[1]
-        if not index.isdigit():
-            raise _unknown(name)
+    if key == "cuda" or (key.startswith("cuda:") and key[5:].isdigit()):
+        index = int(key[5:]) if key != "cuda" else 0
         require(
-            int(index) < gpu_count(),
+            index < gpu_count(),
             f"device {name!r} is not available: this machine has {gpu_count()} CUDA GPU(s); "
             "use 'cpu' or 'auto'",
         )
         return torch.device(f"cuda:{index}")
-    raise _unknown(name)
+    raise CourseError(f"unknown device {name!r}; expected one of {', '.join(DEVICE_CHOICES)}")
 
 
 def stage_devices(n_stages: int, device: str = "auto") -> list[torch.device]:

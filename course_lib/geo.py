@@ -34,13 +34,10 @@ class Site:
 
 def haversine_km(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
     """Great-circle distance between two points given in degrees, on a sphere of mean Earth radius."""
-    for label, value, limit in (
-        ("latitude", lat1, 90),
-        ("latitude", lat2, 90),
-        ("longitude", lon1, 180),
-        ("longitude", lon2, 180),
-    ):
-        require(-limit <= value <= limit, f"{label} must be in [-{limit}, {limit}] degrees, got {value!r}")
+    for lat in (lat1, lat2):
+        require(-90 <= lat <= 90, f"latitude must be in [-90, 90] degrees, got {lat!r}")
+    for lon in (lon1, lon2):
+        require(-180 <= lon <= 180, f"longitude must be in [-180, 180] degrees, got {lon!r}")
     p1, p2 = math.radians(lat1), math.radians(lat2)
     dp, dl = p2 - p1, math.radians(lon2 - lon1)
     # haversine form: stays accurate for short distances, where the spherical law of cosines does not
@@ -56,12 +53,12 @@ def distance_km(a: Site, b: Site) -> float:
 def _read(path: str) -> dict[str, Site]:
     with open(path, newline="", encoding="utf-8") as fh:
         rows = [line for line in fh if line.strip() and not line.lstrip().startswith("#")]
-    sites = {}
-    for row in csv.DictReader(rows):
-        sites[row["name"]] = Site(
+    return {
+        row["name"]: Site(
             row["name"], row["country"], float(row["lat"]), float(row["lon"]), row.get("operators", "")
         )
-    return sites
+        for row in csv.DictReader(rows)
+    }
 
 
 def load_sites(path: str | Path = SITES_CSV) -> dict[str, Site]:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 from course_lib.balance import OutOfMemory, check_memory, inflight_per_stage
 from course_lib.exercises import verdict
+from course_lib.partition import Partition
 from course_lib.schedules.ir import Schedule
 from course_lib.schedules.validate import check
 
@@ -166,11 +167,8 @@ def partition_fits(sizes: object, profile, schedule: str, m: int, budget_bytes: 
     """Fail unless `sizes` (layers per stage) covers the model and every stage fits the budget."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
     answered("your partition", sizes, hint)
-    from course_lib.partition import Partition
-
-    try:
+    try:  # check_memory also checks that the partition covers the model's layers
         part = Partition.from_sizes(list(sizes))  # type: ignore[call-overload]
-        part.check(profile.n_layers)
         return check_memory(part, profile, schedule, m, budget_bytes)
     except OutOfMemory as err:
         fail(f"{err}.{_hint(hint)}")

@@ -5,9 +5,9 @@
     lesson.setup()
 
 It seeds every random generator, picks a colour-blind-safe plotting style, and prints which versions
-and devices this run uses (one GPU per stage, one accelerator shared by every stage, or the CPU), so
-that a screenshot of any lesson says where its numbers came from. ``train_config()`` gives the model
-size to train here: the CPU toy, or a wider model when there is a GPU.
+and devices this run uses (course_lib/devices.py), so that a screenshot of any lesson says where its
+numbers came from. ``train_config()`` gives the model size to train here: the CPU toy, or a wider
+model when there is a GPU.
 """
 
 from __future__ import annotations
@@ -20,16 +20,8 @@ import torch
 
 import course_lib
 from course_lib.devices import accelerator, describe_devices
+from course_lib.plots import SERIES_COLORS
 from course_lib.reference import TrainConfig, accelerator_config
-
-# Okabe-Ito: distinguishable with the common forms of colour blindness
-OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
-
-
-def seed_everything(seed: int = 0) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def train_config(**overrides) -> TrainConfig:
@@ -44,19 +36,19 @@ def setup(seed: int = 0, quiet: bool = False, threads: int = 1) -> str:
 
     One CPU thread by default: the toy model's matrices are 32 wide, far too small for threads to
     help, and on a busy or small machine extra threads make every step many times slower. It also
-    keeps floating-point sums in the same order on every laptop, so everyone sees the same numbers.
-    """
-    seed_everything(seed)
+    keeps floating-point sums in the same order on every laptop, so everyone sees the same numbers."""
+    random.seed(seed)  # every generator a lesson might draw from
+    np.random.seed(seed)
+    torch.manual_seed(seed)
     torch.set_num_threads(threads)
-    mpl.rcParams["axes.prop_cycle"] = mpl.cycler(color=OKABE_ITO)
+    mpl.rcParams["axes.prop_cycle"] = mpl.cycler(color=SERIES_COLORS)  # Okabe-Ito, as the course's own plots
     mpl.rcParams["figure.dpi"] = 90
     mpl.rcParams["axes.grid"] = True
     mpl.rcParams["grid.alpha"] = 0.3
-    versions = (
+    line = (
         f"course_lib {course_lib.__version__} | torch {torch.__version__} | seed {seed} | "
-        f"{torch.get_num_threads()} CPU thread(s)"
+        f"{torch.get_num_threads()} CPU thread(s)\n{describe_devices()}"
     )
-    line = f"{versions}\n{describe_devices()}"
     if not quiet:
         print(line)
     return line

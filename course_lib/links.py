@@ -33,7 +33,6 @@ FREE = Link(name="free")
 
 def per_boundary(value, n_boundaries: int, label: str, default=None) -> list:
     """One value per stage boundary (stage s -> s+1), from a single value or a list of them.
-
     ``None`` gives ``default`` everywhere; a single Link or number is repeated; a list must have
     exactly one entry per boundary. Every consumer (simulator, plans of both engines) calls this,
     so the rule and its error message live here once."""

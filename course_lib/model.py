@@ -56,8 +56,7 @@ class Embedding(nn.Module):
         self.position = nn.Embedding(cfg.seq_len, cfg.d_model)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(idx.shape[1], device=idx.device)
-        return self.token(idx) + self.position(positions)
+        return self.token(idx) + self.position(torch.arange(idx.shape[1], device=idx.device))
 
 
 class CausalSelfAttention(nn.Module):
@@ -154,7 +153,6 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def layer_names(model: ToyGPT) -> list[str]:
-    """Human-readable names for the flat layer list: embedding, block 0..n-1, head."""
     return ["embedding", *(f"block {i}" for i in range(model.config.n_layers)), "head"]
 
 

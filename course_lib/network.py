@@ -20,8 +20,7 @@ from course_lib.errors import require
 from course_lib.geo import distance_km, site
 from course_lib.links import Link
 
-SPEED_IN_FIBER_KM_S = 204_000.0  # c / 1.468 (group index of silica fiber about 1.47)
-FIBER_S_PER_KM = 1.0 / SPEED_IN_FIBER_KM_S  # about 4.9 microseconds per km, one way
+FIBER_S_PER_KM = 1.0 / 204_000.0  # light in fiber: c / 1.468 (silica's group index), about 4.9 us per km
 INTERNET_ROUTE_FACTOR = 2.1  # internet paths vs line of sight (Bozkurt et al. 2018, arXiv 1811.10737)
 
 GB = 1e9  # bytes; network rates are decimal
@@ -32,7 +31,6 @@ Gbit = 1e9 / 8  # bytes per second in one Gb/s
 class Preset:
     link: Link
     source: str
-    what: str = ""  # one line: what kind of link this is
 
 
 def fiber_latency_s(distance_km: float, route_factor: float = 1.0) -> float:
@@ -56,52 +54,43 @@ PRESETS: dict[str, Preset] = {
         "900 GB/s bidirectional per GPU, H100/H200 (NVIDIA datasheet via stas00/ml-engineering "
         "network/README.md) -> 450 GB/s each way; latency assumed 10 us (framework-level small "
         "messages take tens of us: stas00/ml-engineering all-reduce benchmark)",
-        "GPUs inside one server",
     ),
     "nvlink5": Preset(
         Link(latency_s=10e-6, bandwidth_Bps=900 * GB, name="NVLink 5"),
         "1.8 TB/s bidirectional per GPU, B200 (NVIDIA datasheet via stas00/ml-engineering "
         "network/README.md) -> 900 GB/s each way; latency assumed 10 us, as NVLink 4",
-        "GPUs inside one server (Blackwell)",
     ),
     "ib-ndr": Preset(
         Link(latency_s=5e-6, bandwidth_Bps=400 * Gbit, name="InfiniBand NDR"),
         "400 Gb/s per port (InfiniBand NDR); switch latency well under 1 us; 5 us end to end "
         "(NIC + software) assumed",
-        "servers in one cluster",
     ),
     "ib-xdr": Preset(
         Link(latency_s=5e-6, bandwidth_Bps=800 * Gbit, name="InfiniBand XDR"),
         "800 Gb/s per port (InfiniBand XDR); 5 us end to end assumed, as NDR",
-        "servers in one cluster (next generation)",
     ),
     "100gbe": Preset(
         Link(latency_s=10e-6, bandwidth_Bps=100 * Gbit, name="100 GbE"),
         "100 Gb/s Ethernet; 10 us end to end inside a datacenter assumed",
-        "servers in one datacenter",
     ),
     "400gbe": Preset(
         Link(latency_s=10e-6, bandwidth_Bps=400 * Gbit, name="400 GbE"),
         "400 Gb/s Ethernet; 10 us end to end inside a datacenter assumed",
-        "servers in one datacenter",
     ),
     "metro": Preset(
         Link(latency_s=fiber_latency_s(50), bandwidth_Bps=400 * Gbit, name="metro fiber 50 km"),
         "50 km of fiber at 4.9 us/km (light in fiber, c/1.468: Corning SMF-28) = 245 us one way; "
         "400 Gb/s (one wavelength) assumed",
-        "two datacenters in one metro area",
     ),
     "us-coast-to-coast": Preset(
         Link(latency_s=87e-3 / 2, bandwidth_Bps=100 * Gbit, name="US coast to coast"),
         "AWS us-east-1 to us-west-2 measured round trip about 87 ms (2017), one way = half; "
         "100 Gb/s (a leased wavelength) assumed",
-        "Virginia to Oregon",
     ),
     "transatlantic": Preset(
         Link(latency_s=59e-3 / 2, bandwidth_Bps=100 * Gbit, name="transatlantic"),
         "New York-London on the Hibernia Express cable, round trip about 59 ms (2015), one way = "
         "half (the great-circle floor is 54.6 ms round trip); 100 Gb/s assumed",
-        "New York to London",
     ),
 }
 
@@ -116,11 +105,10 @@ def preset(name: str) -> Link:
 def site_link(a: str, b: str, route_factor: float = 1.0, bandwidth_Bps: float = 100 * Gbit) -> Link:
     """A fiber Link between two sites of data/sites.csv: great-circle distance x route_factor at
     4.9 us/km. Two stages at the same site get a 400 GbE link instead (same datacenter)."""
-    if site(a) == site(b):
+    here, there = site(a), site(b)
+    if here == there:
         return PRESETS["400gbe"].link
-    km = distance_km(site(a), site(b))
+    km = distance_km(here, there)
     return Link(
-        latency_s=fiber_latency_s(km, route_factor),
-        bandwidth_Bps=bandwidth_Bps,
-        name=f"{site(a).name} - {site(b).name} ({km:,.0f} km)",
+        fiber_latency_s(km, route_factor), bandwidth_Bps, name=f"{here.name} - {there.name} ({km:,.0f} km)"
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from torch import nn
 
@@ -42,11 +43,8 @@ class Partition:
         require(len(sizes) >= 1, "a partition needs at least one stage")
         bad = [s for s in sizes if s < 1]
         require(not bad, f"every stage needs at least one layer; got stage sizes {list(sizes)}")
-        bounds, start = [], 0
-        for size in sizes:
-            bounds.append((start, start + size))
-            start += size
-        return cls(tuple(bounds))
+        ends = list(accumulate(sizes))
+        return cls(tuple(zip([0, *ends[:-1]], ends, strict=True)))
 
     def check(self, n_layers: int) -> None:
         """Raise unless this partition covers exactly `n_layers` layers."""
@@ -55,12 +53,6 @@ class Partition:
             f"partition sizes {list(self.sizes)} cover {self.n_layers} layers, but the model has "
             f"{n_layers} (embedding + blocks + head)",
         )
-
-    def stage_of_layer(self, layer: int) -> int:
-        for s, (start, end) in enumerate(self.bounds):
-            if start <= layer < end:
-                return s
-        raise CourseError(f"layer {layer} is outside the partition (0..{self.n_layers - 1})")
 
 
 def uniform(n_layers: int, n_stages: int) -> Partition:
@@ -87,21 +79,12 @@ def stage_totals(costs: Sequence[float], partition: Partition) -> list[float]:
     return [float(sum(costs[start:end])) for start, end in partition.bounds]
 
 
-# A stage's extra constraint: fits(stage, start, end) -> True if layers[start:end] may form stage `stage`.
-# balance.py builds one from per-layer memory and the schedule's in-flight micro-batches per stage.
-StageCheck = Callable[[int, int, int], bool]
-
-
-# A stage's cost when it is not a plain sum: cost(stage, start, end). Memory under 1F1B is one: stage 0
-# holds more micro-batches than stage p-1, so the same layers weigh more there.
-StageCost = Callable[[int, int, int], float]
+StageCheck = Callable[[int, int, int], bool]  # fits(stage, start, end): may layers[start:end] be `stage`?
+StageCost = Callable[[int, int, int], float]  # cost(stage, start, end), where not a plain sum of layers
 
 
 def optimal(
-    costs: Sequence[float],
-    n_stages: int,
-    fits: StageCheck | None = None,
-    stage_cost: StageCost | None = None,
+    costs: Sequence[float], n_stages: int, fits: StageCheck | None = None, stage_cost: StageCost | None = None
 ) -> Partition:
     """The contiguous partition whose largest stage (sum of `costs`) is as small as possible.
 
@@ -111,16 +94,13 @@ def optimal(
     passes it, CourseError says so. `stage_cost(stage, start, end)`, if given, replaces the plain sum
     of `costs` over the stage (`costs` then only gives the number of layers). Among equally good
     partitions the one with the lightest *first* stages is returned (stage 0 holds the most
-    micro-batches under 1F1B, so leaving it light costs nothing).
-    """
+    micro-batches under 1F1B, so leaving it light costs nothing)."""
     n = len(costs)
     require(n_stages >= 1, f"number of stages must be >= 1, got {n_stages}")
     require(n_stages <= n, f"{n_stages} stages cannot split {n} layers: use at most {n} stages")
     bad = [c for c in costs if not (math.isfinite(c) and c >= 0)]
     require(not bad, f"layer costs must be finite and >= 0, got {bad[:1]}")
-    prefix = [0.0]
-    for c in costs:
-        prefix.append(prefix[-1] + float(c))
+    prefix = [0.0, *accumulate(float(c) for c in costs)]
     inf = math.inf
     # best[s][j]: stages 0..s cover layers [0, j); cut[s][j]: where stage s starts in that optimum
     best = [[inf] * (n + 1) for _ in range(n_stages)]
@@ -146,8 +126,7 @@ def optimal(
             "in flight (1F1B instead of GPipe) or smaller micro-batches"
         )
     sizes, j = [], n
-    for s in range(n_stages - 1, -1, -1):
-        i = cut[s][j]
-        sizes.append(j - i)
-        j = i
+    for s in range(n_stages - 1, -1, -1):  # walk the cuts back from the last layer
+        sizes.append(j - cut[s][j])
+        j = cut[s][j]
     return Partition.from_sizes(sizes[::-1])

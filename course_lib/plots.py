@@ -28,9 +28,8 @@ from course_lib.errors import CourseError, require
 from course_lib.schedules.closed_forms import Case, megatron
 from course_lib.schedules.closed_forms import gpipe_bubble as gpipe_bubble  # notebooks import it from here
 from course_lib.schedules.ir import Kind
-from course_lib.timeline import Timeline
+from course_lib.timeline import Timeline, format_bytes
 
-# Okabe-Ito: distinguishable with every common form of colour blindness
 COLORS = {Kind.F: "#56B4E9", Kind.B: "#E69F00", Kind.I: "#D55E00", Kind.W: "#009E73"}
 LABELS = {
     Kind.F: "F: forward",
@@ -49,11 +48,6 @@ def time_scale(seconds: float) -> tuple[float, str]:
     if seconds >= 1e-3:
         return 1e3, "ms"
     return 1e6, "µs"
-
-
-def source_line(tl: Timeline) -> str:
-    """The caption every Timeline figure carries: where the numbers come from, and the bubble."""
-    return f"source: {tl.source} · bubble {tl.bubble_fraction:.1%} of device-time idle"
 
 
 def _new_axes(ax: Axes | None, figsize: tuple[float, float]) -> Axes:
@@ -81,11 +75,9 @@ def plot_timeline(
 
     `extent_s` fixes the x axis to that many seconds (and picks its unit from it), so that charts
     drawn one above the other share one scale; by default the axis ends at this timeline's makespan.
-
     Micro-batch numbers are written inside boxes wide enough to hold them (at most `max_labels`);
     grey shows through where a device is idle. `show_transfers` draws each message as a thin line
-    from sender (when it left) to receiver (when it arrived).
-    """
+    from sender (when it left) to receiver (when it arrived)."""
     ax = _new_axes(ax, gantt_figsize(tl.n_devices))
     t0 = tl.start
     extent = max(tl.makespan, extent_s or 0.0)
@@ -95,19 +87,12 @@ def plot_timeline(
 
     # idle background: one band per device across the whole step
     ax.broken_barh([(0.0, span_x)], (-0.5, tl.n_devices), facecolors="white")
-    bands = [
-        [(0.0, d - height / 2), (span_x, d - height / 2), (span_x, d + height / 2), (0.0, d + height / 2)]
-        for d in range(tl.n_devices)
-    ]
+    bands = [_box(0.0, span_x, d, height) for d in range(tl.n_devices)]
     ax.add_collection(PolyCollection(bands, facecolors=IDLE_COLOR, edgecolors="none"))
 
     # all boxes in one collection: much faster than one artist per box
-    verts, colors = [], []
-    for s in tl.spans:
-        x0, x1 = (s.start - t0) * factor, (s.end - t0) * factor
-        y0, y1 = s.device - height / 2, s.device + height / 2
-        verts.append([(x0, y0), (x1, y0), (x1, y1), (x0, y1)])
-        colors.append(COLORS[s.action.kind])
+    verts = [_box((s.start - t0) * factor, (s.end - t0) * factor, s.device, height) for s in tl.spans]
+    colors = [COLORS[s.action.kind] for s in tl.spans]
     # white edges separate neighbouring boxes, but would swallow boxes only a few pixels wide
     fig = ax.figure
     px_per_x = ax.get_position().width * fig.get_figwidth() * fig.dpi / span_x
@@ -122,12 +107,9 @@ def plot_timeline(
         ]
         ax.add_collection(LineCollection(lines, colors="#444444", linewidths=0.6, alpha=0.6))
 
-    ax.set_xlim(0, span_x)
-    ax.set_ylim(tl.n_devices - 0.5, -0.5)  # device 0 on top
-    ax.set_yticks(range(tl.n_devices))
-    ax.set_yticklabels([f"device {d}" for d in range(tl.n_devices)])
-    ax.set_xlabel(f"time ({unit})")
-    _label_boxes(ax, tl, factor, span_x, height, max_labels)
+    ax.set(xlim=(0, span_x), ylim=(tl.n_devices - 0.5, -0.5), xlabel=f"time ({unit})")  # device 0 on top
+    ax.set(yticks=range(tl.n_devices), yticklabels=[f"device {d}" for d in range(tl.n_devices)])
+    _label_boxes(ax, tl, factor, px_per_x, height, max_labels)
 
     kinds = [k for k in (Kind.F, Kind.B, Kind.I, Kind.W) if any(s.action.kind is k for s in tl.spans[:5000])]
     handles = [Patch(facecolor=COLORS[k], label=LABELS[k]) for k in kinds]
@@ -137,8 +119,13 @@ def plot_timeline(
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
 
     heading = title if title is not None else _default_title(tl)
-    ax.set_title(f"{heading}\n{source_line(tl)}", fontsize=10)
+    caption = f"source: {tl.source} · bubble {tl.bubble_fraction:.1%} of device-time idle"
+    ax.set_title(f"{heading}\n{caption}", fontsize=10)
     return ax
+
+
+def _box(x0: float, x1: float, row: int, height: float) -> list[tuple[float, float]]:
+    return [(x0, row - height / 2), (x1, row - height / 2), (x1, row + height / 2), (x0, row + height / 2)]
 
 
 def _default_title(tl: Timeline) -> str:
@@ -148,18 +135,15 @@ def _default_title(tl: Timeline) -> str:
 
 
 def _label_boxes(
-    ax: Axes, tl: Timeline, factor: float, span_x: float, height: float, max_labels: int
+    ax: Axes, tl: Timeline, factor: float, px_per_x: float, height: float, max_labels: int
 ) -> None:
     """Write micro-batch numbers only into boxes wide (and tall) enough to hold them."""
     fig = ax.figure
-    bbox = ax.get_position()
-    width_px = bbox.width * fig.get_figwidth() * fig.dpi
-    row_px = bbox.height * fig.get_figheight() * fig.dpi / max(tl.n_devices, 1) * height
+    row_px = ax.get_position().height * fig.get_figheight() * fig.dpi / max(tl.n_devices, 1) * height
     fontsize = 7.0
     char_px = 0.62 * fontsize * fig.dpi / 72  # average glyph width of a digit
     if row_px < 1.3 * fontsize * fig.dpi / 72:
         return
-    px_per_x = width_px / span_x
     placed = 0
     for s in tl.spans:
         text = str(s.action.microbatch)
@@ -193,8 +177,7 @@ def plot_bubble_vs_m(
     """Simulated bubble for several p over m (points), with the closed form drawn over them (lines).
 
     `convention` "gpipe" plots the idle share of the step, (p-1)/(m+p-1); "megatron" plots bubble
-    time relative to ideal compute, (p-1)/m. The same simulations, two ways of dividing.
-    """
+    time relative to ideal compute, (p-1)/m. The same simulations, two ways of dividing."""
     from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
     from course_lib.simulator import simulate
 
@@ -213,9 +196,8 @@ def plot_bubble_vs_m(
                 tl = simulate(build_schedule(name, p, m, virtual=virtual), costs)
             except CourseError:
                 continue  # e.g. interleaved needs particular m; those points are simply absent
-            bf = tl.bubble_fraction
             xs.append(m)
-            ys.append(bf / (1 - bf) if convention == "megatron" else bf)
+            ys.append(megatron(tl.bubble_fraction) if convention == "megatron" else tl.bubble_fraction)
         ax.plot(xs, ys, "o", color=color, markersize=4, label=f"simulated, p={p}")
         case = Case.of(p, 1, virtual, costs)
         held = [m for m in xs if form.holds(replace(case, m=m))]
@@ -234,9 +216,7 @@ def plot_bubble_vs_m(
         if convention == "gpipe"
         else f"GPipe's {form.text} divides by the whole step instead"
     )
-    ax.set_xlabel("micro-batches m")
-    ax.set_ylabel(what)
-    ax.set_ylim(bottom=0)
+    ax.set(xlabel="micro-batches m", ylabel=what, ylim=(0, None))
     ax.legend(fontsize=8)
     vtxt = f", v={virtual}" if virtual > 1 else ""
     ax.set_title(
@@ -247,14 +227,6 @@ def plot_bubble_vs_m(
     return ax
 
 
-def format_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
-
-
 def plot_memory(tl: Timeline, ax: Axes | None = None) -> Axes:
     """Peak micro-batches whose activations each device held at once (bytes on the bars if known)."""
     ax = _new_axes(ax, (7.0, 3.5))
@@ -263,17 +235,8 @@ def plot_memory(tl: Timeline, ax: Axes | None = None) -> Axes:
     bars = ax.bar(devices, peaks, color=SERIES_COLORS[0])
     nbytes = [tl.peak_stash_bytes(d) for d in devices]
     if any(nbytes):
-        for bar, b in zip(bars, nbytes, strict=True):
-            ax.annotate(
-                format_bytes(b or 0),
-                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                ha="center",
-                va="bottom",
-                fontsize=7,
-            )
-    ax.set_xticks(devices)
-    ax.set_xlabel("device")
-    ax.set_ylabel("peak micro-batches held")
+        ax.bar_label(bars, labels=[format_bytes(b or 0) for b in nbytes], fontsize=7)
+    ax.set(xticks=devices, xlabel="device", ylabel="peak micro-batches held")
     caption = f"source: {tl.source}"
     if any(nbytes) and tl.stash_is_lower_bound:
         caption += " · bytes: boundary tensors only (a lower bound on what a stage stashes)"

@@ -23,7 +23,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import torch
 from torch import Tensor
@@ -53,23 +53,15 @@ class TrainConfig:
 
     def check(self) -> None:
         """All bad input is refused here, before a model is built or data is read."""
-        require(self.n_layers >= 1, f"layers must be >= 1, got {self.n_layers}")
         require(self.steps >= 0, f"steps must be >= 0, got {self.steps}")
         require(self.lr > 0, f"learning rate must be > 0, got {self.lr}")
         require(self.warmup_steps >= 0, f"warmup steps must be >= 0, got {self.warmup_steps}")
-        require(self.seq_len >= 1, f"sequence length must be >= 1, got {self.seq_len}")
         check_microbatches(self.batch_size, self.microbatches)
         resolve_device(self.device)
-        ModelConfig(n_layers=self.n_layers, d_model=self.d_model, n_heads=self.n_heads, seq_len=self.seq_len)
+        self.model_config(vocab_size=ModelConfig.vocab_size)  # checks layers, width, heads, length
 
     def model_config(self, vocab_size: int) -> ModelConfig:
-        return ModelConfig(
-            n_layers=self.n_layers,
-            d_model=self.d_model,
-            n_heads=self.n_heads,
-            vocab_size=vocab_size,
-            seq_len=self.seq_len,
-        )
+        return ModelConfig(self.n_layers, self.d_model, self.n_heads, vocab_size, self.seq_len)
 
 
 def accelerator_config(**overrides) -> TrainConfig:
@@ -97,23 +89,14 @@ class TrainResult:
         return statistics.median(self.step_times_s) if self.step_times_s else 0.0
 
     def to_json(self) -> dict:
-        return {
-            "losses": self.losses,
-            "val_loss_start": self.val_loss_start,
-            "val_loss_end": self.val_loss_end,
-            "step_time_s": self.step_time_s,
-            "n_layers": self.n_layers,
-            "n_params": self.n_params,
-            "config": self.config,
-        }
+        """TrainResult's fields as plain data (a subclass adds its own), the step times as their median."""
+        data = {f.name: getattr(self, f.name) for f in fields(TrainResult) if f.name != "step_times_s"}
+        return data | {"step_time_s": self.step_time_s}
 
 
 def accumulate_gradients(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, m: int) -> float:
-    """Forward and backward m micro-batches one after another, summing gradients.
-
-    Returns the batch's mean loss. Gradients end up equal (up to float rounding) to those of one
-    backward pass over the whole batch.
-    """
+    """Forward and backward m micro-batches one after another, summing gradients; returns the batch's
+    mean loss. The gradients equal (up to float rounding) those of one backward over the whole batch."""
     total = 0.0
     for xm, ym in split_microbatches(x, y, m):
         loss = lm_loss(model(xm), ym) / m  # 1/m: the sum over micro-batches is the batch mean
@@ -182,11 +165,9 @@ def max_grad_diff(grads: Mapping[str, Tensor | None], reference: Mapping[str, Te
 
 
 class WarmupAdamW(torch.optim.AdamW):
-    """AdamW whose learning rate ramps up linearly over the first `warmup_steps` steps.
-
-    The ramp lives inside ``step()`` so that every engine, which only ever calls ``optimizer.step()``
-    once per batch, follows exactly the same learning-rate schedule as the reference trainer.
-    """
+    """AdamW whose learning rate ramps up linearly over the first `warmup_steps` steps. The ramp lives
+    inside ``step()`` so that every engine, which only ever calls ``optimizer.step()`` once per batch,
+    follows exactly the same learning-rate schedule as the reference trainer."""
 
     def __init__(self, params, lr: float, warmup_steps: int, **kwargs):
         super().__init__(params, lr=lr, **kwargs)
@@ -211,8 +192,7 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
 
 
 def setup(cfg: TrainConfig, corpus: Corpus | None = None) -> tuple[Corpus, ToyGPT]:
-    """Check the config, read the data (unless `corpus` is given) and build the model: the start of
-    every trainer."""
+    """Check the config, read the data (unless `corpus` is given), build the model: every trainer's start."""
     cfg.check()
     if corpus is None:
         corpus = load_corpus(cfg.data_path) if cfg.data_path else load_corpus()

@@ -3,9 +3,7 @@
 Rules, the same ones a real pipeline obeys:
 
 - each device runs its actions strictly in the order the schedule gives it;
-- an action starts when its device is free AND everything it depends on has arrived
-  (``ir.dependencies``: F needs the previous stage's F, a backward needs its own F and the next
-  stage's input gradient, W needs its I);
+- an action starts when its device is free AND all it depends on (``ir.dependencies``) has arrived;
 - an output crosses to another device exactly when ``schedules.messages`` says it does (the rule
   the engines use too); a dependency between stages on the same device costs nothing;
 - a send overlaps compute (the sender moves on at once), a receive waits for the last byte;
@@ -20,11 +18,6 @@ Try it::
     tl = simulate(build_schedule("1f1b", 4, 8), StageCosts(f=1e-3, i=1e-3, w=1e-3),
                   boundary_bytes=64 * 2**20, links=Link(latency_s=1e-4, bandwidth_Bps=50e9))
     print(tl.makespan, tl.bubble_fraction)
-
-How ``simulate`` works, one function per step: ``_index_actions`` numbers every action, so the
-event loop works on plain lists of numbers (hashing Action objects 100k times would dominate the
-run time); ``_durations`` and ``_routes`` say, per stage and kind, how long an action takes and
-where its output goes; ``_play`` runs the event loop; ``_timeline`` writes down what happened.
 """
 
 from __future__ import annotations
@@ -42,10 +35,11 @@ from course_lib.links import FREE, Link, per_boundary
 from course_lib.schedules.ir import Action, Kind, Schedule
 from course_lib.schedules.messages import message_of
 from course_lib.schedules.validate import ScheduleError, check
-from course_lib.timeline import SIMULATED, SOURCES, Span, Timeline, Transfer
+from course_lib.timeline import SIMULATED, Span, Timeline, Transfer
 
-# An action's key is (micro-batch * n_stages + stage) * 4 + kind code; key % (4 * n_stages) is then
-# stage * 4 + kind, the index into the tables that depend only on stage and kind.
+# The event loop works on plain lists of numbers: hashing Action objects 100k times would dominate the
+# run time. An action's key is (micro-batch * n_stages + stage) * 4 + kind code; key % (4 * n_stages)
+# is then stage * 4 + kind, the index into the tables that depend only on stage and kind.
 _KINDS = (Kind.F, Kind.B, Kind.I, Kind.W)
 _KIND_CODE = {kind: code for code, kind in enumerate(_KINDS)}
 _F, _B, _I, _W = 0, 1, 2, 3
@@ -72,9 +66,7 @@ def simulate(
     boundary (default: free). `stash_bytes`: bytes of activations one micro-batch keeps alive on
     each stage until its backward; if not given, the boundary tensor the stage receives (a lower
     bound: a real stage stashes every layer's activations). `source`: SIMULATED, or
-    MEASURED_COMPUTE when `costs` were measured.
-    """
-    require(source in SOURCES, f"unknown timeline source {source!r}; expected one of {SOURCES}")
+    MEASURED_COMPUTE when `costs` were measured."""
     n_st = schedule.n_stages
     nbytes = per_boundary(boundary_bytes, n_st - 1, "boundary_bytes", 0)
     require(all(x >= 0 for x in nbytes), f"boundary_bytes must be >= 0, got {nbytes}")
@@ -91,10 +83,9 @@ def simulate(
 
 
 def _index_actions(schedule: Schedule) -> tuple[list[list[int]], list[int]]:
-    """Each device's action keys in order, and key -> the device that runs it (-1: nobody).
-
-    An action the simulator cannot place (unknown stage or micro-batch, on a device that does not
-    hold its stage, or seen twice) hands the schedule to the validator, which says what is wrong."""
+    """Each device's action keys in order, and key -> the device that runs it (-1: nobody). An
+    action the simulator cannot place (unknown stage or micro-batch, on a device that does not hold
+    its stage, or seen twice) hands the schedule to the validator, which says what is wrong."""
     n_st, n_mb, where = schedule.n_stages, schedule.n_microbatches, schedule.stage_to_device
     if len(where) != n_st:
         _reject(schedule)
@@ -142,18 +133,16 @@ def _durations(costs: StageCosts, n_st: int) -> list[float]:
 
 def _routes(schedule: Schedule, nbytes: list, wires: list[Link]) -> list[Route | None]:
     """Where each (stage, kind)'s output goes, at stage * 4 + kind (None: it stays on its device).
-
     ``message_of`` decides which outputs cross devices; the same holds for every micro-batch, so
     micro-batch 0 stands for all. The boundary a message crosses picks its link and its size."""
     table: list[Route | None] = [None] * (4 * schedule.n_stages)
     for s in range(schedule.n_stages):
         for code, kind in enumerate(_KINDS):
             msg = message_of(Action(s, kind, 0), schedule)
-            if msg is None:
-                continue
-            link, size = wires[msg.boundary], nbytes[msg.boundary]
-            on_wire = size / link.bandwidth_Bps if size and math.isfinite(link.bandwidth_Bps) else 0.0
-            table[s * 4 + code] = (msg.dst, int(size), on_wire, link.latency_s)
+            if msg is not None:
+                link, size = wires[msg.boundary], nbytes[msg.boundary]
+                on_wire = size / link.bandwidth_Bps if size and math.isfinite(link.bandwidth_Bps) else 0.0
+                table[s * 4 + code] = (msg.dst, int(size), on_wire, link.latency_s)
     return table
 
 

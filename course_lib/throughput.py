@@ -26,8 +26,10 @@ class CardPeak:
     source: str
 
 
-_H100 = "NVIDIA H100 Tensor Core GPU datasheet (BF16 1,979 / 1,671 / 1,513 TFLOPS with sparsity, halved)"
-_H200 = "NVIDIA H200 Tensor Core GPU datasheet (BF16 1,979 / 1,671 TFLOPS with sparsity, halved)"
+_SHEET = "NVIDIA {} Tensor Core GPU datasheet ({})"
+_H100 = _SHEET.format("H100", "BF16 1,979 / 1,671 / 1,513 TFLOPS with sparsity, halved")
+_H200 = _SHEET.format("H200", "BF16 1,979 / 1,671 TFLOPS with sparsity, halved")
+_ADA = "NVIDIA Ada GPU Architecture whitepaper, Appendix A"
 
 # first match wins: the more specific names come first (an "H100 PCIe" is also an "H100")
 CARD_PEAKS: tuple[tuple[str, CardPeak], ...] = (
@@ -36,24 +38,10 @@ CARD_PEAKS: tuple[tuple[str, CardPeak], ...] = (
     (r"h100 nvl", CardPeak("H100 NVL", 60e12, 835e12, _H100)),
     (r"h100 pcie", CardPeak("H100 PCIe", 51e12, 756e12, _H100)),
     (r"h100", CardPeak("H100 SXM", 67e12, 989e12, _H100)),
-    (
-        r"a100",
-        CardPeak("A100", 19.5e12, 312e12, "NVIDIA A100 Tensor Core GPU datasheet (BF16 312 TFLOPS dense)"),
-    ),
-    (
-        r"l4",
-        CardPeak(
-            "L4", 30.3e12, 121e12, "NVIDIA L4 Tensor Core GPU datasheet (BF16 242 with sparsity, halved)"
-        ),
-    ),
-    (
-        r"t4",
-        CardPeak("T4", 8.1e12, None, "NVIDIA T4 Tensor Core GPU datasheet (no BF16; FP16 mixed 65 TFLOPS)"),
-    ),
-    (
-        r"rtx 4090",
-        CardPeak("GeForce RTX 4090", 82.6e12, 165.2e12, "NVIDIA Ada GPU Architecture whitepaper, Appendix A"),
-    ),
+    (r"a100", CardPeak("A100", 19.5e12, 312e12, _SHEET.format("A100", "BF16 312 TFLOPS dense"))),
+    (r"l4", CardPeak("L4", 30.3e12, 121e12, _SHEET.format("L4", "BF16 242 with sparsity, halved"))),
+    (r"t4", CardPeak("T4", 8.1e12, None, _SHEET.format("T4", "no BF16; FP16 mixed 65 TFLOPS"))),
+    (r"rtx 4090", CardPeak("GeForce RTX 4090", 82.6e12, 165.2e12, _ADA)),
 )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from course_lib.errors import require
 from course_lib.schedules.ir import Action, Kind
 
 SIMULATED = "simulated"
@@ -58,14 +59,12 @@ class Timeline:
     n_stages: int | None = None  # the schedule's stages (more than n_devices when interleaved)
     n_microbatches: int | None = None
     boundary_bytes: list[int] = field(default_factory=list)  # one micro-batch's message, boundary s -> s+1
-    # bytes one micro-batch keeps alive on each stage until its backward (index = stage); optional
-    stash_bytes: list[int] | None = None
+    stash_bytes: list[int] | None = None  # per stage: bytes one micro-batch keeps until its backward
     stash_is_lower_bound: bool = False  # True: stash_bytes count only the boundary tensor a stage got
     notes: dict[str, str] = field(default_factory=dict)  # free-form remarks (say, how clocks were aligned)
 
     def __post_init__(self) -> None:
-        if self.source not in SOURCES:
-            raise ValueError(f"unknown timeline source {self.source!r}; expected one of {SOURCES}")
+        require(self.source in SOURCES, f"unknown timeline source {self.source!r}; expected one of {SOURCES}")
         self._index_cache: tuple[int, dict[int, list[Span]], float, float] | None = None
 
     def _index(self) -> tuple[dict[int, list[Span]], float, float]:
@@ -74,16 +73,13 @@ class Timeline:
         cache = self._index_cache
         if cache is None or cache[0] != len(self.spans):
             by_device: dict[int, list[Span]] = {d: [] for d in range(self.n_devices)}
-            for s in self.spans:
+            for s in sorted(self.spans, key=lambda s: s.start):
                 by_device.setdefault(s.device, []).append(s)
-            for spans in by_device.values():
-                spans.sort(key=lambda s: s.start)
             start = min((s.start for s in self.spans), default=0.0)
             end = max((s.end for s in self.spans), default=0.0)
             cache = self._index_cache = (len(self.spans), by_device, start, end)
         return cache[1], cache[2], cache[3]
 
-    # ---- time -------------------------------------------------------------------------------
     @property
     def start(self) -> float:
         return self._index()[1]
@@ -113,11 +109,8 @@ class Timeline:
     def bubble_fraction(self) -> float:
         """Idle share of the step, GPipe's convention: (p-1)/(m+p-1) for equal costs."""
         total = self.n_devices * self.makespan
-        if total <= 0:
-            return 0.0
-        return 1.0 - sum(s.duration for s in self.spans) / total
+        return 1.0 - sum(s.duration for s in self.spans) / total if total > 0 else 0.0
 
-    # ---- memory -----------------------------------------------------------------------------
     def holding_intervals(self, device: int) -> dict[tuple[int, int], tuple[float, float]]:
         """(stage, micro-batch) -> (start, end) during which `device` keeps its activations: from
         the start of its forward to the end of its last backward piece (B, or W when split)."""
@@ -135,10 +128,10 @@ class Timeline:
         events = []
         for key, (t0, t1) in self.holding_intervals(device).items():
             events += [(t0, weight(key)), (t1, -weight(key))]
-        # at equal times free before allocating: finishing one backward and starting the next
-        # forward at the same instant does not hold both
+        # sorting (time, delta) pairs frees before allocating at equal times: finishing one backward
+        # and starting the next forward at the same instant does not hold both
         level = peak = 0
-        for _, delta in sorted(events, key=lambda e: (e[0], e[1])):
+        for _, delta in sorted(events):
             level += delta
             peak = max(peak, level)
         return peak
@@ -149,12 +142,9 @@ class Timeline:
 
     def peak_stash_bytes(self, device: int) -> int | None:
         """Peak bytes of stashed activations on `device` (None if stash sizes are unknown)."""
-        if self.stash_bytes is None:
-            return None
         sizes = self.stash_bytes
-        return self._peak(device, lambda key: sizes[key[0]])
+        return None if sizes is None else self._peak(device, lambda key: sizes[key[0]])
 
-    # ---- summaries --------------------------------------------------------------------------
     def summary(self) -> dict[str, object]:
         """Plain-data summary, the shape the CLI's --json prints."""
         return {
@@ -174,3 +164,12 @@ class Timeline:
                 for d in range(self.n_devices)
             ],
         }
+
+
+def format_bytes(n: float) -> str:
+    """'512 B', '1.5 KiB', '3.0 MiB', ... (binary units, as memory is counted), up to TiB."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
