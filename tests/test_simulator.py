@@ -1,4 +1,4 @@
-"""The simulator against the closed-form results of the papers (see shared FACTS.md), plus links.
+"""The simulator against the closed-form results of the papers (REFERENCES.md lists them), plus links.
 
 Grid: p in 1..16 and m in 1..64, sampled (edges included) so the file runs in a few seconds.
 """
