@@ -1,4 +1,5 @@
-"""Network presets and fiber physics against their published sources (REFERENCES.md); latency-aware 1F1B against the simulator."""
+"""Network presets and fiber physics against their published sources (REFERENCES.md); latency-aware
+1F1B against the simulator."""
 
 from __future__ import annotations
 

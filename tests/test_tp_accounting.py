@@ -41,7 +41,7 @@ def test_comparison_rows_70b():
     assert rows["PP", "generated token"].messages == 7
     assert rows["TP", "training step"].messages == 4 * 80 * 8
     assert rows["PP", "training step"].messages == 2 * 7 * 8
-    assert rows["PP", "training step"].message_bytes == 4096 * 8192 * 2  # 64 MiB: b*s*h in bf16 (arXiv 2104.04473 sec. 3.2)
+    assert rows["PP", "training step"].message_bytes == 4096 * 8192 * 2  # 64 MiB: b*s*h, bf16
     assert rows["TP", "training step"].bytes_per_device == pytest.approx(2560 * 2 * 7 / 8 * 64 * 2**20)
 
 
