@@ -12,12 +12,13 @@ Try it, in a notebook cell::
     dash.train()                # what the button does, here and now (a few seconds on a laptop CPU)
     dash.last_run.losses, print(dash.train_text)
 
-Stopping: the kernel handles clicks one after another on one thread (ipykernel 7 in JupyterLab 4.6:
-the main shell, or one subshell for all widgets), so a training inside the click's callback would hold
-the stop click back until it ended. The button trains on a thread of its own instead; "stop" sets an
-Event the engine asks before every action, and the run ends with one line, "stopped after N of M
-steps", as a run started from a cell (``dash.train()``) does on Kernel > Interrupt. The dashboard
-works on afterwards: sliders, a new run.
+Stopping: ipykernel 7 (checked in JupyterLab 4.6) runs a widget's click on the thread that last sent
+that widget's state: the main shell at first, then the subshell all widgets share. A training inside
+the click's callback would hold back every click on its thread until it ended, the stop click too, and
+a kernel interrupt (SIGINT) never reaches a subshell. So the button trains on a thread of its own;
+"stop" sets an Event the engine asks before every action, and the run ends with one line, "stopped
+after N of M steps", as a run started from a cell (``dash.train()``) does on Kernel > Interrupt. The
+dashboard works on afterwards: sliders, a new run.
 
 Each micro-batch holds ``samples_per_microbatch`` sequences, so the batch is m times that: any m
 the schedule accepts can be trained. A setting the engine refuses (say, more stages than layers)
