@@ -70,8 +70,19 @@ def wait_until(condition, what: str, timeout_s: float = 120) -> None:
         time.sleep(0.02)
 
 
-def test_stop_button_ends_a_running_training_in_one_line_and_the_dashboard_works_on():
+@pytest.fixture
+def endless_dashboard():
+    """A training dashboard whose runs end only when stopped; whatever a test leaves running is stopped."""
     dash = training_dashboard("zb-h1", p=2, m=4, settings=ENDLESS)
+    try:
+        yield dash
+    finally:
+        dash.stop()
+        dash.wait(timeout=20)
+
+
+def test_stop_button_ends_a_running_training_in_one_line_and_the_dashboard_works_on(endless_dashboard):
+    dash = endless_dashboard
     dash.train_button.click()
     wait_until(lambda: "1 of 100000 steps done" in dash.train_text, "progress")  # mid-run
     assert dash.train_button.disabled and not dash.stop_button.disabled
@@ -95,18 +106,23 @@ def test_stop_button_ends_a_running_training_in_one_line_and_the_dashboard_works
     assert kinds == ["stream", "display_data"] and "image/png" in dash.output.outputs[1]["data"]
 
 
-def test_an_interrupt_of_a_run_started_from_a_cell_is_one_line_not_a_traceback():
-    dash = training_dashboard("1f1b", p=2, m=2, settings=ENDLESS)
+def test_an_interrupt_of_a_run_started_from_a_cell_is_one_line_not_a_traceback(endless_dashboard):
+    dash, interrupted = endless_dashboard, threading.Event()
 
     def interrupt_once_it_trains():  # what Kernel > Interrupt does to a cell: SIGINT to the main thread
-        wait_until(lambda: "1 of 100000" in dash.train_text, "progress")
-        _thread.interrupt_main()
+        try:
+            wait_until(lambda: "1 of 100000" in dash.train_text, "progress")
+            interrupted.set()
+            _thread.interrupt_main()
+        finally:
+            if not interrupted.is_set():
+                dash.stop()  # no progress: end the run anyway (the test fails below), never hang
 
     helper = threading.Thread(target=interrupt_once_it_trains, daemon=True)
     helper.start()
     assert dash.train() is None  # returns instead of raising KeyboardInterrupt
     helper.join()
-    assert STOPPED.fullmatch(dash.train_text) and not dash.running
+    assert interrupted.is_set() and STOPPED.fullmatch(dash.train_text) and not dash.running
     assert dash.train_button.disabled is False and dash.stop_button.disabled is True
 
 
