@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import _thread
+import re
+import threading
+import time
+
 import pytest
 import torch
 
 from course_lib.costs import costs_from
+from course_lib.engines.local import LocalPipelineTrainer, TrainingStopped
 from course_lib.errors import CourseError
+from course_lib.reference import TrainConfig
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.validate import check
 from course_lib.timeline import MEASURED_COMPUTE, SIMULATED
 from course_lib.widgets.train_dashboard import TrainSettings, training_dashboard
 
 TINY = TrainSettings(n_layers=2, steps=2, seq_len=8, device="cpu")
+ENDLESS = TrainSettings(n_layers=2, steps=100_000, seq_len=8, device="cpu")  # ends only when stopped
+STOPPED = re.compile(r"stopped after (\d+) of 100000 steps")
 
 
 def test_train_button_trains_the_chosen_schedule_and_keeps_the_simulated_chart():
@@ -21,7 +30,8 @@ def test_train_button_trains_the_chosen_schedule_and_keeps_the_simulated_chart()
     simulated_png = dash.image.value
     assert simulated_png and dash.timeline.source == SIMULATED
     dash.p_slider.value = 3
-    dash.train_button.click()
+    dash.train_button.click()  # trains on a thread of its own (so that "stop" can be clicked meanwhile)
+    assert dash.wait(timeout=120)
     run = dash.last_run
     assert run is not None and len(run.losses) == 2
     assert run.measured.source == MEASURED_COMPUTE and run.simulated.source == SIMULATED
@@ -35,7 +45,7 @@ def test_train_button_trains_the_chosen_schedule_and_keeps_the_simulated_chart()
 def test_train_button_explains_a_setting_the_engine_refuses():
     # 1 block + embedding + head = 3 layers: 3 stages fit, 4 cannot (the simulation alone would allow it)
     dash = training_dashboard("1f1b", p=4, m=2, settings=TrainSettings(n_layers=1, steps=1, device="cpu"))
-    dash.train_button.click()
+    assert dash.train() is None
     assert dash.last_run is None
     assert dash.train_text.startswith("cannot train this combination:")
     assert "4 stages" in dash.train_text and "3 layers" in dash.train_text
@@ -43,7 +53,7 @@ def test_train_button_explains_a_setting_the_engine_refuses():
 
 def test_costs_from_a_run_set_the_sliders_time_scale():
     dash = training_dashboard("1f1b", p=2, m=2, settings=TINY)
-    dash.train_button.click()
+    dash.train()
     again = training_dashboard("1f1b", p=2, m=2, run=dash.last_run, settings=TINY)
     costs, measured = again.costs, costs_from([dash.last_run.measured], "mean", equal_stages=True)
     # a full backward measures i + w together; the sliders split it evenly (T_I = T_W)
@@ -51,6 +61,87 @@ def test_costs_from_a_run_set_the_sliders_time_scale():
     assert again.boundary_bytes == max(dash.last_run.measured.boundary_bytes) > 0
     # the simulated step is (m + p - 1) * (f + i + w) with equal stages and free links
     assert again.timeline.makespan == pytest.approx(3 * (costs.f + costs.i + costs.w))
+
+
+def wait_until(condition, what: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def endless_dashboard():
+    """A training dashboard whose runs end only when stopped; whatever a test leaves running is stopped."""
+    dash = training_dashboard("zb-h1", p=2, m=4, settings=ENDLESS)
+    try:
+        yield dash
+    finally:
+        dash.stop()
+        dash.wait(timeout=20)
+
+
+def test_stop_button_ends_a_running_training_in_one_line_and_the_dashboard_works_on(endless_dashboard):
+    dash = endless_dashboard
+    dash.train_button.click()
+    wait_until(lambda: "1 of 100000 steps done" in dash.train_text, "progress")  # mid-run
+    assert dash.train_button.disabled and not dash.stop_button.disabled
+    with pytest.raises(CourseError, match="a run is already going"):
+        dash.train()  # one run at a time, also from code
+    dash.stop_button.click()  # as the kernel would: on another thread than the training's
+    assert dash.wait(timeout=20), "the run did not stop"
+    done = int(STOPPED.fullmatch(dash.train_text)[1])
+    assert 1 <= done < 100_000 and dash.last_run is None
+    line = {"output_type": "stream", "name": "stdout", "text": dash.train_text + "\n"}
+    assert dash.output.outputs == (line,)  # that one line under the chart, no traceback
+    assert not dash.train_button.disabled and dash.stop_button.disabled
+    # the dashboard works on: the sliders redraw, and a new run trains to its end
+    dash.p_slider.value = 3
+    assert dash.timeline.n_devices == 3 and dash.summary_text.startswith("bubble:")
+    dash.settings = TINY
+    dash.train_button.click()
+    assert dash.wait(timeout=120)
+    assert len(dash.last_run.losses) == 2 and dash.train_text.startswith("trained zb-h1, p=3, m=4")
+    kinds = [out["output_type"] for out in dash.output.outputs]
+    assert kinds == ["stream", "display_data"] and "image/png" in dash.output.outputs[1]["data"]
+
+
+def test_an_interrupt_of_a_run_started_from_a_cell_is_one_line_not_a_traceback(endless_dashboard):
+    dash, interrupted = endless_dashboard, threading.Event()
+
+    def interrupt_once_it_trains():  # what Kernel > Interrupt does to a cell: SIGINT to the main thread
+        try:
+            wait_until(lambda: "1 of 100000" in dash.train_text, "progress")
+            interrupted.set()
+            _thread.interrupt_main()
+        finally:
+            if not interrupted.is_set():
+                dash.stop()  # no progress: end the run anyway (the test fails below), never hang
+
+    helper = threading.Thread(target=interrupt_once_it_trains, daemon=True)
+    helper.start()
+    assert dash.train() is None  # returns instead of raising KeyboardInterrupt
+    helper.join()
+    assert interrupted.is_set() and STOPPED.fullmatch(dash.train_text) and not dash.running
+    assert dash.train_button.disabled is False and dash.stop_button.disabled is True
+
+
+def test_the_engine_asks_stop_before_every_action_and_can_train_again():
+    cfg = TrainConfig(n_layers=2, seq_len=8, batch_size=4, microbatches=2, steps=3, eval_batches=1)
+    trainer = LocalPipelineTrainer(cfg, "1f1b", 2)
+    asked: list[int] = []
+
+    def never(done: int) -> bool:
+        asked.append(done)
+        return False
+
+    trainer.train(progress=False, stop=never)
+    per_step = len(trainer.order)
+    assert asked == [0] * per_step + [1] * per_step + [2] * per_step  # the steps done so far, each time
+    with pytest.raises(TrainingStopped) as stopped:
+        trainer.train(progress=False, stop=lambda done: done == 1)
+    assert isinstance(stopped.value, KeyboardInterrupt)  # whatever ends a run on Ctrl-C ends it on this
+    assert len(trainer.train(steps=1, progress=False).losses) == 1  # stopped mid-run, still usable
 
 
 def test_bad_settings_are_refused_up_front():

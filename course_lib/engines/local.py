@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -51,6 +51,12 @@ from course_lib.schedules.messages import producer_of
 from course_lib.schedules.validate import execution_order
 from course_lib.simulator import simulate
 from course_lib.timeline import MEASURED_COMPUTE, Timeline
+
+
+class TrainingStopped(KeyboardInterrupt):
+    """Raised when a run's `stop` callable says so (a dashboard's Stop button). A KeyboardInterrupt,
+    so that whatever already ends a run on Ctrl-C ends it on this too, and `except Exception` does not
+    swallow it. Raised before an action starts: the trainer can train again (each batch starts afresh)."""
 
 
 @dataclass
@@ -121,9 +127,12 @@ class LocalPipelineTrainer:
         self.optimizer = make_optimizer(self.model, cfg)
 
     # ---- one batch -----------------------------------------------------------------------------
-    def compute_gradients(self, x: torch.Tensor, y: torch.Tensor) -> tuple[float, StepStats]:
+    def compute_gradients(
+        self, x: torch.Tensor, y: torch.Tensor, stop: Callable[[], bool] | None = None
+    ) -> tuple[float, StepStats]:
         """Run every action of the schedule on one batch; gradients end up in ``.grad``. Returns the
-        batch's mean loss and what was measured. No optimizer step."""
+        batch's mean loss and what was measured. No optimizer step. `stop` is asked before each
+        action; True raises TrainingStopped."""
         stats = StepStats()
         batch = split_microbatches(x, y, self.cfg.microbatches)
         for rt in self.runtimes:
@@ -131,6 +140,8 @@ class LocalPipelineTrainer:
         outputs: dict[Action, torch.Tensor] = {}  # outputs waiting for the action that consumes them
         device_peak = [0] * self.schedule.n_devices
         for action in self.order:
+            if stop is not None and stop():
+                raise TrainingStopped(f"stopped on request before {action}")
             tokens, targets = batch[action.microbatch]
             if (producer := producer_of(action, self.schedule)) is not None:
                 inp = outputs.pop(producer)
@@ -165,10 +176,12 @@ class LocalPipelineTrainer:
                 stats.boundary_bytes[action.stage] = out.nbytes
         return out
 
-    def step(self, x: torch.Tensor, y: torch.Tensor) -> tuple[float, StepStats]:
+    def step(
+        self, x: torch.Tensor, y: torch.Tensor, stop: Callable[[], bool] | None = None
+    ) -> tuple[float, StepStats]:
         """One training step: the whole schedule, then one optimizer step after the flush."""
         self.optimizer.zero_grad(set_to_none=True)
-        loss, stats = self.compute_gradients(x, y)
+        loss, stats = self.compute_gradients(x, y, stop)
         self.optimizer.step()
         return loss, stats
 
@@ -200,8 +213,12 @@ class LocalPipelineTrainer:
             x = rt.module(x.to(rt.device))
         return x
 
-    def train(self, steps: int | None = None, progress: bool = True) -> PipelineResult:
-        """Train for `steps` batches (default cfg.steps) on the same batches the reference sees."""
+    def train(
+        self, steps: int | None = None, progress: bool = True, stop: Callable[[int], bool] | None = None
+    ) -> PipelineResult:
+        """Train for `steps` batches (default cfg.steps) on the same batches the reference sees.
+        `stop(steps_done)` is asked before every action (so it also hears of progress); True stops
+        the run there with TrainingStopped."""
         from tqdm.auto import tqdm
 
         steps = self.cfg.steps if steps is None else steps
@@ -209,9 +226,10 @@ class LocalPipelineTrainer:
         losses, times, all_stats = [], [], []
         batches = train_batches(self.corpus, self.cfg, steps)
         bar = tqdm(batches, total=steps, desc=f"local {self.schedule.name}", disable=not progress)
+        asked = None if stop is None else (lambda: stop(len(losses)))
         for x, y in bar:
             t0 = time.perf_counter()
-            loss, stats = self.step(x, y)
+            loss, stats = self.step(x, y, asked)
             synchronize(self.plan.devices)
             times.append(time.perf_counter() - t0)
             losses.append(loss)

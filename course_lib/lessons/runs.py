@@ -13,6 +13,7 @@ only where the real stages differ (uneven partitions, the embedding and the head
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from course_lib.costs import costs_from
@@ -33,13 +34,17 @@ class LessonRun:
     def losses(self) -> list[float]:
         return self.result.losses
 
-    def plot(self):
-        """Measured-compute Gantt chart above the simulated one, on one time axis; returns the figure."""
+    def plot(self, pyplot: bool = True):
+        """Measured-compute Gantt chart above the simulated one, on one time axis; returns the figure.
+        pyplot=False: a Figure pyplot does not know of (safe to draw on a thread; shown only where sent)."""
         import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
 
         from course_lib.plots import plot_timeline
 
-        fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 2 + 0.9 * self.measured.n_devices))
+        size = (11, 2 + 0.9 * self.measured.n_devices)
+        fig = plt.figure(figsize=size) if pyplot else Figure(figsize=size)
+        top, bottom = fig.subplots(2, 1)
         extent = max(self.measured.makespan, self.simulated.makespan)
         plot_timeline(self.measured, ax=top, extent_s=extent)
         plot_timeline(self.simulated, ax=bottom, extent_s=extent)
@@ -49,12 +54,14 @@ class LessonRun:
 
 def train_pipeline(
     schedule: str = "1f1b", stages: int = 4, microbatches: int = 8, steps: int = 20, *, n_layers: int = 80,
-    virtual: int = 1, links: Link | None = None, checkpoint: str = "never", progress: bool = True, **config,
+    virtual: int = 1, links: Link | None = None, checkpoint: str = "never", progress: bool = True,
+    stop: Callable[[int], bool] | None = None, **config,
 ) -> LessonRun:  # fmt: skip
-    """Train the toy model with the local engine; other TrainConfig fields may be given by name."""
+    """Train the toy model with the local engine; other TrainConfig fields may be given by name.
+    `stop(steps_done)`, asked before every action, stops the run (TrainingStopped) by returning True."""
     cfg = replace(TrainConfig(), n_layers=n_layers, microbatches=microbatches, steps=steps, **config)
     trainer = LocalPipelineTrainer(cfg, schedule, stages, virtual=virtual, checkpoint=checkpoint, links=links)
-    result = trainer.train(progress=progress)
+    result = trainer.train(progress=progress, stop=stop)
     tl = result.timeline
     equal = costs_from([tl], reduce="mean", equal_stages=True)
     simulated = simulate(trainer.schedule, equal, boundary_bytes=tl.boundary_bytes, links=trainer.plan.links)

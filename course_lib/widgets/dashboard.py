@@ -13,7 +13,9 @@ Try it, in a notebook cell::
 
 Later lessons can add controls: ``extra_controls=[...]`` appends widgets, and ``on_train=f`` adds a
 "train for real" button that calls ``f(dash.config())``; if ``f`` returns a Timeline (say, measured
-by an engine) it is drawn in place of the simulation, with its own source in the title.
+by an engine) it is drawn in place of the simulation, with its own source in the title. ``on_stop=g``
+adds a "stop" button beside it that calls ``g()``, for an ``f`` that trains on a thread (the button
+starts disabled: ``f`` enables it while its run goes on).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class PipelineDashboard(widgets.VBox):
         costs: StageCosts | None = None, boundary_bytes: int = 64 * 2**20, max_p: int = 16, max_m: int = 64,
         links: dict[str, Link] | None = None, extra_controls: Sequence[widgets.Widget] = (),
         on_train: Callable[[DashboardConfig], Timeline | None] | None = None,
+        on_stop: Callable[[], None] | None = None,
     ):  # fmt: skip
         # default costs: 20 ms for each of F, I (input grad), W per device's share of the model,
         # so that link presets from NVLink to an ocean show their real weight
@@ -90,11 +93,15 @@ class PipelineDashboard(widgets.VBox):
         self.output = widgets.Output()  # for messages from extra controls / on_train
         own = [self.schedule_dropdown, self.p_slider, self.m_slider, self.v_slider, self.link_dropdown]
         controls = own + list(extra_controls)
-        self.train_button = None
+        self.train_button = self.stop_button = None
         if on_train is not None:
             self.train_button = widgets.Button(description="train for real", button_style="success")
             self.train_button.on_click(lambda _: self._train())
             controls.append(self.train_button)
+        if on_stop is not None:
+            self.stop_button = widgets.Button(description="stop", button_style="danger", disabled=True)
+            self.stop_button.on_click(lambda _: on_stop())
+            controls.append(self.stop_button)
         super().__init__(
             [widgets.HBox(controls[:3]), widgets.HBox(controls[3:]), self.image, self.summary, self.output]
         )

@@ -25,6 +25,9 @@ pytestmark = [pytest.mark.timeout(240), pytest.mark.processes]  # a JupyterLab s
 
 LESSON = "04_1f1b.ipynb"  # its dashboard: training_dashboard("1f1b", p=4, m=8, run=<its 1F1B run>)
 DASHBOARD_NOTEBOOK = "browser_dashboard.ipynb"  # stand-in, only where the lesson is missing
+TRAINING_NOTEBOOK = "browser_training.ipynb"
+ENDLESS_STEPS = 100_000  # a run that ends only when stopped
+STOP_TIMEOUT_MS = 20_000  # "stop" ends a run before its next action: well under a second, unloaded
 RUN_TIMEOUT_MS = 150_000  # the welcome notebook trains for real: about 20 s alone on 2 cores
 WIDGET_TIMEOUT_MS = 30_000
 DPI = 80  # PipelineDashboard draws its Figure at this dpi
@@ -38,6 +41,23 @@ def write_dashboard_notebook(root: Path) -> str:
         'dash = pipeline_dashboard("1f1b", p=4, m=8)\n'
         "dash",
     ]
+    return write_notebook(root, DASHBOARD_NOTEBOOK, cells)
+
+
+def write_training_notebook(root: Path) -> str:
+    """The lessons' training dashboard with a run that ends only when stopped, started from a cell."""
+    cells = [
+        "%matplotlib inline\nfrom course_lib import lesson\nlesson.setup()",
+        "from course_lib.widgets.train_dashboard import TrainSettings, training_dashboard\n"
+        f"settings = TrainSettings(n_layers=8, steps={ENDLESS_STEPS}, seq_len=16, device='cpu')\n"
+        'dash = training_dashboard("zb-h1", p=4, m=8, link="transatlantic", settings=settings)\n'
+        "dash",
+        "dash.train()  # from a cell: Kernel > Interrupt ends it",
+    ]
+    return write_notebook(root, TRAINING_NOTEBOOK, cells)
+
+
+def write_notebook(root: Path, name: str, cells: list[str]) -> str:
     notebook = {
         "cells": [
             {"cell_type": "code", "metadata": {}, "source": src, "outputs": [], "execution_count": None}
@@ -49,19 +69,19 @@ def write_dashboard_notebook(root: Path) -> str:
     }
     for i, cell in enumerate(notebook["cells"]):
         cell["id"] = f"cell-{i}"
-    (root / DASHBOARD_NOTEBOOK).write_text(json.dumps(notebook, indent=1))
-    return DASHBOARD_NOTEBOOK
+    (root / name).write_text(json.dumps(notebook, indent=1))
+    return name
 
 
 # ---- driving JupyterLab ----------------------------------------------------------------------------
-def open_and_run_all(page, lab: LabServer, name: str) -> None:
-    """Open `name` (fresh workspace) and run it with the Run menu, as a student would."""
+def open_and_run_all(page, lab: LabServer, name: str, timeout_ms: int | None = RUN_TIMEOUT_MS) -> None:
+    """Open `name` (fresh workspace) and run it with the Run menu, as a student would; then wait until
+    every cell ran (timeout_ms=None: only until the cells started)."""
     page.goto(lab.url(f"lab/tree/{name}?reset"))
     page.locator(".jp-Notebook .jp-Cell").first.wait_for()
     wait_for_kernel(page, lab, name)
     for _attempt in range(3):
-        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-        page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+        menu(page, "Run", "Run All Cells")
         try:  # a request sent while the kernel's websocket still settles can be lost: then ask again
             page.wait_for_function(
                 """() => [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')]
@@ -71,7 +91,8 @@ def open_and_run_all(page, lab: LabServer, name: str) -> None:
             break
         except PlaywrightTimeout:
             continue
-    wait_until_all_ran(page)
+    if timeout_ms is not None:
+        wait_until_all_ran(page, timeout_ms)
 
 
 def wait_for_kernel(page, lab: LabServer, name: str, timeout_s: float = 60) -> None:
@@ -84,6 +105,11 @@ def wait_for_kernel(page, lab: LabServer, name: str, timeout_s: float = 60) -> N
             return
         page.wait_for_timeout(250)
     raise AssertionError(f"{name}: no kernel became idle within {timeout_s} s: {lab.api('sessions')}")
+
+
+def menu(page, menu_name: str, item: str) -> None:
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(f"^{menu_name}$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{item}$")).click()
 
 
 def wait_until_all_ran(page, timeout_ms: int = RUN_TIMEOUT_MS) -> None:
@@ -118,6 +144,22 @@ class DashboardView:
         self.image = self.root.locator("img.widget-image").first
         # the HTML widget's own element: its <pre> child is replaced on every redraw
         self.summary = self.root.locator(".widget-html").first
+
+    def button(self, description: str):
+        return self.root.locator("button", has_text=re.compile(f"^{description}$"))
+
+    def train_output(self) -> str:
+        """What the dashboard printed under its chart (its Output widget)."""
+        return self.root.locator(".widget-output").inner_text()
+
+    def wait_for_output(self, pattern: str, timeout_ms: int = RUN_TIMEOUT_MS) -> str:
+        self.page.wait_for_function(
+            "([el, pattern]) => new RegExp(pattern).test(el.textContent)",
+            arg=[self.root.locator(".widget-output").element_handle(), pattern],
+            timeout=timeout_ms,
+            polling=100,
+        )
+        return self.train_output()
 
     def dropdown(self, description: str):
         label = self.page.locator("label", has_text=description)
@@ -255,3 +297,36 @@ def test_welcome_notebook_trains_and_plots_the_loss(page, lab: LabServer):
     assert "ax.plot(" in cell.locator(".jp-InputArea-editor").inner_text()
     cell.screenshot(path=ARTIFACTS / "welcome_loss_plot.png")
     page.screenshot(path=ARTIFACTS / "welcome_page.png")
+
+
+def test_training_dashboard_stops_on_interrupt_and_on_its_stop_button_then_works_on(page, lab: LabServer):
+    """Issue 18: a run started from a cell ends on Kernel > Interrupt, one started by "train for real"
+    (which the kernel runs while it handles other clicks) ends on "stop"; each with one line, no
+    traceback; then the sliders still redraw and the button trains again."""
+    name = write_training_notebook(lab.root)
+    open_and_run_all(page, lab, name, timeout_ms=None)  # its last cell trains until interrupted
+    dash = DashboardView(page)
+    progress = rf"training zb-h1, p=4, m=8: [1-9]\d* of {ENDLESS_STEPS} steps done"
+    stopped = rf"stopped after \d+ of {ENDLESS_STEPS} steps"
+    dash.wait_for_output(progress)
+    menu(page, "Kernel", "Interrupt Kernel")
+    assert re.fullmatch(stopped, dash.wait_for_output(stopped, STOP_TIMEOUT_MS).strip())
+    wait_until_all_ran(page)  # the cell ended (on its one line, not a KeyboardInterrupt)
+    assert_no_traceback(page)
+
+    for attempt in (1, 2):  # the button; then again, to show that a stopped dashboard trains again
+        assert dash.button("stop").is_disabled()
+        dash.button("train for real").click()
+        dash.wait_for_output(progress)
+        dash.root.screenshot(path=ARTIFACTS / f"training_{attempt}_running.png")
+        dash.button("stop").click()
+        assert re.fullmatch(stopped, dash.wait_for_output(stopped, STOP_TIMEOUT_MS).strip())
+        assert dash.button("train for real").is_enabled()
+        dash.root.screenshot(path=ARTIFACTS / f"training_{attempt}_stopped.png")
+    assert_no_traceback(page)
+
+    summary, chart = dash.summary.inner_text(), dash.chart()
+    dash.drag_slider("p (devices)", 3)
+    new_summary, new_chart = dash.wait_for_change(summary, chart)
+    assert new_chart[0] != chart[0] and abs(new_chart[2] - expected_height(3)) <= 1, new_chart
+    assert new_summary.startswith("bubble:"), new_summary
