@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import textwrap
+
 import pytest
 
 from course_lib.errors import CourseError
+from course_lib.schedules import validate as validate_module
 from course_lib.schedules.builders import SCHEDULES, build_schedule
-from course_lib.schedules.ir import Action, Schedule, dependencies
+from course_lib.schedules.ir import Action, Kind, Schedule, dependencies
 from course_lib.schedules.validate import ScheduleError, check, describe, execution_order, validate
 
 
@@ -135,3 +140,63 @@ def test_fast_tuple_dependencies_agree_with_the_ir():
         for action in s.actions():
             expected = tuple(_key(a) for a in dependencies(action, s.n_stages, s.split_backward))
             assert _needs(_key(action), s.n_stages, s.split_backward) == expected
+
+
+def test_the_docstring_example_is_a_real_deadlock():
+    """Run the module docstring's "Try it" block as a student would paste it."""
+    doc = validate_module.__doc__
+    block = textwrap.dedent(doc[doc.index("Try it::") + len("Try it::") :])
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(block, {})  # noqa: S102  our own docstring
+    circle = "deadlock: devices wait on each other in a circle: device 1 -> device 2 -> device 1"
+    assert circle in printed.getvalue()
+
+
+def test_strings_and_wrong_shapes_get_a_teaching_message_not_an_attribute_error():
+    text = Schedule("mine", 2, 1, [["0F0", "0B0"], ["1F0", "1B0"]], [0, 1])
+    assert check(text)[0] == (
+        "device 0, position 0 holds '0F0', which is not an Action: write Action(0, Kind.F, 0) "
+        "or Action.parse('0F0')"
+    )
+    with pytest.raises(ScheduleError, match="4 problem"):
+        validate(text)
+    loose = [[Action(0, "F", 0), Action(0.0, Kind.B, 0)]]  # type: ignore[arg-type]  # a str kind, a float stage
+    assert [p.split(",")[1] for p in check(Schedule("mine", 1, 1, loose, [0]))] == [
+        " position 0 holds Action(stage=0",
+        " position 1 holds Action(stage=0.0",
+    ]
+    flat = Schedule("mine", 1, 1, parse_orders("0F0 0B0")[0], [0])  # type: ignore[arg-type]  # no list per device
+    assert check(flat) == [
+        "orders must hold one list of Actions per device, stage_to_device a device number per stage"
+    ]
+    assert check(Schedule("mine", 1, 1, [[]], ["0"]))[0].startswith("orders must hold one list")
+    assert check([["0F0"]]) == ["expected a Schedule (course_lib.schedules.ir), got list"]  # type: ignore[arg-type]
+    with pytest.raises(ScheduleError, match="expected a Schedule"):
+        validate("0F0 0B0")  # type: ignore[arg-type]
+    assert "whole numbers >= 1" in check(Schedule("mine", 1, "1", [[]], [0]))[0]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("n_stages", "n_microbatches", "actions"), [(1, 10**9, 2), (10**6, 1, 2), (1, 1, 2 * 10**6 + 1)]
+)
+def test_sizes_beyond_the_limit_are_refused_before_any_work(n_stages, n_microbatches, actions):
+    orders = [
+        [Action(0, Kind.F, 0)] * (actions - 1) + [Action(0, Kind.B, 0)]
+    ]  # one object, many times: cheap
+    problems = check(Schedule("huge", n_stages, n_microbatches, orders, [0]))
+    assert problems == [
+        f"n_stages={n_stages}, n_microbatches={n_microbatches}, {actions:,} actions in the orders: the sizes "
+        "must be whole numbers >= 1, and 3 x n_stages x n_microbatches and the actions at most 2,000,000"
+    ]
+
+
+def test_a_long_problem_list_is_capped_in_the_error():
+    s = build_schedule("gpipe", 8, 64)
+    s.orders = [[] for _ in s.orders]
+    with pytest.raises(ScheduleError) as err:
+        validate(s)
+    assert len(err.value.problems) == 8 * 64 * 2  # every problem is kept for code that reads them
+    message = str(err.value)
+    assert message.startswith("schedule 'gpipe' has 1024 problem(s)") and len(message.splitlines()) <= 21
+    assert message.endswith("characters cut]") and len(message) < 2100

@@ -21,8 +21,9 @@ import io
 import re
 from pathlib import Path
 
-from course_lib.errors import CourseError
+from course_lib.errors import CourseError, require
 from course_lib.schedules.ir import Action, Kind, Schedule
+from course_lib.schedules.validate import MAX_ACTIONS
 
 # PyTorch cells that are not compute: FSDP (UNSHARD/RESHARD), gradient reduction, communication.
 _OTHER_RE = re.compile(r"^\d+(UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)\d*$")
@@ -83,6 +84,11 @@ def from_csv_text(
         n_stages = max((a.stage + 1 for a in actions), default=n_devices)
     if n_microbatches is None:
         n_microbatches = max((a.microbatch + 1 for a in actions), default=1)
+    require(  # before anything is built that size: one mistyped cell (0B999999999) must not take minutes
+        3 * n_stages * n_microbatches <= MAX_ACTIONS,
+        f"{n_stages:,} stages x {n_microbatches:,} micro-batches (the largest indices in the cells + 1) "
+        f"is beyond the {MAX_ACTIONS:,} actions the validator checks: is a cell mistyped?",
+    )
     first_row: dict[int, int] = {}  # stage -> the first device whose row mentions it
     for device, order in enumerate(orders):
         for action in order:

@@ -1,7 +1,7 @@
 """Is this schedule runnable? The validator checks a Schedule and explains what is wrong, in words.
 
 Students' hand-written schedules go through here, so every message says which action, on which
-device, and why. Three kinds of problem are found:
+device, and why. Beyond what cannot be read at all (see ``_unreadable``), three kinds of problem are found:
 
 1. bookkeeping: every (stage, micro-batch) needs its F and its B (or I and W) exactly once, on the
    device that holds the stage; nothing unknown, nothing twice;
@@ -16,8 +16,8 @@ Try it::
     from course_lib.schedules.validate import check, validate, execution_order
     s = build_schedule("1f1b", 4, 8)
     validate(s)                       # silent: the schedule is fine
-    s.orders[1][2], s.orders[1][3] = s.orders[1][3], s.orders[1][2]   # swap 1F2 and 1B0
-    print("\\n".join(check(s)))      # explains the deadlock this causes
+    s.orders[1][1], s.orders[1][3] = s.orders[1][3], s.orders[1][1]   # 1B0 before 1F1: 2F1 waits for it
+    print("\\n".join(check(s)))      # explains the deadlock this causes: devices 1 and 2 wait in a circle
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import itertools
 from collections import defaultdict
 
 from course_lib.errors import CourseError
+from course_lib.exercises import capped
 from course_lib.schedules.ir import Action, Kind, Schedule, dependencies
 
 
@@ -34,11 +35,8 @@ class ScheduleError(CourseError):
 
     def __init__(self, schedule_name: str, problems: list[str]):
         self.problems = problems
-        shown = problems[:12]
-        more = f"\n  ... and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
-        super().__init__(
-            f"schedule {schedule_name!r} has {len(problems)} problem(s):\n  - " + "\n  - ".join(shown) + more
-        )
+        text = f"schedule {schedule_name!r} has {len(problems)} problem(s):\n  - " + "\n  - ".join(problems)
+        super().__init__(capped(text))
 
 
 _WHAT = {Kind.F: "forward", Kind.B: "backward", Kind.I: "input gradient", Kind.W: "weight gradient"}
@@ -222,8 +220,39 @@ def _find_cycle(waits_on: dict[int, int | None]) -> list[int]:
     return []
 
 
+# The most actions (stages x micro-batches x kinds) the validator checks: about 15 s on a busy laptop, and
+# above what any builder makes, so a CSV naming micro-batch 999999999 is refused at once, not after minutes.
+MAX_ACTIONS = 2_000_000
+
+
+def _unreadable(schedule: Schedule) -> list[str]:
+    """Why the checks below cannot read `schedule` at all (students' odd input), or [] if they can."""
+    if not isinstance(schedule, Schedule):
+        return [f"expected a Schedule (course_lib.schedules.ir), got {type(schedule).__name__}"]
+    orders, homes = schedule.orders, schedule.stage_to_device
+    n, m = schedule.n_stages, schedule.n_microbatches
+    shaped = isinstance(orders, list) and all(isinstance(o, list) for o in orders)
+    if not (shaped and isinstance(homes, list) and all(type(d) is int for d in homes)):
+        return ["orders must hold one list of Actions per device, stage_to_device a device number per stage"]
+    actions = sum(map(len, orders))  # bounded too: the checks below read every entry
+    if not (type(n) is int and type(m) is int and min(n, m) >= 1 and max(3 * n * m, actions) <= MAX_ACTIONS):
+        return [
+            f"n_stages={n!r}, n_microbatches={m!r}, {actions:,} actions in the orders: the sizes must be "
+            f"whole numbers >= 1, and 3 x n_stages x n_microbatches and the actions at most {MAX_ACTIONS:,}"
+        ]
+    return [
+        f"device {d}, position {i} holds {a!r}, which is not an Action: write Action(0, Kind.F, 0) "
+        "or Action.parse('0F0')"
+        for d, order in enumerate(orders)
+        for i, a in enumerate(order)
+        if not (type(a) is Action and type(a.kind) is Kind and type(a.stage) is type(a.microbatch) is int)
+    ]
+
+
 def check(schedule: Schedule) -> list[str]:
     """Every problem with `schedule`, as sentences; an empty list means it is valid."""
+    if unreadable := _unreadable(schedule):
+        return unreadable
     keyed = _keyed(schedule)
     return _bookkeeping(schedule, keyed) + _deadlock(schedule, keyed)
 
@@ -232,7 +261,7 @@ def validate(schedule: Schedule) -> None:
     """Raise ScheduleError listing every problem, or return quietly if the schedule is valid."""
     problems = check(schedule)
     if problems:
-        raise ScheduleError(schedule.name, problems)
+        raise ScheduleError(getattr(schedule, "name", "?"), problems)
 
 
 def execution_order(schedule: Schedule) -> list[Action]:
