@@ -34,8 +34,8 @@ def fail(message: str) -> None:
 
 
 def _graded(grader: Callable) -> Callable:
-    """A grader fails the check on input it cannot use (text for a number, 10**400, a list of the wrong
-    shape) instead of crashing the cell with TypeError, ZeroDivisionError or OverflowError."""
+    """Input a grader cannot use (text for a number, 10**400, a list of the wrong shape) fails the check
+    with a message instead of crashing the cell with TypeError, ZeroDivisionError or OverflowError."""
 
     @functools.wraps(grader)
     def graded(*args, **kwargs):
@@ -45,8 +45,7 @@ def _graded(grader: Callable) -> Callable:
         except (ArithmeticError, AttributeError, LookupError, TypeError, ValueError) as err:
             problem = f"{type(err).__name__}: {err}"  # failed below, so no second traceback is chained
         label = args[0] if args and isinstance(args[0], str) else "your answer"
-        fail(f"{label} cannot be checked ({problem}); give the kind of value asked for (a number, a list "
-             f"of numbers, a Schedule).{_hint(kwargs.get('hint', ''))}")
+        fail(f"{label} cannot be checked ({problem}); give what is asked: a number, a list, a Schedule")
 
     return graded
 
@@ -72,7 +71,6 @@ def answered(name: str, value: object, hint: str = "") -> None:
         fail(f"{name}: no answer yet (the value is still {value!r}).{_hint(hint)}")
 
 
-@_graded
 def call(name: str, fn: Callable, *args, hint: str = "", **kwargs):
     """Call the student's function; turn 'not written yet' and crashes into a message."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
