@@ -34,8 +34,7 @@ def fail(message: str) -> None:
 
 
 def _graded(grader: Callable) -> Callable:
-    """Input a grader cannot use (text for a number, 10**400, a list of the wrong shape) fails the check
-    with a message instead of crashing the cell with TypeError, ZeroDivisionError or OverflowError."""
+    """Odd input (text for a number, 10**400, a list of the wrong shape) fails the check, never crashes it."""
 
     @functools.wraps(grader)
     def graded(*args, **kwargs):

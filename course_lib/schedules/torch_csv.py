@@ -84,11 +84,9 @@ def from_csv_text(
         n_stages = max((a.stage + 1 for a in actions), default=n_devices)
     if n_microbatches is None:
         n_microbatches = max((a.microbatch + 1 for a in actions), default=1)
-    require(  # before anything is built that size: one mistyped cell (0B999999999) must not take minutes
-        3 * n_stages * n_microbatches <= MAX_ACTIONS,
-        f"{n_stages:,} stages x {n_microbatches:,} micro-batches (the largest indices in the cells + 1) "
-        f"is beyond the {MAX_ACTIONS:,} actions the validator checks: is a cell mistyped?",
-    )
+    sizes = f"{n_stages:,} stages x {n_microbatches:,} micro-batches"  # checked before anything that size
+    fits = 3 * n_stages * n_microbatches <= MAX_ACTIONS  # is built: a mistyped cell must not take minutes
+    require(fits, f"{sizes} is beyond the {MAX_ACTIONS:,} actions the validator checks: is a cell mistyped?")
     first_row: dict[int, int] = {}  # stage -> the first device whose row mentions it
     for device, order in enumerate(orders):
         for action in order:
