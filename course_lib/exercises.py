@@ -12,6 +12,15 @@ so a lesson keeps running while an exercise is still open. Graded assignments us
 from __future__ import annotations
 
 import math
+import reprlib
+
+MAX_CHARS, MAX_LINES = 2000, 20  # a screenful: a message about a huge answer must not flood the notebook
+
+
+def capped(message: str) -> str:
+    """`message` cut to MAX_LINES lines and MAX_CHARS characters, saying how much was cut."""
+    kept = "\n".join(message.splitlines()[:MAX_LINES])[:MAX_CHARS]
+    return message if kept == message else f"{kept}\n... [{len(message) - len(kept):,} characters cut]"
 
 
 def verdict(answer: object, expected: float, rel_tol: float = 0.02, abs_tol: float = 1e-9) -> str:
@@ -20,7 +29,9 @@ def verdict(answer: object, expected: float, rel_tol: float = 0.02, abs_tol: flo
         return "missing"
     try:
         value = float(answer)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # text, a list, an int beyond a float (10**400)
+        value = math.nan
+    if not math.isfinite(value):  # nan and inf are neither too high nor too low
         return "not a number"
     if math.isclose(value, expected, rel_tol=rel_tol, abs_tol=abs_tol):
         return "ok"
@@ -33,10 +44,13 @@ def verdict(answer: object, expected: float, rel_tol: float = 0.02, abs_tol: flo
 
 def check(name: str, answer: object, expected: float, hint: str = "", rel_tol: float = 0.02) -> None:
     """Print whether `answer` matches `expected` (within rel_tol) and a hint if it does not."""
-    result = verdict(answer, expected, rel_tol)
+    try:  # reprlib shortens a huge list or number; whatever the answer, this prints one short line
+        result, shown = verdict(answer, expected, rel_tol), reprlib.repr(answer)
+    except Exception:  # an answer that cannot even be shown, such as an int of 5,000 digits
+        result, shown = "not a number", f"a {type(answer).__name__} too big to show"
     if result == "ok":
         print(f"[correct] {name}: {float(answer):.4g}")  # type: ignore[arg-type]
     elif result == "missing":
         print(f"[open] {name}: no answer yet. Hint: {hint}" if hint else f"[open] {name}: no answer yet.")
     else:
-        print(f"[not yet] {name}: you gave {answer!r}, which is {result}. Hint: {hint}")
+        print(f"[not yet] {name}: you gave {shown}, which is {result}. Hint: {hint}")

@@ -15,22 +15,38 @@ Try it: ``grading.number("x", None, 1.0, hint="h")`` raises "x: no answer yet ..
 
 from __future__ import annotations
 
+import functools
 import math
+import reprlib
 from collections.abc import Callable, Sequence
 
 from course_lib.balance import OutOfMemory, check_memory, inflight_per_stage
-from course_lib.exercises import verdict
+from course_lib.exercises import capped, verdict
 from course_lib.partition import Partition
 from course_lib.schedules.ir import Schedule
 from course_lib.schedules.validate import check
 
-MAX_LINES = 8  # problems listed in one message; a student fixes the first few and runs again
-
 
 def fail(message: str) -> None:
-    """Raise the AssertionError nbgrader counts as a failed test, with `message` as its text."""
+    """Raise the AssertionError nbgrader counts as a failed test, with `message` (capped) as its text."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
-    raise AssertionError(message)
+    raise AssertionError(capped(message))
+
+
+def _graded(grader: Callable) -> Callable:
+    """Odd input (text for a number, 10**400, a list of the wrong shape) fails the check, never crashes it."""
+
+    @functools.wraps(grader)
+    def graded(*args, **kwargs):
+        __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
+        try:
+            return grader(*args, **kwargs)
+        except (ArithmeticError, AttributeError, LookupError, TypeError, ValueError) as err:
+            problem = f"{type(err).__name__}: {err}"  # failed below, so no second traceback is chained
+        label = args[0] if args and isinstance(args[0], str) else "your answer"
+        fail(f"{label} cannot be checked ({problem}); give what is asked: a number, a list, a Schedule")
+
+    return graded
 
 
 def magnitude(value: float) -> str:
@@ -54,16 +70,10 @@ def answered(name: str, value: object, hint: str = "") -> None:
         fail(f"{name}: no answer yet (the value is still {value!r}).{_hint(hint)}")
 
 
-def _short(value: object) -> str:
-    """repr for a message: long ones (a whole profile) become their type's name."""
-    text = repr(value)
-    return text if len(text) <= 40 else f"<{type(value).__name__}>"
-
-
 def call(name: str, fn: Callable, *args, hint: str = "", **kwargs):
     """Call the student's function; turn 'not written yet' and crashes into a message."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
-    shown = ", ".join([_short(a) for a in args] + [f"{k}={_short(v)}" for k, v in kwargs.items()])
+    shown = ", ".join([reprlib.repr(a) for a in args] + [f"{k}={reprlib.repr(v)}" for k, v in kwargs.items()])
     try:
         return fn(*args, **kwargs)
     except NotImplementedError:
@@ -78,6 +88,7 @@ def call(name: str, fn: Callable, *args, hint: str = "", **kwargs):
     )
 
 
+@_graded
 def number(name: str, answer: object, expected: float, hint: str = "", rel_tol: float = 0.02) -> None:
     """Fail unless `answer` is within rel_tol of `expected`; say how far off and how big it should be."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
@@ -85,14 +96,13 @@ def number(name: str, answer: object, expected: float, hint: str = "", rel_tol: 
     if result == "ok":
         return
     answered(name, answer if result != "missing" else None, hint)
+    shown, tip = reprlib.repr(answer), _hint(hint)  # reprlib: a huge list or number shortened in the middle
     if result == "not a number":
-        fail(f"{name}: expected a number, got {answer!r} ({type(answer).__name__}).{_hint(hint)}")
-    fail(
-        f"{name}: you gave {answer!r}, which is {result}; the right value is {magnitude(expected)}."
-        f"{_hint(hint)}"
-    )
+        fail(f"{name}: expected a finite number, got {shown} ({type(answer).__name__}).{tip}")
+    fail(f"{name}: you gave {shown}, which is {result}; the right value is {magnitude(expected)}.{tip}")
 
 
+@_graded
 def at_most(name: str, value: float, limit: float, hint: str = "") -> None:
     """Fail unless `value` <= `limit` (an error that should be tiny, for example)."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
@@ -101,20 +111,20 @@ def at_most(name: str, value: float, limit: float, hint: str = "") -> None:
         fail(f"{name} is {value:.3g}, but it must be at most {limit:.3g}.{_hint(hint)}")
 
 
+@_graded
 def numbers(name: str, answer: object, expected: Sequence[float], hint: str = "", rel_tol: float = 0.02):
     """Like ``number`` for a list: the length first, then the first entry that is off."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
     answered(name, answer, hint)
-    try:
-        values = list(answer)  # type: ignore[call-overload]
-    except TypeError:
-        fail(f"{name}: expected a list of {len(expected)} numbers, got {answer!r}.{_hint(hint)}")
+    values = list(answer)  # type: ignore[call-overload]  # not a list: _graded says so
     if len(values) != len(expected):
-        fail(f"{name}: expected {len(expected)} numbers, got {len(values)}: {values!r}.{_hint(hint)}")
+        got = f"got {len(values)}: {reprlib.repr(values)}"
+        fail(f"{name}: expected {len(expected)} numbers, {got}.{_hint(hint)}")
     for i, (got, want) in enumerate(zip(values, expected, strict=True)):
         number(f"{name}[{i}]", got, want, hint, rel_tol)
 
 
+@_graded
 def schedule_valid(schedule: object, p: int | None = None, m: int | None = None, name: str = "") -> None:
     """Fail unless `schedule` is a Schedule of p devices and m micro-batches that can run: every
     action once, on the right device, and no deadlock (the validator's sentences, first few)."""
@@ -128,15 +138,14 @@ def schedule_valid(schedule: object, p: int | None = None, m: int | None = None,
     if m is not None and schedule.n_microbatches != m:
         fail(f"{label}: expected n_microbatches={m}, got {schedule.n_microbatches}")
     problems = check(schedule)
-    if problems:
-        shown = problems[:MAX_LINES]
-        more = f"\n  ... and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
+    if problems:  # fail caps the list: a student fixes the first few and runs again
         fail(
             f"{label} (p={schedule.n_devices}, m={schedule.n_microbatches}) cannot run; "
-            f"{len(problems)} problem(s):\n  - " + "\n  - ".join(shown) + more
+            f"{len(problems)} problem(s):\n  - " + "\n  - ".join(problems)
         )
 
 
+@_graded
 def schedule_equals(schedule: Schedule, expected: Schedule, hint: str = "") -> None:
     """Fail at the first place where a (valid) schedule's order differs from `expected`'s."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
@@ -151,6 +160,7 @@ def schedule_equals(schedule: Schedule, expected: Schedule, hint: str = "") -> N
             fail(f"device {d} runs {len(got)} actions, {expected.name} runs {len(want)}.{_hint(hint)}")
 
 
+@_graded
 def inflight_at_most(schedule: Schedule, limits: Sequence[int], hint: str = "") -> None:
     """Fail if some stage holds more micro-batches' activations at once than `limits[stage]`."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
@@ -163,6 +173,7 @@ def inflight_at_most(schedule: Schedule, limits: Sequence[int], hint: str = "") 
             )
 
 
+@_graded
 def partition_fits(sizes: object, profile, schedule: str, m: int, budget_bytes: int, hint: str = ""):
     """Fail unless `sizes` (layers per stage) covers the model and every stage fits the budget."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
@@ -176,6 +187,7 @@ def partition_fits(sizes: object, profile, schedule: str, m: int, budget_bytes: 
         fail(f"your partition {sizes!r} is not usable: {err}.{_hint(hint)}")
 
 
+@_graded
 def close_to_best(
     name: str, value: float, best: float, within: float, higher_is_better: bool, hint: str = ""
 ):

@@ -1,4 +1,6 @@
-from course_lib.exercises import check, verdict
+import pytest
+
+from course_lib.exercises import MAX_CHARS, MAX_LINES, capped, check, verdict
 
 
 def test_verdicts_say_how_far_off():
@@ -16,3 +18,33 @@ def test_check_prints_hint_and_never_raises(capsys):
     assert capsys.readouterr().out.startswith("[correct] bubble")
     check("bubble", 2.0, 0.5, hint="h")
     assert "too high by 4.0x. Hint: h" in capsys.readouterr().out
+
+
+class BadFloat:
+    def __float__(self):
+        raise ZeroDivisionError("a student's class")
+
+
+ODD_ANSWERS = [10**400, -(10**400), 10**5000, float("nan"), float("inf"), "abc", [0] * 10**6, 2j, BadFloat()]
+
+
+@pytest.mark.parametrize("answer", ODD_ANSWERS, ids=lambda a: type(a).__name__)
+def test_check_never_raises_and_prints_one_short_line(answer, capsys):
+    check("bubble", answer, 0.5, hint="h")
+    out = capsys.readouterr().out
+    assert out.startswith("[not yet] bubble: you gave ") and out.endswith(" Hint: h\n")
+    assert out.count("\n") == 1 and len(out) < 200
+
+
+def test_odd_numbers_are_not_numbers():
+    for answer in (10**400, float("nan"), float("-inf"), "0.5x"):
+        assert verdict(answer, 0.5) == "not a number"
+
+
+def test_capped_keeps_a_screenful_and_says_how_much_was_cut():
+    assert capped("short\nmessage") == "short\nmessage"
+    lines = capped("\n".join(f"line {i}" for i in range(1000))).splitlines()
+    # 1000 lines of 6 to 8 characters and 999 newlines: 8,889 characters, of which the first 20 lines keep 149
+    assert len(lines) == MAX_LINES + 1 and lines[-1] == "... [8,740 characters cut]"
+    one_line = capped("x" * 10**6)
+    assert len(one_line) < MAX_CHARS + 40 and one_line.endswith(f"[{10**6 - MAX_CHARS:,} characters cut]")

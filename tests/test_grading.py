@@ -6,8 +6,10 @@ import pytest
 
 from course_lib import grading
 from course_lib.balance import LayerProfile
+from course_lib.exercises import MAX_CHARS, MAX_LINES
 from course_lib.lessons.wan_plan import WanPlan, WanProblem, best_plan, check_plan, throughput
 from course_lib.schedules.builders import build_schedule
+from course_lib.schedules.ir import Schedule
 
 
 def raised(fn, *args, **kwargs) -> str:
@@ -22,7 +24,7 @@ def test_number_passes_and_explains():
     msg = raised(grading.number, "bubble", 0.6, 3 / 11, hint="(p-1)/(m+p-1)")
     assert "too high by 2.2x" in msg and "between 0.1 and 1" in msg and "(p-1)/(m+p-1)" in msg
     assert "no answer yet" in raised(grading.number, "bubble", None, 0.5, hint="h")
-    assert "expected a number" in raised(grading.number, "bubble", "abc", 0.5)
+    assert "expected a finite number, got 'abc' (str)" in raised(grading.number, "bubble", "abc", 0.5)
 
 
 def test_magnitude():
@@ -101,3 +103,65 @@ def test_wan_plan_problems_and_the_best_plan():
     t = 10 * 1.5e-3  # one sequence through 10 blocks, forward + backward
     link = problem.links(8)[3].transfer_time(problem.boundary_bytes)
     assert best == pytest.approx(64 / (64 * t + 7 * t + 2 * link), rel=0.01)
+
+
+def shout(x):
+    raise ValueError("!" * 10**6)
+
+
+TEXT_SCHEDULE = Schedule("mine", 2, 1, [["0F0", "0B0"], ["1F0", "1B0"]], [0, 1])
+ODD_INPUT = {  # a grader given what students really write: each must fail the check, with a message
+    "number, 10**400": (grading.number, "x", 10**400, 0.5),
+    "number, 10**5000": (grading.number, "x", 10**5000, 0.5),
+    "number, nan": (grading.number, "x", float("nan"), 0.5),
+    "number, a huge list": (grading.number, "x", list(range(10**6)), 0.5),
+    "at_most, text": (grading.at_most, "x", "abc", 0.1),
+    "at_most, 10**5000": (grading.at_most, "x", 10**5000, 0.1),
+    "numbers, not a list": (grading.numbers, "x", 5, [1, 2]),
+    "numbers, a huge list": (grading.numbers, "x", list(range(10**6)), [1, 2]),
+    "close_to_best, zero": (grading.close_to_best, "step time", 0, 3.0, 0.1, False),
+    "close_to_best, 10**400": (grading.close_to_best, "throughput", 10**400, 3.0, 0.1, True),
+    "close_to_best, text": (grading.close_to_best, "throughput", "fast", 3.0, 0.1, True),
+    "schedule_valid, strings": (grading.schedule_valid, TEXT_SCHEDULE),
+    "schedule_equals, a list": (grading.schedule_equals, [["0F0"]], build_schedule("gpipe", 2, 1)),
+    "schedule_equals, 3 devices": (
+        grading.schedule_equals,
+        build_schedule("gpipe", 3, 1),
+        build_schedule("gpipe", 2, 1),
+    ),
+    "inflight_at_most, strings": (grading.inflight_at_most, TEXT_SCHEDULE, [1, 1]),
+    "partition_fits, text": (grading.partition_fits, "2,2", None, "1f1b", 4, 720),
+    "call, a huge error": (grading.call, "f", shout, 1),
+}
+
+
+@pytest.mark.parametrize("case", list(ODD_INPUT))
+def test_odd_input_fails_the_check_with_a_screenful_never_a_crash(case):
+    grader, *args = ODD_INPUT[case]
+    msg = raised(grader, *args)
+    assert len(msg) <= MAX_CHARS + 40 and len(msg.splitlines()) <= MAX_LINES + 1
+
+
+def test_odd_input_messages_teach():
+    assert "x: expected a finite number, got 100000000000000000...0000000000000000000 (int)" in raised(
+        grading.number, "x", 10**400, 0.5
+    )
+    assert "x: expected 2 numbers, got 1000000: [0, 1, 2, 3, 4, 5, ...]" in raised(
+        grading.numbers, "x", list(range(10**6)), [1, 2]
+    )
+    msg = raised(grading.close_to_best, "step time", 0, 3.0, 0.1, False)
+    assert msg.startswith("step time cannot be checked (ZeroDivisionError: ") and "a number" in msg
+    msg = raised(grading.schedule_valid, TEXT_SCHEDULE)
+    assert "cannot read this schedule (AttributeError: 'str' object has no attribute 'stage')" in msg
+    assert "Action(0, Kind.F, 0) or Action.parse('0F0')" in msg
+    assert raised(grading.call, "f", shout, 1).endswith("characters cut]")
+
+
+def test_a_long_problem_list_is_capped():
+    s = build_schedule("gpipe", 8, 64)
+    s.orders = [[] for _ in s.orders]  # every one of the 1024 actions is missing
+    msg = raised(grading.schedule_valid, s, p=8, m=64)
+    assert msg.startswith(
+        "your schedule (p=8, m=64) cannot run; 1024 problem(s):\n  - 0F0 (stage 0's forward"
+    )
+    assert len(msg.splitlines()) == MAX_LINES + 1 and msg.endswith(" characters cut]")

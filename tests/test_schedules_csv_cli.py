@@ -52,6 +52,22 @@ def test_sizes_can_be_given_so_extra_actions_show_up():
     assert "device 0 runs 0F1, but micro-batch 1 does not exist (m=1, so micro-batches are 0..0)" in check(s)
 
 
+@pytest.mark.parametrize("text", ["0F0,0B999999999", "0F0,999999999B0", "0F0\n999999999F999999999"])
+def test_a_mistyped_huge_index_is_refused_up_front(text):
+    with pytest.raises(
+        CourseError, match="beyond the 2,000,000 actions the validator checks: is a cell mistyped"
+    ):
+        from_csv_text(text)
+
+
+def test_an_index_beyond_given_sizes_is_named_by_the_validator():
+    s = from_csv_text("0F0,0B0,0B999999999\r\n", n_microbatches=1)
+    problem = (
+        "device 0 runs 0B999999999, but micro-batch 999999999 does not exist (m=1, so micro-batches are 0..0)"
+    )
+    assert problem in check(s)
+
+
 def test_bad_cell_names_row_and_column():
     with pytest.raises(CourseError, match=r"row 1, column 2: cannot read action '1X0'"):
         from_csv_text("0F0,0B0\n1F0,1B0,1X0\n")

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import textwrap
+
 import pytest
 
 from course_lib.errors import CourseError
+from course_lib.schedules import validate as validate_module
 from course_lib.schedules.builders import SCHEDULES, build_schedule
-from course_lib.schedules.ir import Action, Schedule, dependencies
+from course_lib.schedules.ir import Action, Kind, Schedule, dependencies
 from course_lib.schedules.validate import ScheduleError, check, describe, execution_order, validate
 
 
@@ -135,3 +140,56 @@ def test_fast_tuple_dependencies_agree_with_the_ir():
         for action in s.actions():
             expected = tuple(_key(a) for a in dependencies(action, s.n_stages, s.split_backward))
             assert _needs(_key(action), s.n_stages, s.split_backward) == expected
+
+
+def test_the_docstring_example_is_a_real_deadlock():
+    """Run the module docstring's "Try it" block as a student would paste it."""
+    doc = validate_module.__doc__
+    block = textwrap.dedent(doc[doc.index("Try it::") + len("Try it::") :])
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(block, {})  # noqa: S102  our own docstring
+    circle = "deadlock: devices wait on each other in a circle: device 1 -> device 2 -> device 1"
+    assert circle in printed.getvalue()
+
+
+def test_strings_and_wrong_shapes_get_a_teaching_message_not_an_attribute_error():
+    how = "it needs one list of actions per device, each Action(0, Kind.F, 0) or Action.parse('0F0')"
+    text = Schedule("mine", 2, 1, [["0F0", "0B0"], ["1F0", "1B0"]], [0, 1])
+    flat = Schedule("mine", 1, 1, parse_orders("0F0 0B0")[0], [0])  # type: ignore[arg-type]  # no list per device
+    odd_kind = Schedule("mine", 1, 1, [[Action(0, "F", 0), Action(0, Kind.B, 0)]], [0])  # type: ignore[arg-type]
+    float_stage = Schedule("mine", 1, 1, [[Action(0.0, Kind.F, 0)]], [0])  # type: ignore[arg-type]
+    text_device = Schedule("mine", 1, 1, [parse_orders("0F0 0B0")[0]], ["0"])  # type: ignore[list-item]
+    for schedule in (text, flat, odd_kind, float_stage, text_device, [["0F0"]], "0F0 0B0", None):
+        (problem,) = check(schedule)  # type: ignore[arg-type]
+        assert problem.startswith("cannot read this schedule (") and how in problem, problem
+    assert check(text) == [
+        "cannot read this schedule (AttributeError: 'str' object has no attribute 'stage'): it needs one "
+        "list of actions per device, each Action(0, Kind.F, 0) or Action.parse('0F0'), and a device number "
+        "per stage"
+    ]
+    with pytest.raises(ScheduleError, match="cannot read this schedule"):
+        validate("0F0 0B0")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("n_stages", "n_microbatches", "actions"),
+    [(1, 10**9, 2), (10**6, 1, 2), (1, 1, 2 * 10**6 + 1), (1, "1", 2)],
+)
+def test_sizes_beyond_the_limit_are_refused_before_any_work(n_stages, n_microbatches, actions):
+    orders = [[Action(0, Kind.F, 0)] * (actions - 1) + [Action(0, Kind.B, 0)]]  # one object many times: cheap
+    assert check(Schedule("huge", n_stages, n_microbatches, orders, [0])) == [
+        f"n_stages={n_stages!r}, n_microbatches={n_microbatches!r}: whole numbers >= 1 are needed, and at "
+        "most 2,000,000 actions (3 x n_stages x n_microbatches, and in the orders)"
+    ]
+
+
+def test_a_long_problem_list_is_capped_in_the_error():
+    s = build_schedule("gpipe", 8, 64)
+    s.orders = [[] for _ in s.orders]
+    with pytest.raises(ScheduleError) as err:
+        validate(s)
+    assert len(err.value.problems) == 8 * 64 * 2  # every problem is kept for code that reads them
+    message = str(err.value)
+    assert message.startswith("schedule 'gpipe' has 1024 problem(s)") and len(message.splitlines()) <= 21
+    assert message.endswith("characters cut]") and len(message) < 2100

@@ -21,8 +21,9 @@ import io
 import re
 from pathlib import Path
 
-from course_lib.errors import CourseError
+from course_lib.errors import CourseError, require
 from course_lib.schedules.ir import Action, Kind, Schedule
+from course_lib.schedules.validate import MAX_ACTIONS
 
 # PyTorch cells that are not compute: FSDP (UNSHARD/RESHARD), gradient reduction, communication.
 _OTHER_RE = re.compile(r"^\d+(UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)\d*$")
@@ -83,6 +84,9 @@ def from_csv_text(
         n_stages = max((a.stage + 1 for a in actions), default=n_devices)
     if n_microbatches is None:
         n_microbatches = max((a.microbatch + 1 for a in actions), default=1)
+    sizes = f"{n_stages:,} stages x {n_microbatches:,} micro-batches"  # checked before anything that size
+    fits = 3 * n_stages * n_microbatches <= MAX_ACTIONS  # is built: a mistyped cell must not take minutes
+    require(fits, f"{sizes} is beyond the {MAX_ACTIONS:,} actions the validator checks: is a cell mistyped?")
     first_row: dict[int, int] = {}  # stage -> the first device whose row mentions it
     for device, order in enumerate(orders):
         for action in order:

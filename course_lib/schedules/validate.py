@@ -16,8 +16,8 @@ Try it::
     from course_lib.schedules.validate import check, validate, execution_order
     s = build_schedule("1f1b", 4, 8)
     validate(s)                       # silent: the schedule is fine
-    s.orders[1][2], s.orders[1][3] = s.orders[1][3], s.orders[1][2]   # swap 1F2 and 1B0
-    print("\\n".join(check(s)))      # explains the deadlock this causes
+    s.orders[1][1], s.orders[1][3] = s.orders[1][3], s.orders[1][1]   # 1B0 before 1F1: 2F1 waits for it
+    print("\\n".join(check(s)))      # explains the deadlock this causes: devices 1 and 2 wait in a circle
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import itertools
 from collections import defaultdict
 
 from course_lib.errors import CourseError
+from course_lib.exercises import capped
 from course_lib.schedules.ir import Action, Kind, Schedule, dependencies
 
 
@@ -34,11 +35,8 @@ class ScheduleError(CourseError):
 
     def __init__(self, schedule_name: str, problems: list[str]):
         self.problems = problems
-        shown = problems[:12]
-        more = f"\n  ... and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
-        super().__init__(
-            f"schedule {schedule_name!r} has {len(problems)} problem(s):\n  - " + "\n  - ".join(shown) + more
-        )
+        text = f"schedule {schedule_name!r} has {len(problems)} problem(s):\n  - " + "\n  - ".join(problems)
+        super().__init__(capped(text))
 
 
 _WHAT = {Kind.F: "forward", Kind.B: "backward", Kind.I: "input gradient", Kind.W: "weight gradient"}
@@ -222,17 +220,29 @@ def _find_cycle(waits_on: dict[int, int | None]) -> list[int]:
     return []
 
 
+MAX_ACTIONS = 2_000_000  # the most check() reads, about 15 s on a busy laptop: a typo must not take hours
+
+
 def check(schedule: Schedule) -> list[str]:
     """Every problem with `schedule`, as sentences; an empty list means it is valid."""
-    keyed = _keyed(schedule)
-    return _bookkeeping(schedule, keyed) + _deadlock(schedule, keyed)
+    try:  # students' odd input (text for an action, a flat list of actions) gets a message, not a crash
+        n, m = schedule.n_stages, schedule.n_microbatches
+        whole = type(n) is int and type(m) is int and min(n, m) >= 1  # before 3 * n * m: "4" * 10**9 is huge
+        if not (whole and max(3 * n * m, sum(len(order) for order in schedule.orders)) <= MAX_ACTIONS):
+            return [f"n_stages={n!r}, n_microbatches={m!r}: whole numbers >= 1 are needed, and at most "
+                    f"{MAX_ACTIONS:,} actions (3 x n_stages x n_microbatches, and in the orders)"]
+        keyed = _keyed(schedule)
+        return _bookkeeping(schedule, keyed) + _deadlock(schedule, keyed)
+    except (AttributeError, LookupError, TypeError) as err:
+        return [f"cannot read this schedule ({type(err).__name__}: {err}): it needs one list of actions per "
+                "device, each Action(0, Kind.F, 0) or Action.parse('0F0'), and a device number per stage"]
 
 
 def validate(schedule: Schedule) -> None:
     """Raise ScheduleError listing every problem, or return quietly if the schedule is valid."""
     problems = check(schedule)
     if problems:
-        raise ScheduleError(schedule.name, problems)
+        raise ScheduleError(getattr(schedule, "name", "?"), problems)
 
 
 def execution_order(schedule: Schedule) -> list[Action]:
