@@ -10,15 +10,20 @@ too); each joins one process group (gloo, or NCCL with one GPU per rank) and cal
 comes back by rank, through one queue. `target` must be a module-level function and `args` must pickle.
 
 Only this machine can join: the rendezvous (TCPStore) listens on 127.0.0.1 alone, on a socket the
-launcher opens and hands to rank 0, and gloo and NCCL connect over the loopback interface. A rank
-whose launcher dies (killed, SIGTERM, a restarted kernel) exits within a second.
+launcher opens and hands to rank 0, and gloo and NCCL connect over the loopback interface.
+
+The launcher owns its ranks' lifetime: they ignore Ctrl-C (SIGINT reaches the whole process group;
+the launcher stops them), and a rank whose launcher dies (killed, SIGTERM, a restarted kernel) exits
+within a second. What the ranks write to stderr (tracebacks, torch's warnings) goes to one log file
+per run in the temp folder, which starts with every rank's pid; it is deleted unless the run failed.
 
 Failures are diagnosed the same way for every caller. A rank that raises reports its exception and
 exits at once; its peers, blocked in a receive or a collective, see the closed connection and stop
-too; a rank that hangs is caught by the process group's timeout (`timeout_s`) in its peers. After
-the first failure the launcher gives the others `timeout_s` to stop by themselves, kills what is
-left, and raises DistributedError naming the rank that failed first: a rank that only saw a peer
-disappear is not the cause. No process outlives ``spawn``, whether it returns or raises.
+too; a rank that hangs is caught by the process group's timeout (`timeout_s`) in its peers, and a
+rank whose process stopped (SIGSTOP) or froze by its missing heartbeat within STALL_S seconds. After
+the first failure the launcher gives the others GRACE_S (at most `timeout_s`) to stop by themselves,
+kills what is left, and raises DistributedError naming the rank that failed first (a rank that only
+saw a peer disappear is not the cause) and the log. No process outlives ``spawn``.
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ import multiprocessing
 import os
 import pickle
 import queue
+import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -45,6 +52,8 @@ from course_lib.errors import require
 
 # what gloo says when the other end of a connection went away: this rank only saw a peer disappear
 _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+STALL_S = 10.0  # a rank silent this long (no heartbeat: its process is stopped or frozen) has failed
+GRACE_S = 5.0  # after the first failure, the others' time to stop by themselves (peers notice in < 1 s)
 
 
 class DistributedError(RuntimeError):
@@ -86,12 +95,8 @@ class _Group:
     timeout_s: float
     port: int  # of the rendezvous, on 127.0.0.1
     launcher_pid: int
-
-
-def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago (for a process group started elsewhere)."""
-    with socket.create_server(("127.0.0.1", 0)) as s:
-        return s.getsockname()[1]
+    log_path: str  # every rank's stderr
+    beats: Any = field(repr=False)  # shared counters, one per rank: its heartbeat
 
 
 def spawn(
@@ -109,9 +114,11 @@ def spawn(
     require(backend in ("gloo", "nccl"), f"backend must be 'gloo' or 'nccl', got {backend!r}")
     require(timeout_s > 0, f"timeout_s must be > 0 seconds, got {timeout_s!r}")
     ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
+    results, beats = ctx.Queue(), ctx.Array("q", world, lock=False)
+    log_fd, log_path = tempfile.mkstemp(prefix="course_lib-ranks-", suffix=".log")
     with socket.create_server(("127.0.0.1", 0)) as listener:  # rank 0's store takes it over; this copy closes
-        group = _Group(world, backend, float(timeout_s), listener.getsockname()[1], os.getpid())
+        port = listener.getsockname()[1]
+        group = _Group(world, backend, float(timeout_s), port, os.getpid(), log_path, beats)
         procs = [
             ctx.Process(
                 target=_rank_main,
@@ -122,20 +129,26 @@ def spawn(
         ]
         for p in procs:
             p.start()
-    watch = _Watch(procs)
+    with os.fdopen(log_fd, "a") as log:
+        log.write("".join(f"rank {r}: pid {p.pid}\n" for r, p in enumerate(procs)))
+    watch = _Watch(procs, beats)
     try:
         watch.run(results, timeout_s, on_progress)
     finally:  # also on KeyboardInterrupt (a notebook's stop button): leave no rank behind
         watch.kill_leftovers()
-    if watch.errors or len(watch.values) < world:
-        raise watch.error()
+        if not watch.failed:
+            os.remove(log_path)
+    if watch.failed:
+        raise watch.error(log_path)
     return [watch.values[r] for r in range(world)]
 
 
 # ---- inside a spawned rank -------------------------------------------------------------------------
 def _rank_main(rank: int, group: _Group, listener, target, args: tuple, results) -> None:
     """Entry point of one spawned process: join the group, run the target, report, never hang."""
-    _exit_with_launcher(group.launcher_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
+    os.dup2(os.open(group.log_path, os.O_WRONLY | os.O_APPEND), sys.stderr.fileno())
+    _keep_in_touch(group, rank)
     try:
         device = _join(rank, group, listener)
         value = target(RankContext(rank, group.world, device, results), *args)
@@ -152,15 +165,17 @@ def _rank_main(rank: int, group: _Group, listener, target, args: tuple, results)
         os._exit(1)
 
 
-def _exit_with_launcher(launcher_pid: int) -> None:
-    """Exit when the launcher is gone: this process is then adopted by another, so its parent changes."""
+def _keep_in_touch(group: _Group, rank: int) -> None:
+    """A thread that beats twice a second while the launcher lives, and exits this process when the
+    launcher is gone (this process is then adopted by another, so its parent changes)."""
 
     def watch() -> None:
-        while os.getppid() == launcher_pid:
+        while os.getppid() == group.launcher_pid:
+            group.beats[rank] += 1
             time.sleep(0.5)
         os._exit(1)
 
-    threading.Thread(target=watch, name="exit-with-launcher", daemon=True).start()
+    threading.Thread(target=watch, name="heartbeat", daemon=True).start()
 
 
 def _join(rank: int, group: _Group, listener: socket.socket | None) -> torch.device:
@@ -191,14 +206,20 @@ class _Watch:
     """What the launcher has heard from its ranks and seen of their processes."""
 
     procs: list
+    beats: Any  # the ranks' heartbeat counters
     values: dict[int, Any] = field(default_factory=dict)
     errors: dict[int, Failure] = field(default_factory=dict)  # in the order they arrived
     exited_at: dict[int, float] = field(default_factory=dict)
     killed: set[int] = field(default_factory=set)
     settled_at: float | None = None  # the first failure, or the last result
+    last_beat: dict[int, tuple[int, float]] = field(default_factory=dict)  # rank -> (count, seen at)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.errors) or len(self.values) < len(self.procs)
 
     def run(self, results, timeout_s: float, on_progress) -> None:
-        """Collect until every process ended; once settled, give the rest `timeout_s`, then stop."""
+        """Collect until every process ended; once settled, give the rest a grace, then stop."""
         while len(self.exited_at) < len(self.procs):
             now = time.monotonic()
             ended = [r for r, p in enumerate(self.procs) if r not in self.exited_at and not p.is_alive()]
@@ -206,10 +227,23 @@ class _Watch:
             self._drain(results, on_progress)  # after the exits: what a rank sent before exiting is here
             for rank in self.exited_at.keys() - self.values.keys() - self.errors.keys():
                 self.errors[rank] = self._silent_end(rank)
+            for rank in self._stalled(now):
+                self.errors[rank] = Failure(False, f"its process stopped (no heartbeat for {STALL_S:.0f} s)")
             if self.settled_at is None and (self.errors or len(self.values) == len(self.procs)):
                 self.settled_at = now
-            if self.settled_at is not None and now - self.settled_at > timeout_s:
+            if self.settled_at is not None and now - self.settled_at > min(timeout_s, GRACE_S):
                 return
+
+    def _stalled(self, now: float) -> list[int]:
+        """The running ranks whose heartbeat has not moved for STALL_S (counted from a rank's first)."""
+        done, stalled = self.exited_at.keys() | self.values.keys() | self.errors.keys(), []
+        for rank in range(len(self.procs)):
+            count, seen_at = self.last_beat.get(rank, (0, now))
+            if self.beats[rank] != count:
+                self.last_beat[rank] = (self.beats[rank], now)
+            elif count and now - seen_at > STALL_S and rank not in done:
+                stalled.append(rank)
+        return stalled
 
     def _silent_end(self, rank: int) -> Failure:
         code = self.procs[rank].exitcode
@@ -238,12 +272,14 @@ class _Watch:
             p.join(5)
         self.exited_at |= {r: time.monotonic() for r in self.killed}
 
-    def error(self) -> DistributedError:
+    def error(self, log_path: str) -> DistributedError:
         rank, cause = diagnose(self.errors, self.killed)
+        cause = " ".join(cause.split())  # one line, however the exception spelled it
         outcomes = {r: "finished" for r in range(len(self.procs))}
         outcomes |= {r: f.message for r, f in self.errors.items()}
         outcomes |= dict.fromkeys(self.killed, "stopped by the launcher after the timeout")
-        err = DistributedError(f"rank {rank} failed: {cause}", rank, cause, outcomes)
+        message = f"rank {rank} failed: {cause} (ranks' tracebacks: {log_path})"
+        err = DistributedError(message, rank, cause, outcomes)
         if self.settled_at is not None:
             err.stopped_after_s = {r: max(0.0, t - self.settled_at) for r, t in self.exited_at.items()}
         return err
