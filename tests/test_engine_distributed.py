@@ -18,7 +18,7 @@ from course_lib.engines.dist_worker import Fault, StepRecorder, build_rank, run_
 from course_lib.engines.distributed import make_spec
 from course_lib.errors import CourseError
 from course_lib.links import Link
-from course_lib.reference import TrainConfig, first_batch, max_grad_diff, reference_gradients
+from course_lib.reference import TrainConfig, first_batch, max_grad_diff, reference_gradients, train
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Action, Kind
 from course_lib.schedules.messages import incoming_messages, input_message, message_of
@@ -54,6 +54,16 @@ def test_bad_input_is_refused_with_the_value_named(kwargs, words):
         make_spec(args.pop("cfg"), args.pop("schedule"), args.pop("stages"), **args)
     for word in words:
         assert word in str(err.value), (word, str(err.value))
+
+
+@pytest.mark.parametrize("change", [dict(seq_len=200_000), dict(data_path="/nonexistent/corpus.txt")])
+def test_data_the_reference_refuses_is_refused_before_any_rank_starts(change):
+    cfg = TrainConfig(**(TINY | change), microbatches=4)
+    with pytest.raises(CourseError) as reference:
+        train(cfg, progress=False)
+    with pytest.raises(CourseError) as engine:
+        make_spec(cfg, "1f1b", 2)
+    assert str(engine.value) == str(reference.value)
 
 
 def test_cuda_needs_one_gpu_per_rank():

@@ -10,20 +10,19 @@ too); each joins one process group (gloo, or NCCL with one GPU per rank) and cal
 comes back by rank, through one queue. `target` must be a module-level function and `args` must pickle.
 
 Only this machine can join: the rendezvous (TCPStore) listens on 127.0.0.1 alone, on a socket the
-launcher opens and hands to rank 0, and gloo and NCCL connect over the loopback interface.
-
-The launcher owns its ranks' lifetime: they ignore Ctrl-C (SIGINT reaches the whole process group;
-the launcher stops them), and a rank whose launcher dies (killed, SIGTERM, a restarted kernel) exits
-within a second. What the ranks write to stderr (tracebacks, torch's warnings) goes to one log file
-per run in the temp folder, which starts with every rank's pid; it is deleted unless the run failed.
+launcher opens and hands to rank 0, and gloo and NCCL connect over the loopback interface. The
+launcher owns its ranks' lifetime: they ignore Ctrl-C (a terminal sends it to every process; the
+launcher stops them), and a rank whose launcher dies (killed, a restarted kernel) exits within a
+second. What the ranks write to stderr goes to one log per run in the temp folder, headed by every
+rank's pid; it is kept only when a rank failed.
 
 Failures are diagnosed the same way for every caller. A rank that raises reports its exception and
 exits at once; its peers, blocked in a receive or a collective, see the closed connection and stop
-too; a rank that hangs is caught by the process group's timeout (`timeout_s`) in its peers, and a
-rank whose process stopped (SIGSTOP) or froze by its missing heartbeat within STALL_S seconds. After
-the first failure the launcher gives the others GRACE_S (at most `timeout_s`) to stop by themselves,
-kills what is left, and raises DistributedError naming the rank that failed first (a rank that only
-saw a peer disappear is not the cause) and the log. No process outlives ``spawn``.
+too. A rank that hangs is caught by the process group's timeout (`timeout_s`) in its peers; one whose
+process stopped (SIGSTOP) or froze, by its heartbeat, silent for STALL_S. After the first failure the
+others get GRACE_S (at most `timeout_s`) to stop by themselves; the launcher kills what is left and
+raises DistributedError naming the rank that failed first (a rank that only saw a peer disappear is
+not the cause), and the log. No process outlives ``spawn``.
 """
 
 from __future__ import annotations
@@ -109,37 +108,32 @@ def spawn(
     on_progress: Callable[[int, Any], None] | None = None,
 ) -> list:
     """Run ``target(ctx, *args)`` in `world` processes, one process group; return their values by rank.
-    `timeout_s`: how long a rank may wait for a silent peer, and the others for stopping after a failure."""
+    `timeout_s`: how long a rank may wait for a silent peer (see the module doc for what else stops)."""
     require(isinstance(world, int) and world >= 1, f"world must be a whole number >= 1, got {world!r}")
     require(backend in ("gloo", "nccl"), f"backend must be 'gloo' or 'nccl', got {backend!r}")
     require(timeout_s > 0, f"timeout_s must be > 0 seconds, got {timeout_s!r}")
     ctx = multiprocessing.get_context("spawn")
     results, beats = ctx.Queue(), ctx.Array("q", world, lock=False)
-    log_fd, log_path = tempfile.mkstemp(prefix="course_lib-ranks-", suffix=".log")
+    log_fd, log = tempfile.mkstemp(prefix="course_lib-ranks-", suffix=".log")
     with socket.create_server(("127.0.0.1", 0)) as listener:  # rank 0's store takes it over; this copy closes
-        port = listener.getsockname()[1]
-        group = _Group(world, backend, float(timeout_s), port, os.getpid(), log_path, beats)
-        procs = [
-            ctx.Process(
-                target=_rank_main,
-                args=(rank, group, listener if rank == 0 else None, target, args, results),
-                daemon=True,
-            )
-            for rank in range(world)
-        ]
+        group = _Group(world, backend, float(timeout_s), listener.getsockname()[1], os.getpid(), log, beats)
+        rank_args = [(r, group, listener if r == 0 else None, target, args, results) for r in range(world)]
+        procs = [ctx.Process(target=_rank_main, args=a, daemon=True) for a in rank_args]
         for p in procs:
             p.start()
-    with os.fdopen(log_fd, "a") as log:
-        log.write("".join(f"rank {r}: pid {p.pid}\n" for r, p in enumerate(procs)))
+    with os.fdopen(log_fd, "a") as file:
+        file.write("".join(f"rank {r}: pid {p.pid}\n" for r, p in enumerate(procs)))
     watch = _Watch(procs, beats)
+    collected = False
     try:
         watch.run(results, timeout_s, on_progress)
+        collected = True
     finally:  # also on KeyboardInterrupt (a notebook's stop button): leave no rank behind
         watch.kill_leftovers()
-        if not watch.failed:
-            os.remove(log_path)
+        if not (collected and watch.failed):  # a log is kept for a failure to diagnose
+            os.remove(log)
     if watch.failed:
-        raise watch.error(log_path)
+        raise watch.error(log)
     return [watch.values[r] for r in range(world)]
 
 
@@ -213,6 +207,7 @@ class _Watch:
     killed: set[int] = field(default_factory=set)
     settled_at: float | None = None  # the first failure, or the last result
     last_beat: dict[int, tuple[int, float]] = field(default_factory=dict)  # rank -> (count, seen at)
+    checked_at: float = field(default_factory=time.monotonic)  # the last look at the heartbeats
 
     @property
     def failed(self) -> bool:
@@ -235,8 +230,12 @@ class _Watch:
                 return
 
     def _stalled(self, now: float) -> list[int]:
-        """The running ranks whose heartbeat has not moved for STALL_S (counted from a rank's first)."""
-        done, stalled = self.exited_at.keys() | self.values.keys() | self.errors.keys(), []
+        """The running ranks whose heartbeat has not moved for STALL_S (counted from a rank's first).
+        After a pause of the launcher too (Ctrl-Z, a sleeping laptop) the count starts again."""
+        if now - self.checked_at > 1.0:
+            self.last_beat.clear()
+        self.checked_at, stalled = now, []
+        done = self.exited_at.keys() | self.values.keys() | self.errors.keys()
         for rank in range(len(self.procs)):
             count, seen_at = self.last_beat.get(rank, (0, now))
             if self.beats[rank] != count:
@@ -248,7 +247,7 @@ class _Watch:
     def _silent_end(self, rank: int) -> Failure:
         code = self.procs[rank].exitcode
         how = "was killed (SIGKILL)" if code == -9 else f"ended with exit code {code}"
-        return Failure(False, f"the process {how} without reporting (its stderr says more)")
+        return Failure(False, f"the process {how} without reporting")
 
     def _drain(self, results, on_progress) -> None:
         try:
