@@ -10,11 +10,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 from course_lib.errors import CourseError
 
@@ -41,28 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    with _sigterm_as_interrupt():
-        return report_errors(lambda: args._run(args))
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """`kill` stops a command as Ctrl-C does, so that clean-up code runs (the distributed engine's
-    ranks go at once). Python delivers signals to the main thread only: elsewhere, nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    return report_errors(lambda: args._run(args))
 
 
 def report_errors(command: Callable[[], int | None]) -> int:
     """Run `command` as a shell user expects: its exit code; bad input (CourseError, exit 2), a
-    failed rank of the distributed engine (exit 1) and an interrupt (Ctrl-C or SIGTERM, exit 130) as
-    one line on stderr, not a traceback; and a reader that went away (``... | head``) as a quiet exit 1."""
+    failed rank of the distributed engine (exit 1) and Ctrl-C (exit 130) as one line on stderr, not a
+    traceback; and a reader that went away (``... | head``) as a quiet exit 1."""
     try:
         code = int(command() or 0)
         sys.stdout.flush()  # inside the try: output still buffered meets a closed pipe here

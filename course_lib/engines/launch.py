@@ -13,8 +13,8 @@ Only this machine can join: the rendezvous (TCPStore) listens on 127.0.0.1 alone
 launcher opens and hands to rank 0, and gloo and NCCL connect over the loopback interface. The
 launcher owns its ranks' lifetime: they ignore Ctrl-C (a terminal sends it to every process; the
 launcher stops them), and a rank whose launcher dies (killed, a restarted kernel) exits within a
-second. What the ranks write to stderr goes to one log per run in the temp folder, headed by every
-rank's pid; it is kept only when a rank failed.
+second. What the ranks write to stderr goes to one log per run in the temp folder, headed by the
+port and every rank's pid; a run that ends without a failed rank deletes it.
 
 Failures are diagnosed the same way for every caller. A rank that raises reports its exception and
 exits at once; its peers, blocked in a receive or a collective, see the closed connection and stop
@@ -121,8 +121,9 @@ def spawn(
         procs = [ctx.Process(target=_rank_main, args=a, daemon=True) for a in rank_args]
         for p in procs:
             p.start()
+    header = [f"rendezvous: 127.0.0.1:{group.port}"] + [f"rank {r}: pid {p.pid}" for r, p in enumerate(procs)]
     with os.fdopen(log_fd, "a") as file:
-        file.write("".join(f"rank {r}: pid {p.pid}\n" for r, p in enumerate(procs)))
+        print(*header, sep="\n", file=file)
     watch = _Watch(procs, beats)
     collected = False
     try:
@@ -147,8 +148,7 @@ def _rank_main(rank: int, group: _Group, listener, target, args: tuple, results)
         device = _join(rank, group, listener)
         value = target(RankContext(rank, group.world, device, results), *args)
         dist.barrier()  # leave together: no rank closes its connections while a peer still reads them
-        # pickled here, by value: torch's queue pickler would share tensors through file
-        # descriptors that vanish when this process exits
+        # pickled here, by value: torch's pickler would share tensors by file descriptors that die with us
         results.put(("ok", rank, pickle.dumps(value)))
         dist.destroy_process_group()
     except BaseException as err:  # report, then leave at once: the peers see the closed connection
