@@ -10,6 +10,7 @@ import time
 import pytest
 import torch
 
+from course_lib.cli import main
 from course_lib.data import split_microbatches
 from course_lib.engines import links_injected
 from course_lib.engines.comm import message_tag
@@ -66,6 +67,14 @@ def test_data_the_reference_refuses_is_refused_before_any_rank_starts(change):
     assert str(engine.value) == str(reference.value)
 
 
+def test_the_command_line_refuses_it_as_the_reference_does(capsys):
+    size = ["--layers", "2", "--steps", "1", "--seq-len", "200000"]
+    assert main(["train", *size]) == 2
+    reference = capsys.readouterr().err
+    assert main(["train", "--engine", "distributed", "--stages", "2", *size]) == 2
+    assert capsys.readouterr().err == reference and "seq_len=200000" in reference
+
+
 def test_cuda_needs_one_gpu_per_rank():
     if torch.cuda.device_count() >= 2:
         pytest.skip("this machine has the GPUs")
@@ -75,7 +84,7 @@ def test_cuda_needs_one_gpu_per_rank():
 
 def test_a_good_spec_has_one_link_per_boundary_and_gloo_on_cpu():
     spec = make_spec(TrainConfig(**TINY, microbatches=4), "interleaved-1f1b", 2, virtual=2, links=Link(0.01))
-    assert spec.backend == "gloo" and spec.n_stages == 4
+    assert spec.backend == "gloo" and spec.schedule.n_stages == 4
     assert spec.links == (Link(0.01),) * 3
 
 
