@@ -124,7 +124,8 @@ def _gone(pid: int) -> bool:
 def test_no_rank_outlives_a_launcher_killed_with_sigterm(tmp_path):
     script = tmp_path / "launcher.py"
     script.write_text(textwrap.dedent(LAUNCHER))
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)}
+    # TMPDIR: the run's log stays there (a launcher killed this way deletes nothing)
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(sys.path), "TMPDIR": str(tmp_path)}
     launcher = subprocess.Popen([sys.executable, str(script), str(tmp_path)], env=env)
     pid_files = [tmp_path / f"rank{r}.pid" for r in range(2)]
     try:

@@ -10,19 +10,18 @@ too); each joins one process group (gloo, or NCCL with one GPU per rank) and cal
 comes back by rank, through one queue. `target` must be a module-level function and `args` must pickle.
 
 Only this machine can join: the rendezvous (TCPStore) listens on 127.0.0.1 alone, on a socket the
-launcher opens and hands to rank 0, and gloo and NCCL connect over the loopback interface. The
-launcher owns its ranks' lifetime: they ignore Ctrl-C (a terminal sends it to every process; the
-launcher stops them), and a rank whose launcher dies (killed, a restarted kernel) exits within a
-second. What the ranks write to stderr goes to one log per run in the temp folder, headed by the
-port and every rank's pid; a run that ends without a failed rank deletes it.
+launcher opens and hands to rank 0; gloo and NCCL connect over the loopback interface. The launcher
+owns its ranks' lifetime: they ignore Ctrl-C (a terminal sends it to all; the launcher stops them)
+and exit within a second of the launcher's death. Their stderr goes to one log per run in the temp
+folder, headed by the port and every rank's pid; a run that ends without a failed rank deletes it.
 
 Failures are diagnosed the same way for every caller. A rank that raises reports its exception and
 exits at once; its peers, blocked in a receive or a collective, see the closed connection and stop
 too. A rank that hangs is caught by the process group's timeout (`timeout_s`) in its peers; one whose
 process stopped (SIGSTOP) or froze, by its heartbeat, silent for STALL_S. After the first failure the
-others get GRACE_S (at most `timeout_s`) to stop by themselves; the launcher kills what is left and
-raises DistributedError naming the rank that failed first (a rank that only saw a peer disappear is
-not the cause), and the log. No process outlives ``spawn``.
+others get GRACE_S (at most `timeout_s`) to stop; the launcher kills what is left and raises
+DistributedError naming the rank that failed first (never one that only saw a peer disappear) and the
+log. No process outlives ``spawn``.
 """
 
 from __future__ import annotations
@@ -98,6 +97,12 @@ class _Group:
     beats: Any = field(repr=False)  # shared counters, one per rank: its heartbeat
 
 
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago (for a process group started elsewhere)."""
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        return s.getsockname()[1]
+
+
 def spawn(
     target: Callable[..., Any],
     world: int,
@@ -125,16 +130,16 @@ def spawn(
     with os.fdopen(log_fd, "a") as file:
         print(*header, sep="\n", file=file)
     watch = _Watch(procs, beats)
-    collected = False
     try:
         watch.run(results, timeout_s, on_progress)
-        collected = True
-    finally:  # also on KeyboardInterrupt (a notebook's stop button): leave no rank behind
+    except BaseException:  # KeyboardInterrupt (a notebook's stop button): no failure to keep a log for
+        os.remove(log)
+        raise
+    finally:  # leave no rank behind
         watch.kill_leftovers()
-        if not (collected and watch.failed):  # a log is kept for a failure to diagnose
-            os.remove(log)
-    if watch.failed:
+    if watch.errors or len(watch.values) < world:
         raise watch.error(log)
+    os.remove(log)
     return [watch.values[r] for r in range(world)]
 
 
@@ -209,10 +214,6 @@ class _Watch:
     last_beat: dict[int, tuple[int, float]] = field(default_factory=dict)  # rank -> (count, seen at)
     checked_at: float = field(default_factory=time.monotonic)  # the last look at the heartbeats
 
-    @property
-    def failed(self) -> bool:
-        return bool(self.errors) or len(self.values) < len(self.procs)
-
     def run(self, results, timeout_s: float, on_progress) -> None:
         """Collect until every process ended; once settled, give the rest a grace, then stop."""
         while len(self.exited_at) < len(self.procs):
@@ -263,10 +264,9 @@ class _Watch:
             pass
 
     def kill_leftovers(self) -> None:
-        for rank, p in enumerate(self.procs):
-            if p.is_alive():
-                self.killed.add(rank)
-                p.kill()
+        self.killed = {rank for rank, p in enumerate(self.procs) if p.is_alive()}
+        for p in (self.procs[rank] for rank in self.killed):
+            p.kill()
         for p in self.procs:
             p.join(5)
         self.exited_at |= {r: time.monotonic() for r in self.killed}
