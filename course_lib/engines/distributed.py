@@ -203,7 +203,8 @@ def run_distributed(
     """Train with `stages` processes on this machine (gloo on CPU, NCCL with ``cfg.device='cuda'``).
 
     `schedule` and the options are ``make_spec``'s, all checked before any process starts. A failed
-    rank raises DistributedError within about ``timeout_s`` (60), naming it and its exception.
+    rank raises DistributedError naming it, its exception and the log of the ranks' tracebacks: a
+    crash at once, a stopped process in seconds, a hang within ``timeout_s`` (``launch.py`` says how).
     ``progress=True`` shows a progress bar (steps done, last loss)."""
     return launch([make_spec(cfg, schedule, stages, **options)], progress)[0]
 
