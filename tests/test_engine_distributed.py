@@ -10,6 +10,7 @@ import time
 import pytest
 import torch
 
+from course_lib.cli import main
 from course_lib.data import split_microbatches
 from course_lib.engines import links_injected
 from course_lib.engines.comm import message_tag
@@ -18,7 +19,7 @@ from course_lib.engines.dist_worker import Fault, StepRecorder, build_rank, run_
 from course_lib.engines.distributed import make_spec
 from course_lib.errors import CourseError
 from course_lib.links import Link
-from course_lib.reference import TrainConfig, first_batch, max_grad_diff, reference_gradients
+from course_lib.reference import TrainConfig, first_batch, max_grad_diff, reference_gradients, train
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Action, Kind
 from course_lib.schedules.messages import incoming_messages, input_message, message_of
@@ -56,6 +57,24 @@ def test_bad_input_is_refused_with_the_value_named(kwargs, words):
         assert word in str(err.value), (word, str(err.value))
 
 
+@pytest.mark.parametrize("change", [dict(seq_len=200_000), dict(data_path="/nonexistent/corpus.txt")])
+def test_data_the_reference_refuses_is_refused_before_any_rank_starts(change):
+    cfg = TrainConfig(**(TINY | change), microbatches=4)
+    with pytest.raises(CourseError) as reference:
+        train(cfg, progress=False)
+    with pytest.raises(CourseError) as engine:
+        make_spec(cfg, "1f1b", 2)
+    assert str(engine.value) == str(reference.value)
+
+
+def test_the_command_line_refuses_it_as_the_reference_does(capsys):
+    size = ["--layers", "2", "--steps", "1", "--seq-len", "200000"]
+    assert main(["train", *size]) == 2
+    reference = capsys.readouterr().err
+    assert main(["train", "--engine", "distributed", "--stages", "2", *size]) == 2
+    assert capsys.readouterr().err == reference and "seq_len=200000" in reference
+
+
 def test_cuda_needs_one_gpu_per_rank():
     if torch.cuda.device_count() >= 2:
         pytest.skip("this machine has the GPUs")
@@ -65,7 +84,7 @@ def test_cuda_needs_one_gpu_per_rank():
 
 def test_a_good_spec_has_one_link_per_boundary_and_gloo_on_cpu():
     spec = make_spec(TrainConfig(**TINY, microbatches=4), "interleaved-1f1b", 2, virtual=2, links=Link(0.01))
-    assert spec.backend == "gloo" and spec.n_stages == 4
+    assert spec.backend == "gloo" and spec.schedule.n_stages == 4
     assert spec.links == (Link(0.01),) * 3
 
 

@@ -3,6 +3,8 @@ memory, and failures. Starting processes is slow on 2 cores, so each launch runs
 
 from __future__ import annotations
 
+import tempfile
+
 import pytest
 import torch
 
@@ -136,13 +138,20 @@ def test_every_schedule_gives_the_reference_loss_and_gradients_p4():
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("fault", [Fault(rank=1, how="kill", step=1, after_actions=2), Fault(rank=0)])
-def test_a_failed_rank_stops_the_others_and_is_named(fault):
+def test_a_failed_rank_stops_the_others_and_is_named(fault, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the run's log goes
     cfg = TrainConfig(**(TINY | dict(steps=3)), microbatches=4)
     with pytest.raises(DistributedError) as info:
         run_distributed(cfg, "1f1b", 2, timeout_s=8, fault=fault, threads=1)
     err = info.value
     assert err.failed_rank == fault.rank and f"rank {fault.rank} failed" in str(err)
     assert ("SIGKILL" if fault.how == "kill" else "injected fault") in str(err)
+    # one line, naming the log that holds the ranks' tracebacks
+    [log] = tmp_path.glob("course_lib-ranks-*.log")
+    assert "\n" not in str(err) and str(err).endswith(f"(ranks' tracebacks: {log})")
+    assert f"rank {fault.rank}: pid " in log.read_text()
+    if fault.how == "raise":
+        assert "Traceback" in log.read_text() and "injected fault" in log.read_text()
     survivor = 1 - fault.rank
     # the survivor stopped by itself (it saw the connection close), well within the bound
     assert err.stopped_after_s[survivor] < 8

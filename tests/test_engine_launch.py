@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -73,7 +74,8 @@ def test_values_come_back_by_rank_and_only_loopback_listens():
 
 @pytest.mark.processes
 @pytest.mark.timeout(180)
-def test_a_rank_that_dies_is_named_its_peer_not_blamed_and_a_hung_rank_stopped():
+def test_a_rank_that_dies_is_named_its_peer_not_blamed_and_a_hung_rank_stopped(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the run's log goes
     timeout_s = 5.0
     with pytest.raises(DistributedError) as info:
         spawn(_rank_1_dies_rank_2_hangs, 3, timeout_s=timeout_s)
@@ -84,6 +86,16 @@ def test_a_rank_that_dies_is_named_its_peer_not_blamed_and_a_hung_rank_stopped()
     assert err.stopped_after_s[0] < timeout_s <= err.stopped_after_s[2]
     assert err.outcomes[2] == "stopped by the launcher after the timeout"
     assert multiprocessing.active_children() == []
+    [log] = tmp_path.glob("course_lib-ranks-*.log")  # kept for the failure, named in the message
+    assert str(err).endswith(f"(ranks' tracebacks: {log})") and "rank 2: pid" in log.read_text()
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(180)
+def test_a_run_without_a_failure_leaves_no_log(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert spawn(_report_and_listen, 1, (0,), timeout_s=60)[0][0] == 0
+    assert list(tmp_path.iterdir()) == []
 
 
 LAUNCHER = """
@@ -112,7 +124,8 @@ def _gone(pid: int) -> bool:
 def test_no_rank_outlives_a_launcher_killed_with_sigterm(tmp_path):
     script = tmp_path / "launcher.py"
     script.write_text(textwrap.dedent(LAUNCHER))
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)}
+    # TMPDIR: the run's log stays there (a launcher killed this way deletes nothing)
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(sys.path), "TMPDIR": str(tmp_path)}
     launcher = subprocess.Popen([sys.executable, str(script), str(tmp_path)], env=env)
     pid_files = [tmp_path / f"rank{r}.pid" for r in range(2)]
     try:

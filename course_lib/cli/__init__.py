@@ -42,9 +42,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report_errors(command: Callable[[], int | None]) -> int:
-    """Run `command` as a shell user expects: its exit code; bad input (CourseError, exit 2) and a
-    failed rank of the distributed engine (exit 1) as one line on stderr, not a traceback; and a
-    reader that went away (``... | head``) as a quiet exit 1."""
+    """Run `command` as a shell user expects: its exit code; bad input (CourseError, exit 2), a
+    failed rank of the distributed engine (exit 1) and Ctrl-C (exit 130) as one line on stderr, not a
+    traceback; and a reader that went away (``... | head``) as a quiet exit 1."""
     try:
         code = int(command() or 0)
         sys.stdout.flush()  # inside the try: output still buffered meets a closed pipe here
@@ -54,6 +54,9 @@ def report_errors(command: Callable[[], int | None]) -> int:
         # the interpreter's last flush at exit does not raise again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)  # on a line of its own, after a progress bar
+        return 130
     except CourseError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -72,10 +72,6 @@ class RunSpec:
     direction_groups: bool = False  # one process group per direction of a pair (NCCL needs it)
     track_memory: bool = True  # measure bytes saved for backward (costs ~10% CPU on the toy model)
 
-    @property
-    def n_stages(self) -> int:
-        return self.ranks * self.virtual
-
     def build_schedule(self) -> Schedule:
         return self.schedule
 

@@ -47,6 +47,7 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
+from course_lib.data import load_corpus
 from course_lib.devices import gpu_count
 from course_lib.engines.dist_result import DistributedResult, build_result
 from course_lib.engines.dist_worker import FAULT_KINDS, Fault, RunSpec, run_rank
@@ -101,6 +102,7 @@ def make_spec(
     threads per rank; ``track_memory=False`` skips measuring bytes saved for backward (for timing)."""
     if stages is None and not isinstance(schedule, Schedule):
         stages = 2
+    _check_data(cfg)
     plan = make_plan(cfg, schedule, stages, virtual, partition, checkpoint, links)
     sched, ranks = plan.schedule, plan.schedule.n_devices
     require(
@@ -131,6 +133,14 @@ def make_spec(
         return_grads=return_grads,
         threads=threads or max(1, (os.cpu_count() or 1) // local_ranks),
     )
+
+
+def _check_data(cfg: TrainConfig) -> None:
+    """Refuse here what the reference trainer refuses when it reads its first windows of data (a
+    missing file, a `seq_len` longer than a split): the same calls, so the same rule and message."""
+    corpus = load_corpus(cfg.data_path) if cfg.data_path else load_corpus()
+    for split in ("val", "train"):  # the reference evaluates before it trains
+        corpus.batch(split, 1, cfg.seq_len, torch.Generator())
 
 
 def init_rank(spec: RunSpec, rank: int, world: int) -> torch.device:
@@ -193,7 +203,8 @@ def run_distributed(
     """Train with `stages` processes on this machine (gloo on CPU, NCCL with ``cfg.device='cuda'``).
 
     `schedule` and the options are ``make_spec``'s, all checked before any process starts. A failed
-    rank raises DistributedError within about ``timeout_s`` (60), naming it and its exception.
+    rank raises DistributedError naming it, its exception and the log of the ranks' tracebacks: a
+    crash at once, a stopped process in seconds, a hang within ``timeout_s`` (``launch.py`` says how).
     ``progress=True`` shows a progress bar (steps done, last loss)."""
     return launch([make_spec(cfg, schedule, stages, **options)], progress)[0]
 

@@ -10,15 +10,18 @@ too); each joins one process group (gloo, or NCCL with one GPU per rank) and cal
 comes back by rank, through one queue. `target` must be a module-level function and `args` must pickle.
 
 Only this machine can join: the rendezvous (TCPStore) listens on 127.0.0.1 alone, on a socket the
-launcher opens and hands to rank 0, and gloo and NCCL connect over the loopback interface. A rank
-whose launcher dies (killed, SIGTERM, a restarted kernel) exits within a second.
+launcher opens and hands to rank 0; gloo and NCCL connect over the loopback interface. The launcher
+owns its ranks' lifetime: they ignore Ctrl-C (a terminal sends it to all; the launcher stops them)
+and exit within a second of the launcher's death. Their stderr goes to one log per run in the temp
+folder, headed by the port and every rank's pid; a run that ends without a failed rank deletes it.
 
 Failures are diagnosed the same way for every caller. A rank that raises reports its exception and
 exits at once; its peers, blocked in a receive or a collective, see the closed connection and stop
-too; a rank that hangs is caught by the process group's timeout (`timeout_s`) in its peers. After
-the first failure the launcher gives the others `timeout_s` to stop by themselves, kills what is
-left, and raises DistributedError naming the rank that failed first: a rank that only saw a peer
-disappear is not the cause. No process outlives ``spawn``, whether it returns or raises.
+too. A rank that hangs is caught by the process group's timeout (`timeout_s`) in its peers; one whose
+process stopped (SIGSTOP) or froze, by its heartbeat, silent for STALL_S. After the first failure the
+others get GRACE_S (at most `timeout_s`) to stop; the launcher kills what is left and raises
+DistributedError naming the rank that failed first (never one that only saw a peer disappear) and the
+log. No process outlives ``spawn``.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ import multiprocessing
 import os
 import pickle
 import queue
+import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -45,6 +50,8 @@ from course_lib.errors import require
 
 # what gloo says when the other end of a connection went away: this rank only saw a peer disappear
 _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+STALL_S = 10.0  # a rank silent this long (no heartbeat: its process is stopped or frozen) has failed
+GRACE_S = 5.0  # after the first failure, the others' time to stop by themselves (peers notice in < 1 s)
 
 
 class DistributedError(RuntimeError):
@@ -86,6 +93,8 @@ class _Group:
     timeout_s: float
     port: int  # of the rendezvous, on 127.0.0.1
     launcher_pid: int
+    log_path: str  # every rank's stderr
+    beats: Any = field(repr=False)  # shared counters, one per rank: its heartbeat
 
 
 def free_port() -> int:
@@ -104,44 +113,47 @@ def spawn(
     on_progress: Callable[[int, Any], None] | None = None,
 ) -> list:
     """Run ``target(ctx, *args)`` in `world` processes, one process group; return their values by rank.
-    `timeout_s`: how long a rank may wait for a silent peer, and the others for stopping after a failure."""
+    `timeout_s`: how long a rank may wait for a silent peer (see the module doc for what else stops)."""
     require(isinstance(world, int) and world >= 1, f"world must be a whole number >= 1, got {world!r}")
     require(backend in ("gloo", "nccl"), f"backend must be 'gloo' or 'nccl', got {backend!r}")
     require(timeout_s > 0, f"timeout_s must be > 0 seconds, got {timeout_s!r}")
     ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
+    results, beats = ctx.Queue(), ctx.Array("q", world, lock=False)
+    log_fd, log = tempfile.mkstemp(prefix="course_lib-ranks-", suffix=".log")
     with socket.create_server(("127.0.0.1", 0)) as listener:  # rank 0's store takes it over; this copy closes
-        group = _Group(world, backend, float(timeout_s), listener.getsockname()[1], os.getpid())
-        procs = [
-            ctx.Process(
-                target=_rank_main,
-                args=(rank, group, listener if rank == 0 else None, target, args, results),
-                daemon=True,
-            )
-            for rank in range(world)
-        ]
+        group = _Group(world, backend, float(timeout_s), listener.getsockname()[1], os.getpid(), log, beats)
+        rank_args = [(r, group, listener if r == 0 else None, target, args, results) for r in range(world)]
+        procs = [ctx.Process(target=_rank_main, args=a, daemon=True) for a in rank_args]
         for p in procs:
             p.start()
-    watch = _Watch(procs)
+    header = [f"rendezvous: 127.0.0.1:{group.port}"] + [f"rank {r}: pid {p.pid}" for r, p in enumerate(procs)]
+    with os.fdopen(log_fd, "a") as file:
+        print(*header, sep="\n", file=file)
+    watch = _Watch(procs, beats)
     try:
         watch.run(results, timeout_s, on_progress)
-    finally:  # also on KeyboardInterrupt (a notebook's stop button): leave no rank behind
+    except BaseException:  # KeyboardInterrupt (a notebook's stop button): no failure to keep a log for
+        os.remove(log)
+        raise
+    finally:  # leave no rank behind
         watch.kill_leftovers()
     if watch.errors or len(watch.values) < world:
-        raise watch.error()
+        raise watch.error(log)
+    os.remove(log)
     return [watch.values[r] for r in range(world)]
 
 
 # ---- inside a spawned rank -------------------------------------------------------------------------
 def _rank_main(rank: int, group: _Group, listener, target, args: tuple, results) -> None:
     """Entry point of one spawned process: join the group, run the target, report, never hang."""
-    _exit_with_launcher(group.launcher_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
+    os.dup2(os.open(group.log_path, os.O_WRONLY | os.O_APPEND), sys.stderr.fileno())
+    _keep_in_touch(group, rank)
     try:
         device = _join(rank, group, listener)
         value = target(RankContext(rank, group.world, device, results), *args)
         dist.barrier()  # leave together: no rank closes its connections while a peer still reads them
-        # pickled here, by value: torch's queue pickler would share tensors through file
-        # descriptors that vanish when this process exits
+        # pickled here, by value: torch's pickler would share tensors by file descriptors that die with us
         results.put(("ok", rank, pickle.dumps(value)))
         dist.destroy_process_group()
     except BaseException as err:  # report, then leave at once: the peers see the closed connection
@@ -152,15 +164,17 @@ def _rank_main(rank: int, group: _Group, listener, target, args: tuple, results)
         os._exit(1)
 
 
-def _exit_with_launcher(launcher_pid: int) -> None:
-    """Exit when the launcher is gone: this process is then adopted by another, so its parent changes."""
+def _keep_in_touch(group: _Group, rank: int) -> None:
+    """A thread that beats twice a second while the launcher lives, and exits this process when the
+    launcher is gone (this process is then adopted by another, so its parent changes)."""
 
     def watch() -> None:
-        while os.getppid() == launcher_pid:
+        while os.getppid() == group.launcher_pid:
+            group.beats[rank] += 1
             time.sleep(0.5)
         os._exit(1)
 
-    threading.Thread(target=watch, name="exit-with-launcher", daemon=True).start()
+    threading.Thread(target=watch, name="heartbeat", daemon=True).start()
 
 
 def _join(rank: int, group: _Group, listener: socket.socket | None) -> torch.device:
@@ -191,14 +205,17 @@ class _Watch:
     """What the launcher has heard from its ranks and seen of their processes."""
 
     procs: list
+    beats: Any  # the ranks' heartbeat counters
     values: dict[int, Any] = field(default_factory=dict)
     errors: dict[int, Failure] = field(default_factory=dict)  # in the order they arrived
     exited_at: dict[int, float] = field(default_factory=dict)
     killed: set[int] = field(default_factory=set)
     settled_at: float | None = None  # the first failure, or the last result
+    last_beat: dict[int, tuple[int, float]] = field(default_factory=dict)  # rank -> (count, seen at)
+    checked_at: float = field(default_factory=time.monotonic)  # the last look at the heartbeats
 
     def run(self, results, timeout_s: float, on_progress) -> None:
-        """Collect until every process ended; once settled, give the rest `timeout_s`, then stop."""
+        """Collect until every process ended; once settled, give the rest a grace, then stop."""
         while len(self.exited_at) < len(self.procs):
             now = time.monotonic()
             ended = [r for r, p in enumerate(self.procs) if r not in self.exited_at and not p.is_alive()]
@@ -206,15 +223,32 @@ class _Watch:
             self._drain(results, on_progress)  # after the exits: what a rank sent before exiting is here
             for rank in self.exited_at.keys() - self.values.keys() - self.errors.keys():
                 self.errors[rank] = self._silent_end(rank)
+            for rank in self._stalled(now):
+                self.errors[rank] = Failure(False, f"its process stopped (no heartbeat for {STALL_S:.0f} s)")
             if self.settled_at is None and (self.errors or len(self.values) == len(self.procs)):
                 self.settled_at = now
-            if self.settled_at is not None and now - self.settled_at > timeout_s:
+            if self.settled_at is not None and now - self.settled_at > min(timeout_s, GRACE_S):
                 return
+
+    def _stalled(self, now: float) -> list[int]:
+        """The running ranks whose heartbeat has not moved for STALL_S (counted from a rank's first).
+        After a pause of the launcher too (Ctrl-Z, a sleeping laptop) the count starts again."""
+        if now - self.checked_at > 1.0:
+            self.last_beat.clear()
+        self.checked_at, stalled = now, []
+        done = self.exited_at.keys() | self.values.keys() | self.errors.keys()
+        for rank in range(len(self.procs)):
+            count, seen_at = self.last_beat.get(rank, (0, now))
+            if self.beats[rank] != count:
+                self.last_beat[rank] = (self.beats[rank], now)
+            elif count and now - seen_at > STALL_S and rank not in done:
+                stalled.append(rank)
+        return stalled
 
     def _silent_end(self, rank: int) -> Failure:
         code = self.procs[rank].exitcode
         how = "was killed (SIGKILL)" if code == -9 else f"ended with exit code {code}"
-        return Failure(False, f"the process {how} without reporting (its stderr says more)")
+        return Failure(False, f"the process {how} without reporting")
 
     def _drain(self, results, on_progress) -> None:
         try:
@@ -230,20 +264,21 @@ class _Watch:
             pass
 
     def kill_leftovers(self) -> None:
-        for rank, p in enumerate(self.procs):
-            if p.is_alive():
-                self.killed.add(rank)
-                p.kill()
+        self.killed = {rank for rank, p in enumerate(self.procs) if p.is_alive()}
+        for p in (self.procs[rank] for rank in self.killed):
+            p.kill()
         for p in self.procs:
             p.join(5)
         self.exited_at |= {r: time.monotonic() for r in self.killed}
 
-    def error(self) -> DistributedError:
+    def error(self, log_path: str) -> DistributedError:
         rank, cause = diagnose(self.errors, self.killed)
+        cause = " ".join(cause.split())  # one line, however the exception spelled it
         outcomes = {r: "finished" for r in range(len(self.procs))}
         outcomes |= {r: f.message for r, f in self.errors.items()}
         outcomes |= dict.fromkeys(self.killed, "stopped by the launcher after the timeout")
-        err = DistributedError(f"rank {rank} failed: {cause}", rank, cause, outcomes)
+        message = f"rank {rank} failed: {cause} (ranks' tracebacks: {log_path})"
+        err = DistributedError(message, rank, cause, outcomes)
         if self.settled_at is not None:
             err.stopped_after_s = {r: max(0.0, t - self.settled_at) for r, t in self.exited_at.items()}
         return err
