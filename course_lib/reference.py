@@ -61,7 +61,6 @@ class TrainConfig:
         check_microbatches(self.batch_size, self.microbatches)
         resolve_device(self.device)
         self.model_config(vocab_size=ModelConfig.vocab_size)  # checks layers, width, heads, length
-        within_limit("layers", self.n_layers, "n_layers")
         within_limit("parameters", 12 * self.d_model**2 * self.n_layers, "12*d_model^2*n_layers")
 
     def model_config(self, vocab_size: int) -> ModelConfig:

@@ -99,7 +99,7 @@ def test_an_output_path_is_checked_before_any_work(path, tmp_path, monkeypatch, 
     path = path.format(tmp=tmp_path)
     for argv in (["train", "--engine", "local", *TINY], SIM):
         err = refused([*argv, "--gantt", path], capsys)
-        assert f"argument --gantt: cannot write {path!r}: give a file in a writable folder" in err, err
+        assert f"argument --gantt: cannot write {path!r}: want an existing folder and a name" in err, err
         assert "*.png" in err and "*.pdf" in err
 
 
@@ -108,7 +108,7 @@ def test_the_result_comes_before_the_chart_so_a_failed_save_loses_none(argv, tmp
     def disk_full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(plots, "save_timeline_png", disk_full)
+    monkeypatch.setattr(plots, "save_timeline_png", disk_full)  # flags.save_chart imports it when called
     with pytest.raises(OSError, match="No space"):
         main([*argv, "--gantt", str(tmp_path / "chart.png")])
     out = capsys.readouterr().out

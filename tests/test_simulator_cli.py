@@ -93,7 +93,7 @@ def test_gantt_file_written(tmp_path, capsys):
     argv = ["simulate", "--schedule", "zb-h1", "--stages", "3", "--microbatches", "6", "--gantt", str(png)]
     assert main(argv) == 0
     assert png.read_bytes()[:4] == b"\x89PNG"
-    assert f"Gantt chart: {png}" in capsys.readouterr().out
+    assert f"Gantt chart saved to {png}" in capsys.readouterr().out
 
 
 def test_bad_input_is_a_message_not_a_traceback(capsys):

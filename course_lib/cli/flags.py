@@ -2,8 +2,7 @@
 
 Pipeline and link flags default to None, so that a command can tell a flag given from one left out
 (``train`` refuses a flag its engine would not read); the defaults of those left out are
-:class:`PipelineFlags`'s. Every command reads its numbers with :func:`number` and prints JSON with
-:func:`print_json`, so a value means the same everywhere and no NaN or Infinity reaches a JSON reader.
+:class:`PipelineFlags`'s. Numbers are read by :func:`number`, JSON printed by :func:`print_json`.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,14 +44,24 @@ BANDWIDTH = number(float, 0, above=True, hint="; omit --bandwidth for unlimited"
 
 
 def figure_path(text: str) -> str:
-    """An argparse `type` for --gantt: a file matplotlib can write, in a writable folder."""
+    """An argparse `type` for --gantt: a file matplotlib can write, in a folder that exists."""
     from matplotlib.backend_bases import FigureCanvasBase  # loads only when a chart is asked for
 
-    kinds, path = sorted(FigureCanvasBase.get_supported_filetypes()), Path(text)
-    if path.suffix[1:].lower() in kinds and not path.is_dir() and os.access(path.parent, os.W_OK):
+    kinds = sorted(FigureCanvasBase.get_supported_filetypes())
+    if Path(text).suffix[1:].lower() in kinds and Path(text).parent.is_dir():
         return text
     endings = ", *.".join(kinds)
-    raise argparse.ArgumentTypeError(f"cannot write {text!r}: give a file in a writable folder, *.{endings}")
+    raise argparse.ArgumentTypeError(f"cannot write {text!r}: want an existing folder and a name *.{endings}")
+
+
+def save_chart(timeline, args: argparse.Namespace, **options) -> None:
+    """Save --gantt's chart once the result is out, so that a failed save cannot lose it."""
+    if args.gantt:
+        from course_lib.plots import save_timeline_png
+
+        save_timeline_png(timeline, args.gantt, **options)
+        if not args.json:  # the JSON output stays one object
+            print(f"Gantt chart saved to {args.gantt}")
 
 
 def print_json(data: object, indent: int | None = None) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from course_lib.cli.flags import BANDWIDTH, COUNT, SECONDS, WHOLE, figure_path, print_json
+from course_lib.cli.flags import BANDWIDTH, COUNT, SECONDS, WHOLE, figure_path, print_json, save_chart
 from course_lib.links import Link
 from course_lib.schedules.builders import SCHEDULES, ScheduleInfo, build_schedule, resolve_name
 from course_lib.schedules.closed_forms import Case, ClosedForm
@@ -92,12 +92,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"bubble: {tl.bubble_fraction:.2%} of device-time idle (simulated);", info.bubble.explain(case))
         print(f"peak in flight: {peak} micro-batches on the busiest device; {info.peak.explain(case, 'd')}")
         _print_devices(tl)
-    if args.gantt:  # after the result, so that a chart that fails to save cannot lose it
-        from course_lib.plots import save_timeline_png
-
-        save_timeline_png(tl, args.gantt, show_transfers=args.transfers)
-        if not args.json:
-            print(f"Gantt chart: {args.gantt}")
+    save_chart(tl, args, show_transfers=args.transfers)
     return 0
 
 

@@ -122,12 +122,7 @@ def run(args: argparse.Namespace) -> int:
         flags.print_json(out)  # a diverged loss is null
     else:
         _print_summary(cfg, args, out, timeline, diff)
-    if args.gantt:  # after the result, so that a chart that fails to save cannot lose it
-        from course_lib.plots import save_timeline_png
-
-        save_timeline_png(timeline, args.gantt)
-        if not args.json:
-            print(f"Gantt chart saved to {args.gantt}")
+    flags.save_chart(timeline, args)
     return 0
 
 

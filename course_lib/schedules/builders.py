@@ -55,8 +55,8 @@ def within_limit(name: str, value: int, what: str) -> None:
 
 
 def check_sizes(n_devices: int, n_microbatches: int, virtual: int = 1) -> None:
-    """Reject sizes no schedule can use, or too large to finish, naming the value that was given
-    (build_schedule checks them for every builder; the three a lesson calls directly check them too)."""
+    """Reject sizes no schedule can use or finish, naming the value that was given (build_schedule checks
+    them for every builder; the three a lesson calls directly check them too)."""
     for label, value in (("n_devices", n_devices), ("n_microbatches", n_microbatches), ("virtual", virtual)):
         require(
             isinstance(value, int) and not isinstance(value, bool) and value >= 1,
