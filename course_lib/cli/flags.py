@@ -1,4 +1,4 @@
-"""Flag groups shared by ``train`` and the torchrun entry point, so that a flag means the same in both.
+"""Flags shared by the commands (``train`` and the torchrun entry point share whole groups): one meaning each.
 
 Pipeline and link flags default to None, so that a command can tell a flag given from one left out
 (``train`` refuses a flag its engine would not read); the defaults of those left out are
@@ -17,6 +17,7 @@ from course_lib.engines.runtime import CHECKPOINT_MODES
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
 from course_lib.schedules.builders import LIMITS
+from course_lib.timeline import Timeline
 
 
 def number(kind: type = int, low: float = 1, high: float = math.inf, above: bool = False, hint: str = ""):
@@ -54,7 +55,7 @@ def figure_path(text: str) -> str:
     raise argparse.ArgumentTypeError(f"cannot write {text!r}: want an existing folder and a name *.{endings}")
 
 
-def save_chart(timeline, args: argparse.Namespace, **options) -> None:
+def save_chart(timeline: Timeline, args: argparse.Namespace, **options) -> None:
     """Save --gantt's chart once the result is out, so that a failed save cannot lose it."""
     if args.gantt:
         from course_lib.plots import save_timeline_png
@@ -162,7 +163,7 @@ class PipelineFlags:
 
 
 def default_timeout(args: argparse.Namespace) -> float:
-    """--timeout's default: 10 pessimistic steps, at least 60 s (start-up). Pessimistic: 5 ms per block per
-    micro-batch of the CPU toy (measured 1.4 ms; width 32, 256 tokens), scaled by tokens x width^2."""
+    """--timeout's default: 10 pessimistic steps, at least 60 s (start-up). Pessimistic: 5 ms a block per
+    micro-batch of the CPU toy (measured: 1.4 ms at width 32, 256 tokens), scaled by tokens x width^2."""
     block_s = 5e-3 * max(1.0, args.batch_size // args.microbatches * args.seq_len * args.width**2 / 2**18)
     return max(60.0, 10 * args.layers * args.microbatches * block_s)
