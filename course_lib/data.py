@@ -69,14 +69,16 @@ class Corpus:
 
 
 def load_corpus(path: str | Path = DEFAULT_CORPUS, val_fraction: float = 0.1) -> Corpus:
-    """Read a UTF-8 text file and split it; clear errors for a missing or empty file."""
+    """Read a UTF-8 text file and split it; clear errors for a missing, empty, binary or non-UTF-8 file."""
     path = Path(path)
-    if not path.is_file():
-        raise CourseError(
-            f"data file {str(path)!r} does not exist; expected a UTF-8 text file such as "
-            f"{str(DEFAULT_CORPUS)!r} (make it with: python data/make_corpus.py)"
-        )
-    text = path.read_text(encoding="utf-8")
+    expected = f"expected a UTF-8 text file such as {str(DEFAULT_CORPUS)!r} (made by data/make_corpus.py)"
+    require(path.is_file(), f"data file {str(path)!r} does not exist; {expected}")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:  # Latin-1 text, or binary
+        byte = f"byte {err.start} is 0x{err.object[err.start]:02x}"
+        raise CourseError(f"data file {str(path)!r} is not UTF-8 text ({byte}); {expected}") from None
+    require("\x00" not in text, f"data file {str(path)!r} holds NUL bytes, so it is binary; {expected}")
     require(len(text) >= 1000, f"data file {str(path)!r} holds {len(text)} characters; need at least 1000")
     require(0 < val_fraction < 1, f"val_fraction must be between 0 and 1, got {val_fraction}")
     tokenizer = CharTokenizer.from_text(text)

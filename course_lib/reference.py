@@ -33,6 +33,7 @@ from course_lib.data import Corpus, check_microbatches, load_corpus, split_micro
 from course_lib.devices import resolve_device
 from course_lib.errors import require
 from course_lib.model import ModelConfig, ToyGPT, build_model, count_parameters, lm_loss
+from course_lib.schedules.builders import LIMITS, within_limit
 
 
 @dataclass
@@ -54,11 +55,13 @@ class TrainConfig:
     def check(self) -> None:
         """All bad input is refused here, before a model is built or data is read."""
         require(self.steps >= 0, f"steps must be >= 0, got {self.steps}")
-        require(self.lr > 0, f"learning rate must be > 0, got {self.lr}")
+        require(0 < self.lr <= LIMITS["lr"], f"learning rate must be in (0, {LIMITS['lr']:g}], got {self.lr}")
         require(self.warmup_steps >= 0, f"warmup steps must be >= 0, got {self.warmup_steps}")
+        require(0 <= self.seed <= LIMITS["seed"], f"seed must be in 0..2**63-1, got {self.seed}")
         check_microbatches(self.batch_size, self.microbatches)
         resolve_device(self.device)
         self.model_config(vocab_size=ModelConfig.vocab_size)  # checks layers, width, heads, length
+        within_limit("parameters", 12 * self.d_model**2 * self.n_layers, "12*d_model^2*n_layers")
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(self.n_layers, self.d_model, self.n_heads, vocab_size, self.seq_len)

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from course_lib.cli import main, train
+from course_lib.data import DEFAULT_CORPUS
 from course_lib.engines.distributed import DistributedError
 
 TINY = ["--layers", "2", "--width", "16", "--heads", "2", "--seq-len", "16", "--batch-size", "4",
@@ -34,7 +35,6 @@ def test_json_output_has_the_promised_keys(capsys):
 @pytest.mark.parametrize(
     "flags, words",
     [
-        (["--layers", "0"], ["layers", "0", ">= 1"]),
         (["--microbatches", "3"], ["3 micro-batches", "16", "[1, 2, 4, 8, 16]"]),
         (["--width", "30", "--heads", "4"], ["30", "n_heads=4"]),
         (["--device", "tpu"], ["'tpu'", "cpu"]),
@@ -47,6 +47,16 @@ def test_bad_input_is_refused_with_a_clear_message(flags, words, capsys):
     assert err.startswith("error: ")
     for w in words:
         assert w in err
+
+
+def test_a_latin1_data_file_is_one_line_not_a_traceback(tmp_path, capsys):
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("déjà vu\n".encode("latin-1") * 200)
+    assert main(["train", *TINY, "--data", str(latin1)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: data file {str(latin1)!r} is not UTF-8 text (byte 1 is 0xe9); expected a UTF-8 text file "
+        f"such as {str(DEFAULT_CORPUS)!r} (made by data/make_corpus.py)"
+    ]
 
 
 def test_empty_data_file_is_refused(tmp_path, capsys):
@@ -65,13 +75,13 @@ def test_module_entry_point_runs():
         timeout=120,
     )
     assert proc.returncode == 2
-    assert "layers must be >= 1" in proc.stderr
+    assert "argument --layers: must be a whole number >= 1" in proc.stderr
 
 
 @pytest.mark.parametrize(
     "engine, flags, words",
     [
-        ("reference", ["--stages", "0"], ["--engine reference does not use --stages", "local or"]),
+        ("reference", ["--stages", "2"], ["--engine reference does not use --stages", "local or"]),
         ("reference", ["--schedule", "nonsense"], ["--schedule (read by --engine local or distributed)"]),
         ("reference", ["--latency", "0.1", "--virtual", "2"], ["--virtual", "--latency"]),
         ("reference", ["--check-reference"], ["--check-reference"]),
@@ -117,8 +127,9 @@ def test_training_runs_on_one_thread_unless_told(restore_threads, monkeypatch, c
 
 @pytest.mark.parametrize("value", ["0", "-3"])
 def test_threads_must_be_a_whole_number_of_at_least_one(value, capsys):
-    assert main(["train", *TINY, "--threads", value]) == 2
-    assert f"--threads must be a whole number >= 1, got {value}" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="2"):
+        main(["train", *TINY, "--threads", value])
+    assert f"argument --threads: must be a whole number >= 1, got '{value}'" in capsys.readouterr().err
 
 
 def test_a_failed_rank_is_one_line_not_a_traceback(monkeypatch, capsys):

@@ -63,3 +63,20 @@ def test_missing_and_empty_data_files(tmp_path):
     empty.write_text("")
     with pytest.raises(CourseError, match="holds 0 characters"):
         load_corpus(empty)
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("café au lait\n".encode("latin-1") * 200, ["is not UTF-8 text", "byte 3 is 0xe9"]),
+        (bytes(range(256)) * 8, ["is not UTF-8 text", "byte 128 is 0x80"]),
+        (b"\x00" * 2000, ["holds NUL bytes, so it is binary"]),
+    ],
+)
+def test_a_latin1_or_binary_file_is_one_clear_error(tmp_path, content, words):
+    path = tmp_path / "notes.txt"
+    path.write_bytes(content)
+    with pytest.raises(CourseError) as err:
+        load_corpus(path)
+    for w in [str(path), "expected a UTF-8 text file", *words]:
+        assert w in str(err.value)

@@ -38,7 +38,6 @@ def test_local_engine_json_has_pipeline_keys_and_matches_the_reference(capsys, t
         (["--engine", "local", "--schedule", "2f2b"], ["'2f2b'", "1f1b"]),
         (["--engine", "pipedream"], ["'pipedream'", "reference, local, distributed"]),
         (["--engine", "local", "--checkpoint", "maybe"], ["'maybe'", "except_last"]),
-        (["--engine", "local", "--latency", "-1"], ["latency", "-1"]),
         (["--engine", "distributed", "--stages", "5"], ["5", "4 layers"]),
         (["--check-reference"], ["--check-reference", "--engine local"]),
     ],

@@ -1,9 +1,12 @@
 """The reference trainer is the ground truth: its accumulated gradients must equal a full batch's;
 the toolkit every engine compares itself with gives its batches, loss and gradients."""
 
+import math
+
 import pytest
 import torch
 
+from course_lib.errors import CourseError
 from course_lib.model import ModelConfig, build_model, lm_loss
 from course_lib.reference import (
     TrainConfig,
@@ -14,6 +17,7 @@ from course_lib.reference import (
     train,
     train_batches,
 )
+from course_lib.schedules.builders import LIMITS
 
 
 def _grads(model):
@@ -70,3 +74,22 @@ def test_the_toolkit_gives_the_reference_trainers_batches_loss_and_gradients(cor
     # a gradient missing on one side counts as zeros: a forgotten gradient shows
     assert max_grad_diff(grads | {name: None}, grads) == grads[name].abs().max().item()
     assert max_grad_diff({}, grads) == max(g.abs().max().item() for g in grads.values())
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (dict(n_layers=10**8), ["12*d_model^2*n_layers is 1,228,800,000,000", "1,000,000,000 parameters"]),
+        (dict(d_model=2**16, n_heads=4), ["12*d_model^2*n_layers", "limit of 1,000,000,000 parameters"]),
+        (dict(seed=2**70), ["seed must be in 0..2**63-1", str(2**70)]),
+        (dict(seed=-1), ["seed must be in 0..2**63-1, got -1"]),
+        (dict(lr=math.inf), ["learning rate must be in (0, 1000], got inf"]),
+        (dict(lr=math.nan), ["got nan"]),
+    ],
+)
+def test_config_refuses_what_could_not_finish_naming_the_limit(change, words):
+    with pytest.raises(CourseError) as err:
+        TrainConfig(**change).check()
+    for w in words:
+        assert w in str(err.value)
+    TrainConfig(n_layers=LIMITS["layers"], seed=LIMITS["seed"], lr=LIMITS["lr"]).check()  # the limits pass

@@ -44,13 +44,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"    bubble: {info.bubble.text}, for {info.bubble.where}  [{info.bubble.source}]")
             print(f"    peak in flight: {info.peak.text}, for {info.peak.where}  [{info.peak.source}]")
         return 0
-    require(args.schedule is not None, "--schedule is required (or --list to see the choices)")
-    require(
-        args.stages is not None, "--stages is required: the number of pipeline devices P, e.g. --stages 4"
-    )
-    require(
-        args.microbatches is not None, "--microbatches is required: M micro-batches, e.g. --microbatches 8"
-    )
+    for flag, example in (("schedule", "1f1b"), ("stages", "4"), ("microbatches", "8")):
+        require(getattr(args, flag) is not None, f"--{flag} is required, e.g. --{flag} {example} (or --list)")
     info = SCHEDULES[resolve_name(args.schedule)]
     virtual = args.virtual if args.virtual is not None else (2 if info.uses_virtual else 1)
     schedule = build_schedule(info.name, args.stages, args.microbatches, virtual)

@@ -16,10 +16,9 @@ Try::
 from __future__ import annotations
 
 import argparse
-import json
 import math
 
-from course_lib.errors import require
+from course_lib.cli.flags import BANDWIDTH, COUNT, SECONDS, WHOLE, figure_path, print_json, save_chart
 from course_lib.links import Link
 from course_lib.schedules.builders import SCHEDULES, ScheduleInfo, build_schedule, resolve_name
 from course_lib.schedules.closed_forms import Case, ClosedForm
@@ -30,24 +29,22 @@ from course_lib.timeline import Timeline
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     names = ", ".join(SCHEDULES)
     parser.add_argument("--schedule", required=True, help=f"{names} (or PyTorch's class names)")
-    parser.add_argument("--stages", type=int, required=True, help="P: pipeline devices")
-    parser.add_argument("--microbatches", type=int, required=True, help="M: micro-batches per step")
-    parser.add_argument("--virtual", type=int, help="V: stages per device (interleaved only)")
-    parser.add_argument("--latency", type=float, default=0.0, help="link latency, seconds (default 0)")
+    parser.add_argument("--stages", type=COUNT, required=True, help="P: pipeline devices")
+    parser.add_argument("--microbatches", type=COUNT, required=True, help="M: micro-batches per step")
+    parser.add_argument("--virtual", type=COUNT, help="V: stages per device (interleaved only)")
+    parser.add_argument("--latency", type=SECONDS, default=0.0, help="link latency, seconds (default 0)")
+    parser.add_argument("--bandwidth", type=BANDWIDTH, help="link bandwidth, bytes/s (default unlimited)")
     parser.add_argument(
-        "--bandwidth", type=float, default=math.inf, help="link bandwidth, bytes/s (default: infinite)"
-    )
-    parser.add_argument(
-        "--boundary-bytes", type=int, default=0,
+        "--boundary-bytes", type=WHOLE, default=0,
         help="bytes one micro-batch sends across a stage boundary (gradients back: the same)",
     )  # fmt: skip
     for kind, what in (("f", "forward"), ("i", "input-grad backward"), ("w", "weight-grad backward")):
         parser.add_argument(
-            f"--time-{kind}", type=float, default=1.0,
+            f"--time-{kind}", type=SECONDS, default=1.0,
             help=f"{what} time of one device's share of the model, seconds (default 1)",
         )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
-    parser.add_argument("--gantt", metavar="FILE.png", help="also save the Gantt chart to this PNG file")
+    parser.add_argument("--gantt", metavar="FILE.png", type=figure_path, help="also save the Gantt chart")
     parser.add_argument("--transfers", action="store_true", help="draw transfers on the Gantt chart")
 
 
@@ -55,10 +52,9 @@ def _simulate(args: argparse.Namespace) -> tuple[Timeline, dict[str, object], Sc
     info = SCHEDULES[resolve_name(args.schedule)]
     virtual = args.virtual if args.virtual is not None else (2 if info.uses_virtual else 1)
     schedule = build_schedule(info.name, args.stages, args.microbatches, virtual)
-    require(args.boundary_bytes >= 0, f"--boundary-bytes must be >= 0, got {args.boundary_bytes}")
     # the same model cut into p*v stages: each stage holds 1/v of a device's share (f, i, w)
     costs = StageCosts(args.time_f / virtual, args.time_i / virtual, args.time_w / virtual)
-    link = Link(latency_s=args.latency, bandwidth_Bps=args.bandwidth)
+    link = Link(latency_s=args.latency, bandwidth_Bps=args.bandwidth or math.inf)  # None: unlimited
     tl = simulate(schedule, costs, boundary_bytes=args.boundary_bytes, links=link)
     default_costs = (args.time_f, args.time_i, args.time_w) == (1.0, 1.0, 1.0)
     p, m = schedule.n_devices, schedule.n_microbatches
@@ -88,21 +84,15 @@ def _closed_form(form: ClosedForm, case: Case) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     tl, setup, info, case = _simulate(args)
-    if args.gantt:
-        from course_lib.plots import save_timeline_png
-
-        save_timeline_png(tl, args.gantt, show_transfers=args.transfers)
     if args.json:
-        out = tl.summary() | setup
-        if math.isinf(args.bandwidth):
-            out["link"]["bandwidth_Bps"] = None  # JSON has no infinity; null = unlimited
-        print(json.dumps(out, indent=2))
-        return 0
-    _print_setup(tl, setup, args)
-    peak = max(tl.peak_inflight(d) for d in range(tl.n_devices))
-    print(f"bubble: {tl.bubble_fraction:.2%} of device-time idle (simulated); {info.bubble.explain(case)}")
-    print(f"peak in flight: {peak} micro-batches on the busiest device; {info.peak.explain(case, 'd')}")
-    _print_devices(tl, args)
+        print_json(tl.summary() | setup, indent=2)  # an unlimited bandwidth is null
+    else:
+        _print_setup(tl, setup, args)
+        peak = max(tl.peak_inflight(d) for d in range(tl.n_devices))
+        print(f"bubble: {tl.bubble_fraction:.2%} of device-time idle (simulated);", info.bubble.explain(case))
+        print(f"peak in flight: {peak} micro-batches on the busiest device; {info.peak.explain(case, 'd')}")
+        _print_devices(tl)
+    save_chart(tl, args, show_transfers=args.transfers)
     return 0
 
 
@@ -117,18 +107,16 @@ def _print_setup(tl: Timeline, setup: dict, args: argparse.Namespace) -> None:
         print(f"costs: f={args.time_f} s, i={args.time_i} s, w={args.time_w} s per device's share; B = i+w")
     if v > 1:
         print(f"       each of the {v} stages on a device costs 1/{v} of that")
-    bw = "unlimited" if math.isinf(args.bandwidth) else f"{args.bandwidth:g} B/s"
+    bw = f"{args.bandwidth:g} B/s" if args.bandwidth else "unlimited"
     print(f"links: latency {args.latency:g} s, bandwidth {bw}; {args.boundary_bytes} bytes per message")
     print(f"source: {tl.source}")
     print(f"makespan: {tl.makespan:g} s")
 
 
-def _print_devices(tl: Timeline, args: argparse.Namespace) -> None:
+def _print_devices(tl: Timeline) -> None:
     print(f"{'device':>6} {'busy':>10} {'idle':>10} {'idle %':>7} {'peak in-flight':>15} {'peak bytes':>12}")
     for d in tl.summary()["per_device"]:
         print(
             f"{d['device']:>6} {d['busy']:>10.4g} {d['idle']:>10.4g} {d['idle_fraction']:>7.1%} "
             f"{d['peak_inflight_microbatches']:>15} {d['peak_stash_bytes'] or '-':>12}"
         )
-    if args.gantt:
-        print(f"Gantt chart: {args.gantt}")

@@ -23,7 +23,6 @@ the reference trainer on the first batch).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import replace
 
@@ -119,14 +118,11 @@ def run(args: argparse.Namespace) -> int:
         }
         if diff is not None:
             out["max_grad_diff_vs_reference"] = diff
-        if args.gantt:
-            from course_lib.plots import save_timeline_png
-
-            save_timeline_png(timeline, args.gantt)
     if args.json:
-        print(json.dumps(out))
-        return 0
-    _print_summary(cfg, args, out, timeline, diff)
+        flags.print_json(out)  # a diverged loss is null
+    else:
+        _print_summary(cfg, args, out, timeline, diff)
+    flags.save_chart(timeline, args)
     return 0
 
 
@@ -148,5 +144,3 @@ def _print_summary(cfg: TrainConfig, args, out: dict, timeline, diff: float | No
         )
     if diff is not None:
         print(f"largest gradient difference against the reference trainer: {diff:.2e}")
-    if args.gantt:
-        print(f"Gantt chart saved to {args.gantt}")

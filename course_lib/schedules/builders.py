@@ -37,14 +37,33 @@ def B(stage: int, mb: int) -> Action:
     return Action(stage, Kind.B, mb)
 
 
+# The largest sizes the course accepts, refused at once rather than failing minutes later for want of time
+# or memory. check_sizes (so every builder), TrainConfig.check and the command line's flags read them.
+LIMITS = {
+    "actions": 10**6,  # 3*p*m*v (F, I, W): 600k took 12 s to build, validate and simulate on 2 busy cores
+    "layers": 1_000,  # lessons: 80; Llama 3 405B: 126; 1,000 toy blocks take 35 s a step on a busy CPU
+    "parameters": 10**9,  # 16 B each with AdamW (weights, gradients, two moments): 16 GB
+    "lr": 1e3,  # AdamW moves a weight by about lr a step: 1000 already diverges; 1e300 overflows float32
+    "seed": 2**63 - 1,  # a signed 64-bit int; torch.manual_seed also takes seed + 12345 (held-out batches)
+}
+
+
+def within_limit(name: str, value: int, what: str) -> None:
+    """Refuse `value` (what it counts: `what`) above LIMITS[name], naming the limit."""
+    limit = f"the limit of {LIMITS[name]:,} {name} (course_lib.schedules.builders.LIMITS)"
+    require(value <= LIMITS[name], f"{what} is {value:,}, over {limit}")
+
+
 def check_sizes(n_devices: int, n_microbatches: int, virtual: int = 1) -> None:
-    """Reject sizes no schedule can use, naming the value that was given (build_schedule checks them
-    for every builder; the three a lesson calls directly check them too)."""
+    """Reject sizes no schedule can use or finish, naming the value that was given (build_schedule checks
+    them for every builder; the three a lesson calls directly check them too)."""
     for label, value in (("n_devices", n_devices), ("n_microbatches", n_microbatches), ("virtual", virtual)):
         require(
             isinstance(value, int) and not isinstance(value, bool) and value >= 1,
             f"{label} must be a whole number >= 1, got {value!r}",
         )
+    actions = 3 * n_devices * n_microbatches * virtual
+    within_limit("actions", actions, f"3*p*m*v = 3*{n_devices}*{n_microbatches}*{virtual}")
 
 
 def naive(n_devices: int, n_microbatches: int) -> Schedule:

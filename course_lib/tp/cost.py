@@ -56,6 +56,7 @@ class Scenario:
 
     def __post_init__(self) -> None:
         require(self.devices >= 2, f"devices must be >= 2 to compare TP with PP, got {self.devices}")
+        require(min(self.n_layers, self.microbatches) >= 1, f"n_layers and microbatches must be >= 1: {self}")
         require(
             self.compute_per_layer_s > 0, f"compute_per_layer_s must be > 0, got {self.compute_per_layer_s}"
         )
