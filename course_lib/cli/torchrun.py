@@ -11,7 +11,6 @@ and abbreviations such as ``--virtual`` as its own (``--virtual-stages`` is the 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -74,18 +73,15 @@ def _main(argv: list[str] | None) -> int:
     result = run_this_rank(spec_from_flags(args, world), rank, world)
     if result is None:  # ranks other than 0
         return 0
-    if args.gantt:
-        from course_lib.plots import save_timeline_png
-
-        save_timeline_png(result.timeline, args.gantt)
     if args.json:
-        print(json.dumps(result.to_json()))
-        return 0
-    print(
-        f"{result.schedule}: {result.ranks} ranks, {len(result.losses)} steps, "
-        f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}; "
-        f"median step {result.step_time_s * 1000:.1f} ms, bubble {result.bubble_fraction:.1%} (measured)"
-    )
+        flags.print_json(result.to_json())
+    else:
+        print(
+            f"{result.schedule}: {result.ranks} ranks, {len(result.losses)} steps, "
+            f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}; "
+            f"median step {result.step_time_s * 1000:.1f} ms, bubble {result.bubble_fraction:.1%} (measured)"
+        )
+    flags.save_chart(result.timeline, args)  # after the result: a failed save cannot lose it
     return 0
 
 
