@@ -120,8 +120,8 @@ def add_pipeline_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGro
     )
     group.add_argument(
         "--timeout", type=POSITIVE,
-        help="distributed engine: seconds a rank waits for a silent peer before that is an error "
-        "(default: 10 x a pessimistic step of this size, at least 60)",
+        help="distributed engine: seconds a rank waits for a peer that is alive but silent (a crashed or "
+        "stopped rank is named within seconds anyway); default: 10 x a pessimistic step, at least 60",
     )  # fmt: skip
     return group
 
