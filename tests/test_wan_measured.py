@@ -58,7 +58,7 @@ def best_idle_s(run, device: int) -> float:
 def test_a_built_schedule_makes_a_spec_that_pickles():
     sched = latency_aware_1f1b(2, 8, extra_per_link=3)
     spec = make_spec(TrainConfig(**TINY, microbatches=8), sched, links=Link(0.03))
-    assert (spec.ranks, spec.virtual, spec.n_stages) == (2, 1, 2)
+    assert (spec.ranks, spec.virtual, spec.schedule.n_stages) == (2, 1, 2)
     assert spec.build_schedule() is sched and spec.links == (Link(0.03),)
     back = pickle.loads(pickle.dumps(spec))  # spawn sends the spec to every process
     assert back.build_schedule().orders == sched.orders
