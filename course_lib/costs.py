@@ -66,11 +66,6 @@ def _expand(label: str, value: Cost, n_stages: int) -> list[float]:
     return values
 
 
-def uniform_costs(f: float = 1.0, i: float = 1.0, w: float = 1.0) -> StageCosts:
-    """The same F, I (input gradient) and W (weight gradient) time on every stage."""
-    return StageCosts(f=f, i=i, w=w)
-
-
 def costs_from(
     timelines: Sequence[Timeline], reduce: str = "median", equal_stages: bool = False
 ) -> StageCosts:

@@ -61,7 +61,6 @@ class Timeline:
     boundary_bytes: list[int] = field(default_factory=list)  # one micro-batch's message, boundary s -> s+1
     stash_bytes: list[int] | None = None  # per stage: bytes one micro-batch keeps until its backward
     stash_is_lower_bound: bool = False  # True: stash_bytes count only the boundary tensor a stage got
-    notes: dict[str, str] = field(default_factory=dict)  # free-form remarks (say, how clocks were aligned)
 
     def __post_init__(self) -> None:
         require(self.source in SOURCES, f"unknown timeline source {self.source!r}; expected one of {SOURCES}")

@@ -56,7 +56,6 @@ def merge_step(records: list[dict], step: int, schedule: Schedule) -> Timeline:
         schedule_name=schedule.name,
         n_stages=schedule.n_stages,
         n_microbatches=schedule.n_microbatches,
-        notes={"clock": records[0].get("clock", "")},
     )
 
 

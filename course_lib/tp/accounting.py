@@ -25,6 +25,7 @@ from course_lib.errors import require
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Schedule
 from course_lib.schedules.messages import FORWARD, messages
+from course_lib.timeline import format_bytes
 from course_lib.tp.comm import CommLog
 
 
@@ -85,17 +86,9 @@ class CommRow:
 
     def line(self) -> str:
         return (
-            f"{self.scheme:<4} {self.what:<16} {self.messages:>8} msgs  {_human(self.message_bytes):>10} each"
-            f"  {_human(self.bytes_per_device):>10} sent per device"
+            f"{self.scheme:<4} {self.what:<16} {self.messages:>8} msgs  {format_bytes(self.message_bytes):>10} each"
+            f"  {format_bytes(self.bytes_per_device):>10} sent per device"
         )
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def comparison_rows(work: Workload, ways: int, schedule: str = "1f1b") -> list[CommRow]:
