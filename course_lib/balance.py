@@ -117,13 +117,10 @@ def profile_layers(
             times[i].append(time.perf_counter() - t0)
     model.zero_grad(set_to_none=True)
     return LayerProfile(
-        names=layer_names(model),
-        params=[count_parameters(layer) for layer in layers],
-        time_s=[statistics.median(t) for t in times],
-        activation_bytes=saved,
-        batch_size=batch_size,
+        names=layer_names(model), params=[count_parameters(layer) for layer in layers],
+        time_s=[statistics.median(t) for t in times], activation_bytes=saved, batch_size=batch_size,
         seq_len=seq_len,
-    )
+    )  # fmt: skip
 
 
 def inflight_per_stage(schedule: Schedule) -> list[int]:

@@ -236,14 +236,7 @@ def _timeline(
             f"stash_bytes has {len(stash)} entries but the schedule has {n_st} stages; give one per stage",
         )
     return Timeline(
-        source=source,
-        n_devices=schedule.n_devices,
-        spans=spans,
-        transfers=transfers,
-        schedule_name=schedule.name,
-        n_stages=n_st,
-        n_microbatches=schedule.n_microbatches,
-        boundary_bytes=[int(x) for x in nbytes],
-        stash_bytes=stash,
-        stash_is_lower_bound=stash_bytes is None,
-    )
+        source=source, n_devices=schedule.n_devices, spans=spans, transfers=transfers,
+        schedule_name=schedule.name, n_stages=n_st, n_microbatches=schedule.n_microbatches,
+        boundary_bytes=[int(x) for x in nbytes], stash_bytes=stash, stash_is_lower_bound=stash_bytes is None,
+    )  # fmt: skip

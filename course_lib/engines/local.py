@@ -94,6 +94,11 @@ class PipelineResult(TrainResult):
         }
 
 
+def _most(per_step: Sequence[list[int]]) -> list[int]:
+    """The largest value at each position (stage or device) over the steps."""
+    return [max(column) for column in zip(*per_step, strict=True)]
+
+
 class LocalPipelineTrainer:
     """Trains the toy model with a pipeline schedule in one process (see the module docstring)."""
 
@@ -191,16 +196,13 @@ class LocalPipelineTrainer:
         n = self.schedule.n_stages
         keys = {key for st in steps for key in st.durations}
         pooled = {key: [t for st in steps for t in st.durations.get(key, [])] for key in keys}
-        stash = [[b for st in steps for b in st.stash_bytes.get(s, [])] for s in range(n)]
+        stashed = [[b for st in steps for b in st.stash_bytes.get(s, [])] for s in range(n)]
         costs = costs_from_durations(pooled, n, "median")
         timeline = simulate(
-            self.schedule,
-            costs,
-            boundary_bytes=[steps[-1].boundary_bytes.get(s, 0) for s in range(n - 1)],
-            links=self.plan.links,
-            stash_bytes=[int(statistics.median(held)) if held else 0 for held in stash],
+            self.schedule, costs, boundary_bytes=[steps[-1].boundary_bytes.get(s, 0) for s in range(n - 1)],
+            links=self.plan.links, stash_bytes=[int(statistics.median(b)) if b else 0 for b in stashed],
             source=MEASURED_COMPUTE,
-        )
+        )  # fmt: skip
         return timeline, costs
 
     # ---- training ------------------------------------------------------------------------------
@@ -241,24 +243,14 @@ class LocalPipelineTrainer:
         # the first step pays for warm-up (allocations, lazy init); leave it out when there are more
         timeline, costs = self.timeline_from(all_stats[1:] or all_stats)
         return PipelineResult(
-            losses=losses,
-            val_loss_start=val_start,
-            val_loss_end=self.evaluate(),
-            step_times_s=times,
-            n_layers=self.cfg.n_layers,
-            n_params=count_parameters(self.model),
-            timeline=timeline,
-            costs=costs,
-            peak_saved_bytes=[
-                max(st.peak_saved_bytes[s] for st in all_stats) for s in range(len(self.runtimes))
-            ],
-            peak_device_bytes=[
-                max(st.peak_device_bytes[d] for st in all_stats) for d in range(len(self.plan.devices))
-            ],
-            peak_inflight=[max(st.peak_inflight[s] for st in all_stats) for s in range(len(self.runtimes))],
+            losses=losses, val_loss_start=val_start, val_loss_end=self.evaluate(), step_times_s=times,
+            n_layers=self.cfg.n_layers, n_params=count_parameters(self.model), timeline=timeline, costs=costs,
+            peak_saved_bytes=_most([st.peak_saved_bytes for st in all_stats]),
+            peak_device_bytes=_most([st.peak_device_bytes for st in all_stats]),
+            peak_inflight=_most([st.peak_inflight for st in all_stats]),
             schedule=self.schedule.name,
             config=asdict(self.cfg) | {"stages": self.schedule.n_devices, "checkpoint": self.plan.checkpoint},
-        )
+        )  # fmt: skip
 
     # ---- checking ------------------------------------------------------------------------------
     def max_grad_diff_vs_reference(

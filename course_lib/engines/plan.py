@@ -125,10 +125,5 @@ def make_plan(
     if links is not None:
         links = per_boundary(links, sched.n_stages - 1, "links")
         require(all(isinstance(x, Link) for x in links), f"links must be Link objects, got {links!r}")
-    return PipelinePlan(
-        schedule=sched,
-        partition=part,
-        devices=stage_devices(sched.n_devices, cfg.device),
-        checkpoint=checkpoint,
-        links=links,
-    )
+    devices = stage_devices(sched.n_devices, cfg.device)
+    return PipelinePlan(schedule=sched, partition=part, devices=devices, checkpoint=checkpoint, links=links)

@@ -86,7 +86,8 @@ class CommRow:
 
     def line(self) -> str:
         return (
-            f"{self.scheme:<4} {self.what:<16} {self.messages:>8} msgs  {format_bytes(self.message_bytes):>10} each"
+            f"{self.scheme:<4} {self.what:<16} {self.messages:>8} msgs"
+            f"  {format_bytes(self.message_bytes):>10} each"
             f"  {format_bytes(self.bytes_per_device):>10} sent per device"
         )
 
