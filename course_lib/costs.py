@@ -86,11 +86,9 @@ def costs_from(
 
 
 def costs_from_durations(
-    durations: Mapping[tuple[int, Kind], Sequence[float]],
-    n_stages: int,
-    reduce: str = "median",
+    durations: Mapping[tuple[int, Kind], Sequence[float]], n_stages: int, reduce: str = "median",
     equal_stages: bool = False,
-) -> StageCosts:
+) -> StageCosts:  # fmt: skip
     """``costs_from`` on raw measurements: seconds per (stage, kind), as an engine records them.
     A stage whose backward ran as one piece B gets ``i`` = its B and ``w`` = 0, so that a replay
     charges exactly what was measured; a split one gets its I and its W."""

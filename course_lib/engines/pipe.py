@@ -62,13 +62,9 @@ class Pipe(nn.Module):
     """GPipe over an ``nn.Sequential``: ``Pipe(seq, chunks=8, checkpoint="never")`` (see the module doc)."""
 
     def __init__(
-        self,
-        module: nn.Sequential,
-        chunks: int = 1,
-        checkpoint: str = "except_last",
-        balance: Sequence[int] | None = None,
-        devices: Sequence[torch.device | str] | None = None,
-    ):
+        self, module: nn.Sequential, chunks: int = 1, checkpoint: str = "except_last",
+        balance: Sequence[int] | None = None, devices: Sequence[torch.device | str] | None = None,
+    ):  # fmt: skip
         super().__init__()
         require(
             isinstance(module, nn.Sequential), f"Pipe needs an nn.Sequential, got {type(module).__name__}"

@@ -71,14 +71,9 @@ class TorchPipelineResult:
 
 
 def make_spec(
-    cfg: TrainConfig,
-    schedule: str = "gpipe",
-    stages: int = 2,
-    *,
-    virtual: int = 1,
-    from_csv: bool = False,
+    cfg: TrainConfig, schedule: str = "gpipe", stages: int = 2, *, virtual: int = 1, from_csv: bool = False,
     threads: int = 1,
-) -> TorchRunSpec:
+) -> TorchRunSpec:  # fmt: skip
     """Check everything before any process starts (bad input: a CourseError naming the value)."""
     cfg.check()
     name = resolve_name(schedule)
