@@ -49,8 +49,7 @@ class TorchRunSpec:
     """One run: `schedule` (our name) on `ranks` processes with `virtual` stages each.
 
     ``from_csv``: build the order with our builder, write it as PyTorch CSV and let torch's generic
-    runtime (``_PipelineScheduleRuntime._load_csv``) execute it; otherwise torch's own class builds it.
-    """
+    runtime (``_PipelineScheduleRuntime._load_csv``) execute it; otherwise torch's own class builds it."""
 
     cfg: TrainConfig
     schedule: str = "gpipe"

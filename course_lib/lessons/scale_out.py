@@ -67,8 +67,7 @@ def train_distributed_for(
     `config` is the dashboard's DashboardConfig (schedule, p, m, v, link). Each micro-batch holds one
     sequence, the link is injected for real when it has latency or finite bandwidth, and the last
     step's measured Timeline comes back for the dashboard to draw. More than `max_ranks` processes
-    would only fight over this machine's cores: refused in words before anything starts.
-    """
+    would only fight over this machine's cores: refused in words before anything starts."""
     from course_lib.engines.distributed import run_distributed
     from course_lib.reference import TrainConfig
 

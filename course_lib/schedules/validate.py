@@ -246,11 +246,8 @@ def validate(schedule: Schedule) -> None:
 
 
 def execution_order(schedule: Schedule) -> list[Action]:
-    """One valid global order of all actions, for an engine that runs them one at a time.
-
-    Devices take turns (device 0, 1, ..., p-1, then again); on its turn a device runs its next action
-    if what that action needs has already run. The schedule is validated first.
-    """
+    """One valid global order of all actions (the devices' turns of ``_run``), for an engine that runs
+    them one at a time. The schedule is validated first."""
     validate(schedule)
     ran, _ = _run(schedule, _keyed(schedule))
     return [schedule.orders[d][i] for d, i in ran]

@@ -96,8 +96,7 @@ def comparison_rows(work: Workload, ways: int, schedule: str = "1f1b") -> list[C
     """TP over `ways` ranks against PP over `ways` stages: one training step and one generated token.
 
     PP messages are read off the schedule IR; bytes per device for PP counts a middle stage (it sends
-    forward and backward once per micro-batch each).
-    """
+    forward and backward once per micro-batch each)."""
     require(ways >= 2, f"compare at least 2 devices, got {ways}")
     n, m, nd = work.message_bytes, work.microbatches, work.decode_message_bytes
     step = pp_log_from_schedule(build_schedule(schedule, ways, m), n)

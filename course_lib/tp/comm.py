@@ -131,8 +131,7 @@ class DistComm:
     """All-reduce over the default process group, logged, with an optional injected delay per call.
 
     `delay_s` is added before every all-reduce, the stand-in for the latency term 2(t-1)*alpha of a ring
-    all-reduce over a slower link than the one this machine really has.
-    """
+    all-reduce over a slower link than the one this machine really has."""
 
     world_size: int
     log: CommLog = field(default_factory=CommLog)

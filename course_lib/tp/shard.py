@@ -91,8 +91,7 @@ def shard_block(block: Block, t: int, rank: int) -> BlockShard:
 def assemble_block_grads(shard_grads: list[dict[str, torch.Tensor]], prefix: str) -> dict[str, torch.Tensor]:
     """Glue t shards' gradients (``{"qkv_weight": ..., ...}`` per rank) back into full-model tensors.
 
-    `prefix` is the block's name in the full model, e.g. ``"layers.1"``.
-    """
+    `prefix` is the block's name in the full model, e.g. ``"layers.1"``."""
     width = shard_grads[0]["proj_weight"].shape[1]  # d / t: each rank's slice of q, of k, of v
 
     def qkv(name: str) -> torch.Tensor:  # each rank holds (q_r, k_r, v_r); full is (q_0..q_t, k.., v..)
@@ -121,8 +120,7 @@ def assemble_gradients(rank_grads: list[dict[str, torch.Tensor]]) -> dict[str, t
     """Per-rank gradients of a TP model -> gradients named like the full model's parameters.
 
     Rank dicts use the TP models' naming: ``layers.<i>.shard.<name>`` for a rank's slice, anything
-    else for a replicated parameter (taken from rank 0: all ranks hold the same value).
-    """
+    else for a replicated parameter (taken from rank 0: all ranks hold the same value)."""
     full: dict[str, torch.Tensor] = {}
     blocks: dict[str, list[dict[str, torch.Tensor]]] = {}
     for name, grad in rank_grads[0].items():
