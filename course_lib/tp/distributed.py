@@ -57,13 +57,10 @@ class RankModel(nn.Module):
     def __init__(self, cfg: ModelConfig, t: int, rank: int, seed: int, comm: DistComm):
         super().__init__()
         first, *blocks, last = build_model(cfg, seed).layers
-        self.layers = nn.ModuleList([first, *(RankBlock(b, t, rank, comm) for b in blocks), last])
+        self.layers = nn.Sequential(first, *(RankBlock(b, t, rank, comm) for b in blocks), last)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        x = idx
-        for layer in self.layers:
-            x = layer(x)
-        return x
+        return self.layers(idx)
 
 
 @dataclass
