@@ -21,7 +21,8 @@ import reprlib
 from collections.abc import Callable, Sequence
 
 from course_lib.balance import OutOfMemory, check_memory, inflight_per_stage
-from course_lib.exercises import capped, verdict
+from course_lib.errors import capped
+from course_lib.exercises import verdict
 from course_lib.partition import Partition
 from course_lib.schedules.ir import Schedule
 from course_lib.schedules.validate import check

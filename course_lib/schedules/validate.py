@@ -25,8 +25,7 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 
-from course_lib.errors import CourseError
-from course_lib.exercises import capped
+from course_lib.errors import CourseError, capped
 from course_lib.schedules.ir import Action, Kind, Schedule, dependencies
 
 
