@@ -84,14 +84,11 @@ class PipelineResult(TrainResult):
 
     def to_json(self) -> dict:
         return super().to_json() | {
-            "schedule": self.schedule,
-            "bubble_fraction": self.timeline.bubble_fraction,
-            "timeline_source": self.timeline.source,
-            "simulated_step_time_s": self.timeline.makespan,
-            "peak_saved_bytes": self.peak_saved_bytes,
-            "peak_device_bytes": self.peak_device_bytes,
+            "schedule": self.schedule, "bubble_fraction": self.timeline.bubble_fraction,
+            "timeline_source": self.timeline.source, "simulated_step_time_s": self.timeline.makespan,
+            "peak_saved_bytes": self.peak_saved_bytes, "peak_device_bytes": self.peak_device_bytes,
             "peak_inflight": self.peak_inflight,
-        }
+        }  # fmt: skip
 
 
 def _most(per_step: Sequence[list[int]]) -> list[int]:
@@ -181,15 +178,6 @@ class LocalPipelineTrainer:
                 stats.boundary_bytes[action.stage] = out.nbytes
         return out
 
-    def step(
-        self, x: torch.Tensor, y: torch.Tensor, stop: Callable[[], bool] | None = None
-    ) -> tuple[float, StepStats]:
-        """One training step: the whole schedule, then one optimizer step after the flush."""
-        self.optimizer.zero_grad(set_to_none=True)
-        loss, stats = self.compute_gradients(x, y, stop)
-        self.optimizer.step()
-        return loss, stats
-
     # ---- timeline ------------------------------------------------------------------------------
     def timeline_from(self, steps: Sequence[StepStats]) -> tuple[Timeline, StageCosts]:
         """Simulate the schedule with the measured medians (per stage and kind) and the plan's links."""
@@ -231,7 +219,9 @@ class LocalPipelineTrainer:
         asked = None if stop is None else (lambda: stop(len(losses)))
         for x, y in bar:
             t0 = time.perf_counter()
-            loss, stats = self.step(x, y, asked)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss, stats = self.compute_gradients(x, y, asked)
+            self.optimizer.step()  # once per batch, after the flush
             synchronize(self.plan.devices)
             times.append(time.perf_counter() - t0)
             losses.append(loss)

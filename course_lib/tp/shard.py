@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_lib.errors import require
-from course_lib.model import Block, ModelConfig
+from course_lib.model import Block, ModelConfig, causal_attention
 
 
 def check_divisible(cfg: ModelConfig, t: int) -> None:
@@ -71,12 +71,8 @@ class BlockShard(nn.Module):
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
         """This rank's heads -> a partial (b, s, d) output; the sum over ranks is the full projection."""
-        b, s, _ = x.shape
-        q, k, v = F.linear(x, self.qkv_weight, self.qkv_bias).chunk(3, dim=2)
-        head_dim = q.shape[2] // self.heads
-        q, k, v = (z.view(b, s, self.heads, head_dim).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return F.linear(y.transpose(1, 2).reshape(b, s, -1), self.proj_weight)  # bias after the sum
+        heads_out = causal_attention(F.linear(x, self.qkv_weight, self.qkv_bias), self.heads)
+        return F.linear(heads_out, self.proj_weight)  # bias after the sum
 
     def mlp(self, x: torch.Tensor) -> torch.Tensor:
         """This rank's hidden units -> a partial (b, s, d) output."""
