@@ -62,12 +62,9 @@ def torchrun_commands(
 def train_distributed_for(
     config, n_layers: int = 80, steps: int = 3, seq_len: int = 32, max_ranks: int = 4
 ) -> Timeline:
-    """The lesson dashboard's "train for real": run what the controls say on real processes.
-
-    `config` is the dashboard's DashboardConfig (schedule, p, m, v, link). Each micro-batch holds one
-    sequence, the link is injected for real when it has latency or finite bandwidth, and the last
-    step's measured Timeline comes back for the dashboard to draw. More than `max_ranks` processes
-    would only fight over this machine's cores: refused in words before anything starts."""
+    """The lesson dashboard's "train for real": run what its DashboardConfig says on real processes,
+    one sequence per micro-batch, the link injected for real unless it is free; returns the last
+    step's measured Timeline. More than `max_ranks` processes would only fight over the cores: refused."""
     from course_lib.engines.distributed import run_distributed
     from course_lib.reference import TrainConfig
 
