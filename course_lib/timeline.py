@@ -147,22 +147,15 @@ class Timeline:
     def summary(self) -> dict[str, object]:
         """Plain-data summary, the shape the CLI's --json prints."""
         return {
-            "source": self.source,
-            "schedule": self.schedule_name,
-            "makespan": self.makespan,
+            "source": self.source, "schedule": self.schedule_name, "makespan": self.makespan,
             "bubble_fraction": self.bubble_fraction,
             "per_device": [
-                {
-                    "device": d,
-                    "busy": self.busy(d),
-                    "idle": self.idle(d),
-                    "idle_fraction": self.idle_fraction(d),
-                    "peak_inflight_microbatches": self.peak_inflight(d),
-                    "peak_stash_bytes": self.peak_stash_bytes(d),
-                }
+                {"device": d, "busy": self.busy(d), "idle": self.idle(d),
+                 "idle_fraction": self.idle_fraction(d), "peak_inflight_microbatches": self.peak_inflight(d),
+                 "peak_stash_bytes": self.peak_stash_bytes(d)}
                 for d in range(self.n_devices)
             ],
-        }
+        }  # fmt: skip
 
 
 def format_bytes(n: float) -> str:
