@@ -239,8 +239,7 @@ def check(schedule: Schedule) -> list[str]:
 
 def validate(schedule: Schedule) -> None:
     """Raise ScheduleError listing every problem, or return quietly if the schedule is valid."""
-    problems = check(schedule)
-    if problems:
+    if problems := check(schedule):
         raise ScheduleError(getattr(schedule, "name", "?"), problems)
 
 

@@ -36,8 +36,7 @@ class Workload:
     tokens: int = 4096  # b*s: tokens in one micro-batch (training) or context (decode, no KV cache)
     microbatches: int = 1
     bytes_per_value: int = 2  # bf16; the toy model runs fp32 (4)
-    decode_tokens: int = 1  # positions one generated token's messages carry: 1 with a KV cache (the toy
-    # model has none, so its forward pass carries the whole prompt)
+    decode_tokens: int = 1  # positions one generated token's messages carry: 1 with a KV cache (toy: none)
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "hidden", "tokens", "microbatches", "bytes_per_value"):

@@ -100,16 +100,13 @@ class _ReduceFromShards(torch.autograd.Function):
         return (None, *(grad for _ in range(ctx.t)))
 
 
+# With one shard there is nothing to talk to: Megatron skips the collective, so do we (and count none).
 def copy_to_shards(x: torch.Tensor, t: int, log: CommLog) -> tuple[torch.Tensor, ...]:
-    if t == 1:  # nothing to talk to: Megatron skips the collective, so do we (and count none)
-        return (x,)
-    return _CopyToShards.apply(x, t, log)
+    return (x,) if t == 1 else _CopyToShards.apply(x, t, log)
 
 
 def reduce_from_shards(parts: list[torch.Tensor], log: CommLog) -> torch.Tensor:
-    if len(parts) == 1:
-        return parts[0]
-    return _ReduceFromShards.apply(log, *parts)
+    return parts[0] if len(parts) == 1 else _ReduceFromShards.apply(log, *parts)
 
 
 # --- distributed: one process per rank -------------------------------------------------------------
