@@ -117,13 +117,10 @@ def profile_layers(
             times[i].append(time.perf_counter() - t0)
     model.zero_grad(set_to_none=True)
     return LayerProfile(
-        names=layer_names(model),
-        params=[count_parameters(layer) for layer in layers],
-        time_s=[statistics.median(t) for t in times],
-        activation_bytes=saved,
-        batch_size=batch_size,
+        names=layer_names(model), params=[count_parameters(layer) for layer in layers],
+        time_s=[statistics.median(t) for t in times], activation_bytes=saved, batch_size=batch_size,
         seq_len=seq_len,
-    )
+    )  # fmt: skip
 
 
 def inflight_per_stage(schedule: Schedule) -> list[int]:
@@ -181,12 +178,9 @@ class OutOfMemory(CourseError):
 
 
 def check_memory(
-    partition: Partition,
-    profile: LayerProfile,
-    schedule: str | Schedule = "1f1b",
-    microbatches: int = 8,
+    partition: Partition, profile: LayerProfile, schedule: str | Schedule = "1f1b", microbatches: int = 8,
     budget_bytes: int | Sequence[int] = 0,
-) -> list[StageMemory]:
+) -> list[StageMemory]:  # fmt: skip
     """Raise OutOfMemory, naming the first stage over budget, if any stage needs more than its device
     has (one budget for all, or one per stage). Returns the per-stage figures when everything fits."""
     stages = stage_memory(partition, profile, schedule, microbatches)
@@ -209,13 +203,9 @@ def check_memory(
 
 
 def balanced(
-    profile: LayerProfile,
-    n_stages: int,
-    by: str = "time",
-    schedule: str | Schedule = "1f1b",
-    microbatches: int = 8,
-    budget_bytes: int | None = None,
-) -> Partition:
+    profile: LayerProfile, n_stages: int, by: str = "time", schedule: str | Schedule = "1f1b",
+    microbatches: int = 8, budget_bytes: int | None = None,
+) -> Partition:  # fmt: skip
     """Cut the model into `n_stages` stages. `by`: 'uniform' (equal layer counts), 'params', 'time'
     or 'memory' (each minimises the largest stage's total of that cost; 'memory' counts each stage's
     weights, gradients, optimizer state and its peak in-flight activations under `schedule`).

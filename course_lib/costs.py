@@ -66,11 +66,6 @@ def _expand(label: str, value: Cost, n_stages: int) -> list[float]:
     return values
 
 
-def uniform_costs(f: float = 1.0, i: float = 1.0, w: float = 1.0) -> StageCosts:
-    """The same F, I (input gradient) and W (weight gradient) time on every stage."""
-    return StageCosts(f=f, i=i, w=w)
-
-
 def costs_from(
     timelines: Sequence[Timeline], reduce: str = "median", equal_stages: bool = False
 ) -> StageCosts:
@@ -91,11 +86,9 @@ def costs_from(
 
 
 def costs_from_durations(
-    durations: Mapping[tuple[int, Kind], Sequence[float]],
-    n_stages: int,
-    reduce: str = "median",
+    durations: Mapping[tuple[int, Kind], Sequence[float]], n_stages: int, reduce: str = "median",
     equal_stages: bool = False,
-) -> StageCosts:
+) -> StageCosts:  # fmt: skip
     """``costs_from`` on raw measurements: seconds per (stage, kind), as an engine records them.
     A stage whose backward ran as one piece B gets ``i`` = its B and ``w`` = 0, so that a replay
     charges exactly what was measured; a split one gets its I and its W."""

@@ -67,9 +67,8 @@ def resolve_device(name: str = "auto") -> torch.device:
 
 
 def stage_devices(n_stages: int, device: str = "auto") -> list[torch.device]:
-    """One torch.device per pipeline stage (see the rule in the module docstring). 'auto' or 'cuda'
-    spread the stages over the GPUs when there is one per stage; any other choice, or too few GPUs,
-    puts every stage on the one device ``resolve_device(device)`` names."""
+    """One torch.device per pipeline stage, by the rule in the module docstring ('cuda' spreads the
+    stages as 'auto' does; any other choice puts every stage on the device it names)."""
     require(
         isinstance(n_stages, int) and n_stages >= 1, f"n_stages must be a whole number >= 1, got {n_stages!r}"
     )

@@ -14,14 +14,6 @@ from __future__ import annotations
 import math
 import reprlib
 
-MAX_CHARS, MAX_LINES = 2000, 20  # a screenful: a message about a huge answer must not flood the notebook
-
-
-def capped(message: str) -> str:
-    """`message` cut to MAX_LINES lines and MAX_CHARS characters, saying how much was cut."""
-    kept = "\n".join(message.splitlines()[:MAX_LINES])[:MAX_CHARS]
-    return message if kept == message else f"{kept}\n... [{len(message) - len(kept):,} characters cut]"
-
 
 def verdict(answer: object, expected: float, rel_tol: float = 0.02, abs_tol: float = 1e-9) -> str:
     """'ok', 'missing', 'not a number', 'too high by 3.2x', 'too low by 10%', ..."""

@@ -21,7 +21,8 @@ import reprlib
 from collections.abc import Callable, Sequence
 
 from course_lib.balance import OutOfMemory, check_memory, inflight_per_stage
-from course_lib.exercises import capped, verdict
+from course_lib.errors import capped
+from course_lib.exercises import verdict
 from course_lib.partition import Partition
 from course_lib.schedules.ir import Schedule
 from course_lib.schedules.validate import check
@@ -137,8 +138,7 @@ def schedule_valid(schedule: object, p: int | None = None, m: int | None = None,
         fail(f"{label}: expected {p} devices (one order per device), got {schedule.n_devices} orders")
     if m is not None and schedule.n_microbatches != m:
         fail(f"{label}: expected n_microbatches={m}, got {schedule.n_microbatches}")
-    problems = check(schedule)
-    if problems:  # fail caps the list: a student fixes the first few and runs again
+    if problems := check(schedule):  # fail caps the list: a student fixes the first few and runs again
         fail(
             f"{label} (p={schedule.n_devices}, m={schedule.n_microbatches}) cannot run; "
             f"{len(problems)} problem(s):\n  - " + "\n  - ".join(problems)

@@ -67,12 +67,16 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)  # residual output projection
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(x).split(d, dim=2)
-        # (b, t, d) -> (b, heads, t, head_dim)
-        q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return self.proj(causal_attention(self.qkv(x), self.n_heads))
+
+
+def causal_attention(qkv: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """q, k, v packed as (b, t, 3w) -> (b, t, w): causal attention over `n_heads` heads of w / n_heads."""
+    b, t, _ = qkv.shape
+    # (b, t, w) -> (b, heads, t, head_dim), for each of q, k, v
+    q, k, v = (z.view(b, t, n_heads, -1).transpose(1, 2) for z in qkv.chunk(3, dim=2))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return y.transpose(1, 2).reshape(b, t, -1)
 
 
 class MLP(nn.Module):

@@ -50,14 +50,10 @@ Sent = tuple[int, int, int, float, float, int]  # (src, position, dst, begin, ar
 
 
 def simulate(
-    schedule: Schedule,
-    costs: StageCosts | None = None,
-    boundary_bytes: int | Sequence[int] = 0,
-    links: Link | Sequence[Link] | None = None,
-    *,
-    stash_bytes: Sequence[int] | None = None,
+    schedule: Schedule, costs: StageCosts | None = None, boundary_bytes: int | Sequence[int] = 0,
+    links: Link | Sequence[Link] | None = None, *, stash_bytes: Sequence[int] | None = None,
     source: str = SIMULATED,
-) -> Timeline:
+) -> Timeline:  # fmt: skip
     """Run `schedule` under the cost model and return what happened, as a Timeline.
 
     `costs`: StageCosts (default: 1 for each of F, I and W). `boundary_bytes`: bytes one
@@ -147,12 +143,9 @@ def _routes(schedule: Schedule, nbytes: list, wires: list[Link]) -> list[Route |
 
 
 def _play(
-    keys: list[list[int]],
-    deps: list[list[list[int]]],
-    owner: list[int],
-    durations: list[float],
+    keys: list[list[int]], deps: list[list[list[int]]], owner: list[int], durations: list[float],
     routes: list[Route | None],
-) -> tuple[list[Started], list[Sent], bool]:
+) -> tuple[list[Started], list[Sent], bool]:  # fmt: skip
     """The event loop: run every device's order; returns the actions started, the messages sent, and
     whether every device got to the end of its order (False: a deadlock)."""
     n_sk, n_dev, n_keys = len(durations), len(keys), len(owner)
@@ -236,14 +229,7 @@ def _timeline(
             f"stash_bytes has {len(stash)} entries but the schedule has {n_st} stages; give one per stage",
         )
     return Timeline(
-        source=source,
-        n_devices=schedule.n_devices,
-        spans=spans,
-        transfers=transfers,
-        schedule_name=schedule.name,
-        n_stages=n_st,
-        n_microbatches=schedule.n_microbatches,
-        boundary_bytes=[int(x) for x in nbytes],
-        stash_bytes=stash,
-        stash_is_lower_bound=stash_bytes is None,
-    )
+        source=source, n_devices=schedule.n_devices, spans=spans, transfers=transfers,
+        schedule_name=schedule.name, n_stages=n_st, n_microbatches=schedule.n_microbatches,
+        boundary_bytes=[int(x) for x in nbytes], stash_bytes=stash, stash_is_lower_bound=stash_bytes is None,
+    )  # fmt: skip

@@ -61,7 +61,6 @@ class Timeline:
     boundary_bytes: list[int] = field(default_factory=list)  # one micro-batch's message, boundary s -> s+1
     stash_bytes: list[int] | None = None  # per stage: bytes one micro-batch keeps until its backward
     stash_is_lower_bound: bool = False  # True: stash_bytes count only the boundary tensor a stage got
-    notes: dict[str, str] = field(default_factory=dict)  # free-form remarks (say, how clocks were aligned)
 
     def __post_init__(self) -> None:
         require(self.source in SOURCES, f"unknown timeline source {self.source!r}; expected one of {SOURCES}")
@@ -148,22 +147,15 @@ class Timeline:
     def summary(self) -> dict[str, object]:
         """Plain-data summary, the shape the CLI's --json prints."""
         return {
-            "source": self.source,
-            "schedule": self.schedule_name,
-            "makespan": self.makespan,
+            "source": self.source, "schedule": self.schedule_name, "makespan": self.makespan,
             "bubble_fraction": self.bubble_fraction,
             "per_device": [
-                {
-                    "device": d,
-                    "busy": self.busy(d),
-                    "idle": self.idle(d),
-                    "idle_fraction": self.idle_fraction(d),
-                    "peak_inflight_microbatches": self.peak_inflight(d),
-                    "peak_stash_bytes": self.peak_stash_bytes(d),
-                }
+                {"device": d, "busy": self.busy(d), "idle": self.idle(d),
+                 "idle_fraction": self.idle_fraction(d), "peak_inflight_microbatches": self.peak_inflight(d),
+                 "peak_stash_bytes": self.peak_stash_bytes(d)}
                 for d in range(self.n_devices)
             ],
-        }
+        }  # fmt: skip
 
 
 def format_bytes(n: float) -> str:

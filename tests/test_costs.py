@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from course_lib.costs import StageCosts, costs_from, costs_from_durations, uniform_costs
+from course_lib.costs import StageCosts, costs_from, costs_from_durations
 from course_lib.errors import CourseError
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Kind
@@ -13,7 +13,7 @@ from course_lib.timeline import MEASURED, Timeline
 
 
 def test_fields_follow_the_action_letters():
-    assert StageCosts(1.0, 2.0, 3.0) == StageCosts(f=1.0, i=2.0, w=3.0) == uniform_costs(1.0, 2.0, 3.0)
+    assert StageCosts(1.0, 2.0, 3.0) == StageCosts(f=1.0, i=2.0, w=3.0)
     assert StageCosts.fused(f=1.0, b=5.0) == StageCosts(f=1.0, i=5.0, w=0.0)
     assert StageCosts(f=[1, 2], i=4, w=0).per_stage(2) == ([1.0, 2.0], [4.0, 4.0], [0.0, 0.0])
 

@@ -1,6 +1,7 @@
 import pytest
 
-from course_lib.exercises import MAX_CHARS, MAX_LINES, capped, check, verdict
+from course_lib.errors import MAX_CHARS, MAX_LINES, capped
+from course_lib.exercises import check, verdict
 
 
 def test_verdicts_say_how_far_off():

@@ -6,7 +6,7 @@ import pytest
 
 from course_lib import grading
 from course_lib.balance import LayerProfile
-from course_lib.exercises import MAX_CHARS, MAX_LINES
+from course_lib.errors import MAX_CHARS, MAX_LINES
 from course_lib.lessons.wan_plan import WanPlan, WanProblem, best_plan, check_plan, throughput
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Schedule

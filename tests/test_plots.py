@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 matplotlib.use("Agg")
 
-from course_lib.costs import uniform_costs  # noqa: E402
+from course_lib.costs import StageCosts  # noqa: E402
 from course_lib.links import Link  # noqa: E402
 from course_lib.plots import (  # noqa: E402
     gpipe_bubble,
@@ -64,7 +64,7 @@ def test_labels_only_where_they_fit():
 
 
 def test_transfers_drawn_on_request_and_time_units():
-    tl = simulate(build_schedule("gpipe", 3, 2), uniform_costs(1e-3, 1e-3, 1e-3), links=Link(latency_s=2e-4))
+    tl = simulate(build_schedule("gpipe", 3, 2), StageCosts(1e-3, 1e-3, 1e-3), links=Link(latency_s=2e-4))
     ax = plot_timeline(tl, ax=_axes(), show_transfers=True)
     assert ax.get_xlabel() == "time (ms)"
     lines = ax.collections[-1]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from course_lib.costs import StageCosts, uniform_costs
+from course_lib.costs import StageCosts
 from course_lib.errors import CourseError
 from course_lib.links import Link
 from course_lib.schedules.builders import SCHEDULES, build_schedule
@@ -36,7 +36,7 @@ def test_closed_forms_equal_the_simulator_exactly_where_they_hold(name):
     held = 0
     for p, m, v, schedule in grid(name):
         for f, i, w in COSTS:
-            tl = simulate(schedule, uniform_costs(f, i, w))
+            tl = simulate(schedule, StageCosts(f, i, w))
             case = Case(p, m, v, f, i, w)
             formula = info.bubble.value(case)
             if info.bubble.holds(case):

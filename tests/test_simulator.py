@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from course_lib.costs import StageCosts, uniform_costs
+from course_lib.costs import StageCosts
 from course_lib.errors import CourseError
 from course_lib.links import Link
 from course_lib.schedules.builders import build_schedule
@@ -25,7 +25,7 @@ GRID = [(p, m) for p in PS for m in MS]
 def test_idle_fraction_equals_gpipe_formula(name):
     # equal costs, free links: idle share of the step = (p-1)/(m+p-1), on every device and overall
     for p, m in GRID:
-        tl = simulate(build_schedule(name, p, m), uniform_costs(1.0, 1.0, 1.0))
+        tl = simulate(build_schedule(name, p, m), StageCosts(1.0, 1.0, 1.0))
         expected = (p - 1) / (m + p - 1)
         assert tl.bubble_fraction == pytest.approx(expected, abs=1e-12), (name, p, m)
         for d in range(p):
@@ -44,9 +44,9 @@ def test_interleaved_idle_is_one_over_v_of_1f1b(v):
     # each device does the same total work: its v virtual stages cost 1/v of a full stage each
     for p in [2, 3, 4, 8, 16]:
         for m in [p, 2 * p, 4 * p]:
-            one = simulate(build_schedule("1f1b", p, m), uniform_costs(1.0, 1.0, 1.0))
+            one = simulate(build_schedule("1f1b", p, m), StageCosts(1.0, 1.0, 1.0))
             inter = simulate(
-                build_schedule("interleaved-1f1b", p, m, virtual=v), uniform_costs(1 / v, 1 / v, 1 / v)
+                build_schedule("interleaved-1f1b", p, m, virtual=v), StageCosts(1 / v, 1 / v, 1 / v)
             )
             for d in range(p):
                 assert inter.busy(d) == pytest.approx(one.busy(d))
@@ -57,7 +57,7 @@ def test_interleaved_with_fewer_microbatches_than_devices_does_not_get_the_full_
     # recorded, not a law: with m < p the warm-up cannot fill the pipe and the 1/v gain shrinks
     p, m, v = 8, 4, 2
     one = simulate(build_schedule("1f1b", p, m))
-    inter = simulate(build_schedule("interleaved-1f1b", p, m, virtual=v), uniform_costs(0.5, 0.5, 0.5))
+    inter = simulate(build_schedule("interleaved-1f1b", p, m, virtual=v), StageCosts(0.5, 0.5, 0.5))
     assert one.idle(0) == pytest.approx(21.0)
     assert inter.idle(0) == pytest.approx(16.5)  # not 10.5
 
@@ -65,8 +65,8 @@ def test_interleaved_with_fewer_microbatches_than_devices_does_not_get_the_full_
 def test_zb_h1_has_one_third_of_1f1b_idle_time():
     for p in [2, 3, 4, 5, 8, 16]:
         for m in [p, p + 1, 2 * p, 64]:
-            one = simulate(build_schedule("1f1b", p, m), uniform_costs(1.0, 1.0, 1.0))
-            zb = simulate(build_schedule("zb-h1", p, m), uniform_costs(1.0, 1.0, 1.0))
+            one = simulate(build_schedule("1f1b", p, m), StageCosts(1.0, 1.0, 1.0))
+            zb = simulate(build_schedule("zb-h1", p, m), StageCosts(1.0, 1.0, 1.0))
             for d in range(p):
                 assert one.idle(d) == pytest.approx(3 * (p - 1))  # (p-1)(T_F + T_B + T_W)
                 assert zb.idle(d) == pytest.approx(one.idle(d) / 3), (p, m, d)  # (p-1)(T_F + T_B - T_W)

@@ -49,15 +49,9 @@ def merge_step(records: list[dict], step: int, schedule: Schedule) -> Timeline:
                 Transfer(r["rank"], ev.dst, ev.producer, ev.handoff - t_min, end - t_min, ev.nbytes)
             )
     return Timeline(
-        source=MEASURED,
-        n_devices=schedule.n_devices,
-        spans=spans,
-        transfers=transfers,
-        schedule_name=schedule.name,
-        n_stages=schedule.n_stages,
-        n_microbatches=schedule.n_microbatches,
-        notes={"clock": records[0].get("clock", "")},
-    )
+        source=MEASURED, n_devices=schedule.n_devices, spans=spans, transfers=transfers,
+        schedule_name=schedule.name, n_stages=schedule.n_stages, n_microbatches=schedule.n_microbatches,
+    )  # fmt: skip
 
 
 @dataclass
@@ -97,18 +91,11 @@ class DistributedResult:
 
     def to_json(self) -> dict:
         return {
-            "engine": "distributed",
-            "schedule": self.schedule,
-            "ranks": self.ranks,
-            "losses": self.losses,
-            "n_params": self.n_params,
-            "step_time_s": self.step_time_s,
-            "step_times_s": self.step_times_s,
-            "bubble_fraction": self.bubble_fraction,
-            "timeline_source": self.timeline.source,
-            "peak_saved_bytes": [max(p) if p else 0 for p in self.peak_saved_bytes],
-            "config": self.config,
-        }
+            "engine": "distributed", "schedule": self.schedule, "ranks": self.ranks, "losses": self.losses,
+            "n_params": self.n_params, "step_time_s": self.step_time_s, "step_times_s": self.step_times_s,
+            "bubble_fraction": self.bubble_fraction, "timeline_source": self.timeline.source,
+            "peak_saved_bytes": [max(p) if p else 0 for p in self.peak_saved_bytes], "config": self.config,
+        }  # fmt: skip
 
 
 def build_result(records: list[dict], schedule: Schedule, config: dict) -> DistributedResult:
@@ -121,14 +108,9 @@ def build_result(records: list[dict], schedule: Schedule, config: dict) -> Distr
         grads = {k: v for r in records for k, v in r["grads"].items()}
         params = {k: v for r in records for k, v in r["params"].items()}
     return DistributedResult(
-        schedule=schedule.name,
-        ranks=schedule.n_devices,
-        losses=losses,
+        schedule=schedule.name, ranks=schedule.n_devices, losses=losses,
         step_times_s=[[st["end"] - st["start"] for st in r["steps"]] for r in records],
         timelines=[merge_step(records, k, schedule) for k in range(n_steps)],
         peak_saved_bytes=[[st["peak_saved_bytes"] for st in r["steps"]] for r in records],
-        grads=grads,
-        params=params,
-        config=config,
-        n_params=sum(r["n_params"] for r in records),
-    )
+        grads=grads, params=params, config=config, n_params=sum(r["n_params"] for r in records),
+    )  # fmt: skip

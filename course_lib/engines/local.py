@@ -84,14 +84,16 @@ class PipelineResult(TrainResult):
 
     def to_json(self) -> dict:
         return super().to_json() | {
-            "schedule": self.schedule,
-            "bubble_fraction": self.timeline.bubble_fraction,
-            "timeline_source": self.timeline.source,
-            "simulated_step_time_s": self.timeline.makespan,
-            "peak_saved_bytes": self.peak_saved_bytes,
-            "peak_device_bytes": self.peak_device_bytes,
+            "schedule": self.schedule, "bubble_fraction": self.timeline.bubble_fraction,
+            "timeline_source": self.timeline.source, "simulated_step_time_s": self.timeline.makespan,
+            "peak_saved_bytes": self.peak_saved_bytes, "peak_device_bytes": self.peak_device_bytes,
             "peak_inflight": self.peak_inflight,
-        }
+        }  # fmt: skip
+
+
+def _most(per_step: Sequence[list[int]]) -> list[int]:
+    """The largest value at each position (stage or device) over the steps."""
+    return [max(column) for column in zip(*per_step, strict=True)]
 
 
 class LocalPipelineTrainer:
@@ -176,31 +178,19 @@ class LocalPipelineTrainer:
                 stats.boundary_bytes[action.stage] = out.nbytes
         return out
 
-    def step(
-        self, x: torch.Tensor, y: torch.Tensor, stop: Callable[[], bool] | None = None
-    ) -> tuple[float, StepStats]:
-        """One training step: the whole schedule, then one optimizer step after the flush."""
-        self.optimizer.zero_grad(set_to_none=True)
-        loss, stats = self.compute_gradients(x, y, stop)
-        self.optimizer.step()
-        return loss, stats
-
     # ---- timeline ------------------------------------------------------------------------------
     def timeline_from(self, steps: Sequence[StepStats]) -> tuple[Timeline, StageCosts]:
         """Simulate the schedule with the measured medians (per stage and kind) and the plan's links."""
         n = self.schedule.n_stages
         keys = {key for st in steps for key in st.durations}
         pooled = {key: [t for st in steps for t in st.durations.get(key, [])] for key in keys}
-        stash = [[b for st in steps for b in st.stash_bytes.get(s, [])] for s in range(n)]
+        stashed = [[b for st in steps for b in st.stash_bytes.get(s, [])] for s in range(n)]
         costs = costs_from_durations(pooled, n, "median")
         timeline = simulate(
-            self.schedule,
-            costs,
-            boundary_bytes=[steps[-1].boundary_bytes.get(s, 0) for s in range(n - 1)],
-            links=self.plan.links,
-            stash_bytes=[int(statistics.median(held)) if held else 0 for held in stash],
+            self.schedule, costs, boundary_bytes=[steps[-1].boundary_bytes.get(s, 0) for s in range(n - 1)],
+            links=self.plan.links, stash_bytes=[int(statistics.median(b)) if b else 0 for b in stashed],
             source=MEASURED_COMPUTE,
-        )
+        )  # fmt: skip
         return timeline, costs
 
     # ---- training ------------------------------------------------------------------------------
@@ -229,7 +219,9 @@ class LocalPipelineTrainer:
         asked = None if stop is None else (lambda: stop(len(losses)))
         for x, y in bar:
             t0 = time.perf_counter()
-            loss, stats = self.step(x, y, asked)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss, stats = self.compute_gradients(x, y, asked)
+            self.optimizer.step()  # once per batch, after the flush
             synchronize(self.plan.devices)
             times.append(time.perf_counter() - t0)
             losses.append(loss)
@@ -241,24 +233,14 @@ class LocalPipelineTrainer:
         # the first step pays for warm-up (allocations, lazy init); leave it out when there are more
         timeline, costs = self.timeline_from(all_stats[1:] or all_stats)
         return PipelineResult(
-            losses=losses,
-            val_loss_start=val_start,
-            val_loss_end=self.evaluate(),
-            step_times_s=times,
-            n_layers=self.cfg.n_layers,
-            n_params=count_parameters(self.model),
-            timeline=timeline,
-            costs=costs,
-            peak_saved_bytes=[
-                max(st.peak_saved_bytes[s] for st in all_stats) for s in range(len(self.runtimes))
-            ],
-            peak_device_bytes=[
-                max(st.peak_device_bytes[d] for st in all_stats) for d in range(len(self.plan.devices))
-            ],
-            peak_inflight=[max(st.peak_inflight[s] for st in all_stats) for s in range(len(self.runtimes))],
+            losses=losses, val_loss_start=val_start, val_loss_end=self.evaluate(), step_times_s=times,
+            n_layers=self.cfg.n_layers, n_params=count_parameters(self.model), timeline=timeline, costs=costs,
+            peak_saved_bytes=_most([st.peak_saved_bytes for st in all_stats]),
+            peak_device_bytes=_most([st.peak_device_bytes for st in all_stats]),
+            peak_inflight=_most([st.peak_inflight for st in all_stats]),
             schedule=self.schedule.name,
             config=asdict(self.cfg) | {"stages": self.schedule.n_devices, "checkpoint": self.plan.checkpoint},
-        )
+        )  # fmt: skip
 
     # ---- checking ------------------------------------------------------------------------------
     def max_grad_diff_vs_reference(

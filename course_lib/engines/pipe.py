@@ -46,7 +46,7 @@ from torch.utils.checkpoint import checkpoint as recompute
 from course_lib.devices import stage_devices
 from course_lib.engines.runtime import check_checkpoint, checkpointed
 from course_lib.errors import require
-from course_lib.partition import Partition, stage_modules
+from course_lib.partition import Partition, stage_modules, uniform
 
 
 def _partitions_by_device(module: nn.Sequential) -> list[int]:
@@ -62,13 +62,9 @@ class Pipe(nn.Module):
     """GPipe over an ``nn.Sequential``: ``Pipe(seq, chunks=8, checkpoint="never")`` (see the module doc)."""
 
     def __init__(
-        self,
-        module: nn.Sequential,
-        chunks: int = 1,
-        checkpoint: str = "except_last",
-        balance: Sequence[int] | None = None,
-        devices: Sequence[torch.device | str] | None = None,
-    ):
+        self, module: nn.Sequential, chunks: int = 1, checkpoint: str = "except_last",
+        balance: Sequence[int] | None = None, devices: Sequence[torch.device | str] | None = None,
+    ):  # fmt: skip
         super().__init__()
         require(
             isinstance(module, nn.Sequential), f"Pipe needs an nn.Sequential, got {type(module).__name__}"
@@ -79,9 +75,7 @@ class Pipe(nn.Module):
         )
         check_checkpoint(checkpoint)
         if balance is None and devices is not None:  # as torchgpipe: split evenly over the devices
-            base, extra = divmod(len(module), len(devices))
-            require(base >= 1, f"{len(devices)} devices for {len(module)} layers: give at most {len(module)}")
-            balance = [base + (1 if i < extra else 0) for i in range(len(devices))]
+            balance = list(uniform(len(module), len(devices)).sizes)
         balance = _partitions_by_device(module) if balance is None else list(balance)
         require(
             all(isinstance(b, int) and b >= 1 for b in balance) and sum(balance) == len(module),

@@ -108,14 +108,10 @@ def resolve_schedule(
 
 
 def make_plan(
-    cfg: TrainConfig,
-    schedule: str | Schedule = "1f1b",
-    stages: int | None = 4,
-    virtual: int | None = 1,
-    partition: Partition | Sequence[int] | None = None,
-    checkpoint: str = "never",
+    cfg: TrainConfig, schedule: str | Schedule = "1f1b", stages: int | None = 4, virtual: int | None = 1,
+    partition: Partition | Sequence[int] | None = None, checkpoint: str = "never",
     links: Link | Sequence[Link] | None = None,
-) -> PipelinePlan:
+) -> PipelinePlan:  # fmt: skip
     """Check everything and decide the layout; raises CourseError naming the bad value.
     With a built schedule, `stages` and `virtual` may be None (the schedule's own)."""
     cfg.check()
@@ -125,10 +121,5 @@ def make_plan(
     if links is not None:
         links = per_boundary(links, sched.n_stages - 1, "links")
         require(all(isinstance(x, Link) for x in links), f"links must be Link objects, got {links!r}")
-    return PipelinePlan(
-        schedule=sched,
-        partition=part,
-        devices=stage_devices(sched.n_devices, cfg.device),
-        checkpoint=checkpoint,
-        links=links,
-    )
+    devices = stage_devices(sched.n_devices, cfg.device)
+    return PipelinePlan(schedule=sched, partition=part, devices=devices, checkpoint=checkpoint, links=links)

@@ -83,16 +83,9 @@ class StageRuntime:
     """Runs one pipeline stage's actions on one device; holds the stashed activations."""
 
     def __init__(
-        self,
-        stage: int,
-        n_stages: int,
-        module: nn.Module,
-        n_microbatches: int,
-        checkpoint: str = "never",
-        device: torch.device | str = "cpu",
-        track_memory: bool = True,
-        split_backward: bool = True,
-    ):
+        self, stage: int, n_stages: int, module: nn.Module, n_microbatches: int, checkpoint: str = "never",
+        device: torch.device | str = "cpu", track_memory: bool = True, split_backward: bool = True,
+    ):  # fmt: skip
         require(0 <= stage < n_stages, f"stage must be in 0..{n_stages - 1}, got {stage}")
         require(n_microbatches >= 1, f"micro-batches must be >= 1, got {n_microbatches}")
         check_checkpoint(checkpoint)

@@ -49,8 +49,7 @@ class TorchRunSpec:
     """One run: `schedule` (our name) on `ranks` processes with `virtual` stages each.
 
     ``from_csv``: build the order with our builder, write it as PyTorch CSV and let torch's generic
-    runtime (``_PipelineScheduleRuntime._load_csv``) execute it; otherwise torch's own class builds it.
-    """
+    runtime (``_PipelineScheduleRuntime._load_csv``) execute it; otherwise torch's own class builds it."""
 
     cfg: TrainConfig
     schedule: str = "gpipe"
@@ -71,14 +70,9 @@ class TorchPipelineResult:
 
 
 def make_spec(
-    cfg: TrainConfig,
-    schedule: str = "gpipe",
-    stages: int = 2,
-    *,
-    virtual: int = 1,
-    from_csv: bool = False,
+    cfg: TrainConfig, schedule: str = "gpipe", stages: int = 2, *, virtual: int = 1, from_csv: bool = False,
     threads: int = 1,
-) -> TorchRunSpec:
+) -> TorchRunSpec:  # fmt: skip
     """Check everything before any process starts (bad input: a CourseError naming the value)."""
     cfg.check()
     name = resolve_name(schedule)

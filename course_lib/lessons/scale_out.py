@@ -42,13 +42,12 @@ def replay(
 def torchrun_commands(
     nproc_per_node: int = 2, nnodes: int = 1, endpoint: str = "HOST0:29500",
     engine_args: str = "--schedule 1f1b --layers 80 --microbatches 8 --steps 20",
-    module: str = "course_lib.engines.distributed",
 ) -> list[str]:  # fmt: skip
     """The command to type on each node: one node needs no rendezvous; several use c10d at `endpoint`
     (the first node's address and a free port), the same command everywhere but for --node-rank."""
     for label, value in (("nproc_per_node", nproc_per_node), ("nnodes", nnodes)):
         require(isinstance(value, int) and value >= 1, f"{label} must be a whole number >= 1, got {value!r}")
-    tail = f"-m {module} {engine_args}".strip()
+    tail = f"-m course_lib.engines.distributed {engine_args}".strip()
     if nnodes == 1:
         return [f"torchrun --standalone --nproc-per-node {nproc_per_node} {tail}"]
     require(":" in endpoint, f"endpoint must be HOST:PORT of the first node, got {endpoint!r}")
@@ -62,13 +61,9 @@ def torchrun_commands(
 def train_distributed_for(
     config, n_layers: int = 80, steps: int = 3, seq_len: int = 32, max_ranks: int = 4
 ) -> Timeline:
-    """The lesson dashboard's "train for real": run what the controls say on real processes.
-
-    `config` is the dashboard's DashboardConfig (schedule, p, m, v, link). Each micro-batch holds one
-    sequence, the link is injected for real when it has latency or finite bandwidth, and the last
-    step's measured Timeline comes back for the dashboard to draw. More than `max_ranks` processes
-    would only fight over this machine's cores: refused in words before anything starts.
-    """
+    """The lesson dashboard's "train for real": run what its DashboardConfig says on real processes,
+    one sequence per micro-batch, the link injected for real unless it is free; returns the last
+    step's measured Timeline. More than `max_ranks` processes would only fight over the cores: refused."""
     from course_lib.engines.distributed import run_distributed
     from course_lib.reference import TrainConfig
 

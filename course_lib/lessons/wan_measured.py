@@ -1,9 +1,8 @@
 """Plain and latency-aware 1F1B over a slow link: measured on real processes, beside the simulation.
 
-Lesson 06 shows two behaviours in the simulator (the formulas: ``course_lib/schedules/latency_aware.py``):
-plain 1F1B's step grows by 2L [(p - 1) + floor((m - 1)(p - 1) / p)] with the link latency L, none of it
-hidden; ceil(2L / (t_f + t_b)) more micro-batches in flight per link keep each device's idle time within
-the flush bound (p - 1)(t_f + t_b) + 2 sum(L).
+Lesson 06 shows two behaviours in the simulator (formulas in ``course_lib/schedules/latency_aware.py``):
+plain 1F1B pays every bit of link latency L; ceil(2L / (t_f + t_b)) more micro-batches in flight per
+link keep each device's idle time within the flush bound.
 
 This module runs both for real: one process per stage (the distributed engine), a link with injected
 latency between them, plain 1F1B at several L and the latency-aware variant with k = 1, 2, ... extra

@@ -24,6 +24,7 @@ from course_lib.balance import inflight_per_stage
 from course_lib.errors import require
 from course_lib.links import Link
 from course_lib.network import Gbit, site_link
+from course_lib.partition import uniform
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Schedule
 from course_lib.schedules.latency_aware import latency_aware_1f1b
@@ -125,10 +126,8 @@ def simulate_plan(problem: WanProblem, plan: WanPlan) -> Timeline:
     problems = check_plan(problem, plan)
     require(not problems, "this plan cannot run: " + "; ".join(problems))
     per_mb = problem.batch // plan.m
-    costs = StageCosts.fused(
-        f=[per_mb * n * problem.f_s for n in plan.sizes],
-        b=[per_mb * n * problem.b_s for n in plan.sizes],
-    )
+    blocks = [per_mb * n for n in plan.sizes]  # sequence-blocks per stage and micro-batch
+    costs = StageCosts.fused(f=[n * problem.f_s for n in blocks], b=[n * problem.b_s for n in blocks])
     return simulate(
         _schedule(plan), costs, boundary_bytes=per_mb * problem.boundary_bytes, links=problem.links(plan.p)
     )
@@ -140,8 +139,7 @@ def throughput(problem: WanProblem, plan: WanPlan) -> float:
 
 
 def even_sizes(n_blocks: int, p: int) -> tuple[int, ...]:
-    base, extra = divmod(n_blocks, p)
-    return tuple(base + (1 if s < extra else 0) for s in range(p))
+    return uniform(n_blocks, p).sizes
 
 
 def best_plan(problem: WanProblem) -> tuple[WanPlan, float]:

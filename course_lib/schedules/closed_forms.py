@@ -11,9 +11,6 @@ rounding error. Outside that range, trust the simulator.
 - peak: micro-batches whose activations the busiest device holds at once (one per stage it holds).
   It depends only on the order, so it holds for any costs and links.
 
-Costs are one stage's: f (forward), i (input-gradient backward), w (weight-gradient backward); a full
-backward B costs i + w.
-
 Try it::
 
     from course_lib.schedules.builders import SCHEDULES
@@ -98,8 +95,7 @@ def gpipe_bubble(p: int, m: int, v: int = 1, convention: str = "gpipe") -> float
     """GPipe and 1F1B (v=1), interleaved 1F1B (v>1): equal stage costs, free links, m >= p when v > 1.
 
     convention "gpipe": idle share of the step, (p-1)/(v*m + p-1) (GPipe's (p-1)/(m+p-1) at v=1);
-    convention "megatron": bubble time over ideal compute time, (p-1)/(v*m) (Megatron's (p-1)/m).
-    """
+    convention "megatron": bubble time over ideal compute time, (p-1)/(v*m) (Megatron's (p-1)/m)."""
     require(
         convention in ("gpipe", "megatron"), f"convention must be 'gpipe' or 'megatron', got {convention!r}"
     )

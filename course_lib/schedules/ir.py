@@ -61,8 +61,7 @@ class Schedule:
 
     ``orders[d]`` is the list of actions device ``d`` runs, in that order. ``stage_to_device[s]`` says
     which device holds stage ``s``; with virtual stages (interleaving) a device holds several.
-    ``split_backward`` is True when backward is written as I + W instead of B.
-    """
+    ``split_backward`` is True when backward is written as I + W instead of B."""
 
     name: str
     n_stages: int

@@ -43,8 +43,7 @@ def extra_in_flight(latency_s: float | Link, t_f: float, t_b: float, nbytes: flo
     """More micro-batches a device must keep in flight to hide one link: ceil(2L / (t_f + t_b)).
 
     `latency_s` may be a Link, whose one-way time for `nbytes` (latency + bytes/bandwidth) is used.
-    `t_f`, `t_b`: forward and full-backward time of one micro-batch on a stage.
-    """
+    `t_f`, `t_b`: forward and full-backward time of one micro-batch on a stage."""
     one_way = latency_s.transfer_time(nbytes) if isinstance(latency_s, Link) else float(latency_s)
     require(one_way >= 0, f"link latency must be >= 0 seconds, got {one_way!r}")
     require(t_f + t_b > 0, f"t_f + t_b must be > 0 (compute per micro-batch), got {t_f} + {t_b}")

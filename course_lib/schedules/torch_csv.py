@@ -53,8 +53,7 @@ def from_csv_text(
     lives on the device whose row holds its actions (a stage no row mentions is put on device
     ``stage % p``). `n_microbatches` and `n_stages` default to what the actions mention; pass them to
     check a schedule against the sizes it should have. Non-compute cells such as ``0REDUCE_GRAD`` or
-    ``1SEND_F0`` are an error unless `ignore_non_compute` is True, which drops them.
-    """
+    ``1SEND_F0`` are an error unless `ignore_non_compute` is True, which drops them."""
     rows = list(csv.reader(io.StringIO(text)))
     if not rows:
         raise CourseError("the CSV text is empty; expected one row of actions per device, e.g. '0F0,0B0'")

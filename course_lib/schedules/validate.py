@@ -25,8 +25,7 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 
-from course_lib.errors import CourseError
-from course_lib.exercises import capped
+from course_lib.errors import CourseError, capped
 from course_lib.schedules.ir import Action, Kind, Schedule, dependencies
 
 
@@ -240,17 +239,13 @@ def check(schedule: Schedule) -> list[str]:
 
 def validate(schedule: Schedule) -> None:
     """Raise ScheduleError listing every problem, or return quietly if the schedule is valid."""
-    problems = check(schedule)
-    if problems:
+    if problems := check(schedule):
         raise ScheduleError(getattr(schedule, "name", "?"), problems)
 
 
 def execution_order(schedule: Schedule) -> list[Action]:
-    """One valid global order of all actions, for an engine that runs them one at a time.
-
-    Devices take turns (device 0, 1, ..., p-1, then again); on its turn a device runs its next action
-    if what that action needs has already run. The schedule is validated first.
-    """
+    """One valid global order of all actions (the devices' turns of ``_run``), for an engine that runs
+    them one at a time. The schedule is validated first."""
     validate(schedule)
     ran, _ = _run(schedule, _keyed(schedule))
     return [schedule.orders[d][i] for d, i in ran]

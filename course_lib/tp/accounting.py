@@ -25,6 +25,7 @@ from course_lib.errors import require
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Schedule
 from course_lib.schedules.messages import FORWARD, messages
+from course_lib.timeline import format_bytes
 from course_lib.tp.comm import CommLog
 
 
@@ -35,8 +36,7 @@ class Workload:
     tokens: int = 4096  # b*s: tokens in one micro-batch (training) or context (decode, no KV cache)
     microbatches: int = 1
     bytes_per_value: int = 2  # bf16; the toy model runs fp32 (4)
-    decode_tokens: int = 1  # positions one generated token's messages carry: 1 with a KV cache (the toy
-    # model has none, so its forward pass carries the whole prompt)
+    decode_tokens: int = 1  # positions one generated token's messages carry: 1 with a KV cache (toy: none)
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "hidden", "tokens", "microbatches", "bytes_per_value"):
@@ -85,25 +85,17 @@ class CommRow:
 
     def line(self) -> str:
         return (
-            f"{self.scheme:<4} {self.what:<16} {self.messages:>8} msgs  {_human(self.message_bytes):>10} each"
-            f"  {_human(self.bytes_per_device):>10} sent per device"
+            f"{self.scheme:<4} {self.what:<16} {self.messages:>8} msgs"
+            f"  {format_bytes(self.message_bytes):>10} each"
+            f"  {format_bytes(self.bytes_per_device):>10} sent per device"
         )
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def comparison_rows(work: Workload, ways: int, schedule: str = "1f1b") -> list[CommRow]:
     """TP over `ways` ranks against PP over `ways` stages: one training step and one generated token.
 
     PP messages are read off the schedule IR; bytes per device for PP counts a middle stage (it sends
-    forward and backward once per micro-batch each).
-    """
+    forward and backward once per micro-batch each)."""
     require(ways >= 2, f"compare at least 2 devices, got {ways}")
     n, m, nd = work.message_bytes, work.microbatches, work.decode_message_bytes
     step = pp_log_from_schedule(build_schedule(schedule, ways, m), n)

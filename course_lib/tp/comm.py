@@ -100,16 +100,13 @@ class _ReduceFromShards(torch.autograd.Function):
         return (None, *(grad for _ in range(ctx.t)))
 
 
+# With one shard there is nothing to talk to: Megatron skips the collective, so do we (and count none).
 def copy_to_shards(x: torch.Tensor, t: int, log: CommLog) -> tuple[torch.Tensor, ...]:
-    if t == 1:  # nothing to talk to: Megatron skips the collective, so do we (and count none)
-        return (x,)
-    return _CopyToShards.apply(x, t, log)
+    return (x,) if t == 1 else _CopyToShards.apply(x, t, log)
 
 
 def reduce_from_shards(parts: list[torch.Tensor], log: CommLog) -> torch.Tensor:
-    if len(parts) == 1:
-        return parts[0]
-    return _ReduceFromShards.apply(log, *parts)
+    return parts[0] if len(parts) == 1 else _ReduceFromShards.apply(log, *parts)
 
 
 # --- distributed: one process per rank -------------------------------------------------------------
@@ -131,8 +128,7 @@ class DistComm:
     """All-reduce over the default process group, logged, with an optional injected delay per call.
 
     `delay_s` is added before every all-reduce, the stand-in for the latency term 2(t-1)*alpha of a ring
-    all-reduce over a slower link than the one this machine really has.
-    """
+    all-reduce over a slower link than the one this machine really has."""
 
     world_size: int
     log: CommLog = field(default_factory=CommLog)

@@ -57,13 +57,10 @@ class RankModel(nn.Module):
     def __init__(self, cfg: ModelConfig, t: int, rank: int, seed: int, comm: DistComm):
         super().__init__()
         first, *blocks, last = build_model(cfg, seed).layers
-        self.layers = nn.ModuleList([first, *(RankBlock(b, t, rank, comm) for b in blocks), last])
+        self.layers = nn.Sequential(first, *(RankBlock(b, t, rank, comm) for b in blocks), last)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        x = idx
-        for layer in self.layers:
-            x = layer(x)
-        return x
+        return self.layers(idx)
 
 
 @dataclass
@@ -141,18 +138,10 @@ def choose_backend(t: int, backend: str = "auto") -> str:
 
 
 def run_tensor_parallel(
-    cfg: ModelConfig,
-    t: int,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    microbatches: int = 1,
-    seed: int = 0,
-    backend: str = "auto",
-    alphas_s: tuple[float, ...] = (),
-    repeats: int = 5,
-    prompt_len: int = 8,
+    cfg: ModelConfig, t: int, x: torch.Tensor, y: torch.Tensor, microbatches: int = 1, seed: int = 0,
+    backend: str = "auto", alphas_s: tuple[float, ...] = (), repeats: int = 5, prompt_len: int = 8,
     timeout_s: float = 60.0,
-) -> TPRunResult:
+) -> TPRunResult:  # fmt: skip
     """Spawn t ranks, run one training step (plus timed steps for each alpha), gather everything.
     A rank that fails raises DistributedError naming it; `timeout_s` bounds every wait for a peer."""
     check_divisible(cfg, t)

@@ -48,8 +48,7 @@ def plot_measured(alphas_s, times_by_alpha: dict, baseline_s: float, slope: floa
     `slope`: seconds of step time per second of per-hop latency, 2(t-1) * (all-reduces per step) for TP,
     2(p-1) for a GPipe step. Points: `stat` over the repeats (median, or min = least disturbed by other
     programs), error bar = sample std; `baseline_s` is the same statistic measured at alpha = 0.
-    Call twice with the same `ax` to put TP and PP side by side.
-    """
+    Call twice with the same `ax` to put TP and PP side by side."""
     require(stat in ("median", "min"), f"stat must be 'median' or 'min', got {stat!r}")
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 4))

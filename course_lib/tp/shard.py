@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_lib.errors import require
-from course_lib.model import Block, ModelConfig
+from course_lib.model import Block, ModelConfig, causal_attention
 
 
 def check_divisible(cfg: ModelConfig, t: int) -> None:
@@ -71,12 +71,8 @@ class BlockShard(nn.Module):
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
         """This rank's heads -> a partial (b, s, d) output; the sum over ranks is the full projection."""
-        b, s, _ = x.shape
-        q, k, v = F.linear(x, self.qkv_weight, self.qkv_bias).chunk(3, dim=2)
-        head_dim = q.shape[2] // self.heads
-        q, k, v = (z.view(b, s, self.heads, head_dim).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return F.linear(y.transpose(1, 2).reshape(b, s, -1), self.proj_weight)  # bias after the sum
+        heads_out = causal_attention(F.linear(x, self.qkv_weight, self.qkv_bias), self.heads)
+        return F.linear(heads_out, self.proj_weight)  # bias after the sum
 
     def mlp(self, x: torch.Tensor) -> torch.Tensor:
         """This rank's hidden units -> a partial (b, s, d) output."""
@@ -91,8 +87,7 @@ def shard_block(block: Block, t: int, rank: int) -> BlockShard:
 def assemble_block_grads(shard_grads: list[dict[str, torch.Tensor]], prefix: str) -> dict[str, torch.Tensor]:
     """Glue t shards' gradients (``{"qkv_weight": ..., ...}`` per rank) back into full-model tensors.
 
-    `prefix` is the block's name in the full model, e.g. ``"layers.1"``.
-    """
+    `prefix` is the block's name in the full model, e.g. ``"layers.1"``."""
     width = shard_grads[0]["proj_weight"].shape[1]  # d / t: each rank's slice of q, of k, of v
 
     def qkv(name: str) -> torch.Tensor:  # each rank holds (q_r, k_r, v_r); full is (q_0..q_t, k.., v..)
@@ -121,8 +116,7 @@ def assemble_gradients(rank_grads: list[dict[str, torch.Tensor]]) -> dict[str, t
     """Per-rank gradients of a TP model -> gradients named like the full model's parameters.
 
     Rank dicts use the TP models' naming: ``layers.<i>.shard.<name>`` for a rank's slice, anything
-    else for a replicated parameter (taken from rank 0: all ranks hold the same value).
-    """
+    else for a replicated parameter (taken from rank 0: all ranks hold the same value)."""
     full: dict[str, torch.Tensor] = {}
     blocks: dict[str, list[dict[str, torch.Tensor]]] = {}
     for name, grad in rank_grads[0].items():

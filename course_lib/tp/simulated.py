@@ -54,8 +54,8 @@ class SimulatedTP(nn.Module):
         check_divisible(model.config, t)
         self.config, self.t, self.log = model.config, t, CommLog()
         first, *blocks, last = model.layers
-        self.layers = nn.ModuleList(
-            [copy.deepcopy(first), *(SimulatedTPBlock(b, t, self.log) for b in blocks), copy.deepcopy(last)]
+        self.layers = nn.Sequential(  # a Sequential runs the flat list in order, as ToyGPT.forward does
+            copy.deepcopy(first), *(SimulatedTPBlock(b, t, self.log) for b in blocks), copy.deepcopy(last)
         )
 
     @classmethod
@@ -65,10 +65,7 @@ class SimulatedTP(nn.Module):
         return cls(build_model(cfg, seed), t)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        x = idx
-        for layer in self.layers:
-            x = layer(x)
-        return x
+        return self.layers(idx)
 
     def rank_gradients(self, rank: int) -> dict[str, torch.Tensor]:
         """What rank `rank` would hold: replicated gradients plus its own shards', TP-model names."""

@@ -154,28 +154,21 @@ class PipelineDashboard(widgets.VBox):
         bubble = f"bubble: {tl.bubble_fraction:.1%} of device-time idle ({tl.source})"
         case = Case.of(c.p, c.m, c.v, c.costs, c.link, c.boundary_bytes)
         bubble += "; " + SCHEDULES[c.schedule].bubble.explain(case, ".1%")
-        lines = [
-            bubble,
-            f"makespan: {tl.makespan * 1e3:.1f} ms · link: {c.link_name}",
-            "peak micro-batches in flight per device: "
-            + ", ".join(str(tl.peak_inflight(d)) for d in range(tl.n_devices)),
-        ]
+        inflight = ", ".join(str(tl.peak_inflight(d)) for d in range(tl.n_devices))
+        lines = [bubble, f"makespan: {tl.makespan * 1e3:.1f} ms · link: {c.link_name}",
+                 f"peak micro-batches in flight per device: {inflight}"]  # fmt: skip
         nbytes = [tl.peak_stash_bytes(d) for d in range(tl.n_devices)]
         if any(nbytes):
-            lines.append(
-                "peak boundary activations held: "
-                + ", ".join(format_bytes(b or 0) for b in nbytes)
-                + " (boundary tensors only: a lower bound)"
-            )
+            held = ", ".join(format_bytes(b or 0) for b in nbytes)
+            lines.append(f"peak boundary activations held: {held} (boundary tensors only: a lower bound)")
         return "\n".join(lines)
 
     def _show_problem(self, err: Exception) -> None:
         self.timeline = None
         self.image.value = b""
         self.summary_text = f"cannot simulate this combination: {err}"
-        self.summary.value = (
-            "<pre style='color:#D55E00; white-space:pre-wrap'>" + html.escape(self.summary_text) + "</pre>"
-        )
+        shown = html.escape(self.summary_text)
+        self.summary.value = f"<pre style='color:#D55E00; white-space:pre-wrap'>{shown}</pre>"
 
     def _train(self) -> None:
         # The engines' hook: run for real, then draw what came back (its source says "measured").

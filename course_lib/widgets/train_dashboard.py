@@ -74,13 +74,11 @@ def run_summary(run: LessonRun, config: DashboardConfig | None = None) -> str:
     if config is not None and config.v > 1:
         what += f", v={config.v}"
     losses = ", ".join(f"{x:.3f}" for x in run.losses)
-    return "\n".join(
-        [
-            f"trained {what} on {run.result.n_layers} blocks: loss per step {losses}",
-            f"bubble: {run.measured.bubble_fraction:.1%} ({run.measured.source}) vs "
-            f"{run.simulated.bubble_fraction:.1%} ({run.simulated.source}, equal stages)",
-            f"median step {run.result.step_time_s * 1e3:.0f} ms on this machine, all stages in one process",
-        ]
+    return (
+        f"trained {what} on {run.result.n_layers} blocks: loss per step {losses}\n"
+        f"bubble: {run.measured.bubble_fraction:.1%} ({run.measured.source}) vs "
+        f"{run.simulated.bubble_fraction:.1%} ({run.simulated.source}, equal stages)\n"
+        f"median step {run.result.step_time_s * 1e3:.0f} ms on this machine, all stages in one process"
     )
 
 
