@@ -1,0 +1,94 @@
+"""The numbers lesson 07 (beyond 1F1B) relies on, from the library: registry closed forms, the
+simulated comparisons its charts and tables show, and the measured 1F1B / ZB-H1 pair it trains."""
+
+from __future__ import annotations
+
+import pytest
+
+from course_lib.lessons.compare_schedules import Candidate, compare
+from course_lib.lessons.runs import train_pipeline
+from course_lib.links import Link
+from course_lib.schedules.builders import SCHEDULES
+from course_lib.schedules.closed_forms import Case
+from course_lib.simulator import StageCosts
+
+ONE_F_ONE_B, ZB_H1 = Candidate("1F1B", "1f1b"), Candidate("ZB-H1", "zb-h1")
+
+
+def _row(p: int, m: int, candidate: Candidate, **kwargs):
+    (row,) = compare(p, m, [candidate], **kwargs)
+    assert row.error is None, row.error
+    return row
+
+
+def test_compared_steps_end_where_the_lesson_says():
+    # section 1 and 2's charts, on one time axis: 1F1B 33, interleaved v=2 28.5, ZB-H1 27 (p=4, m=8)
+    steps = {r.label: r.makespan for r in compare(4, 8)}
+    assert steps["1F1B"] == pytest.approx(33.0)
+    assert steps["interleaved 1F1B, v=2"] == pytest.approx(28.5)
+    assert steps["ZB-H1"] == pytest.approx(27.0)
+    # the interleaved step is shorter by exactly the idle time it removed per device
+    one, inter = _row(4, 8, ONE_F_ONE_B), _row(4, 8, Candidate("v=2", "interleaved-1f1b", 2))
+    assert one.makespan - inter.makespan == pytest.approx(one.idle - inter.idle) == pytest.approx(4.5)
+
+
+@pytest.mark.parametrize(
+    ("p", "m", "v", "factor"), [(4, 8, 2, 1.375), (4, 8, 4, 1.1875), (8, 16, 4, 1 + 7 / 32)]
+)
+def test_interleaved_registry_forms_match_the_simulator(p, m, v, factor):
+    info, case = SCHEDULES["interleaved-1f1b"], Case(p, m, v)
+    row = _row(p, m, Candidate("inter", "interleaved-1f1b", v))
+    assert row.bubble == pytest.approx(info.bubble.at(case))
+    # the registry counts stage micro-batches; over p*v it is Korthikanti et al.'s 1 + (p-1)/(p v)
+    assert row.peak_activations * v == pytest.approx(info.peak.at(case))
+    assert info.peak.at(case) / (p * v) == pytest.approx(factor)
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_zb_h1_is_a_third_of_1f1b_idle_at_the_same_peak(p):
+    case = Case(p, 4 * p)
+    one, zb = _row(p, 4 * p, ONE_F_ONE_B), _row(p, 4 * p, ZB_H1)
+    assert zb.idle / one.idle == pytest.approx(1 / 3)
+    assert zb.bubble == pytest.approx(SCHEDULES["zb-h1"].bubble.at(case))
+    assert one.bubble == pytest.approx(SCHEDULES["1f1b"].bubble.at(case))
+    assert zb.peak_activations == one.peak_activations == SCHEDULES["zb-h1"].peak.at(case) == p
+
+
+def test_zb_h1_formula_is_out_of_range_when_w_exceeds_i():
+    # the CPU case of section 4: T_W several times T_I
+    assert SCHEDULES["zb-h1"].bubble.at(Case(4, 4, f=1.0, i=1.0, w=4.0)) is None
+    assert SCHEDULES["zb-h1"].bubble.at(Case(4, 4, f=1.0, i=1.0, w=1.0)) is not None
+
+
+@pytest.mark.parametrize("r", [0.5, 1, 2, 4, 7])
+def test_zb_h1_wins_with_a_cheap_split_and_loses_with_a_slow_one(r):
+    # section 4's grid: T_F = 1, 1F1B's fused T_B = 2; ZB-H1's I + W = s * T_B with W / I = r
+    one = _row(4, 4, ONE_F_ONE_B, costs=StageCosts.fused(f=1, b=2)).makespan
+
+    def zb_over_one(s: float) -> float:
+        i = 2 * s / (1 + r)
+        return _row(4, 4, ZB_H1, costs=StageCosts(f=1, i=i, w=r * i)).makespan / one
+
+    assert zb_over_one(1) < 1 < zb_over_one(2)
+
+
+@pytest.mark.parametrize("m", [8, 16, 32])
+def test_gpipe_ties_latency_aware_1f1b_on_a_slow_link_at_m_in_flight(m):
+    slow = Link(latency_s=1.0)
+    gpipe = _row(4, m, Candidate("GPipe", "gpipe"), link=slow)
+    aware = _row(4, m, Candidate("LA", "latency-aware-1f1b"), link=slow)
+    one = _row(4, m, ONE_F_ONE_B, link=slow)
+    assert gpipe.makespan == pytest.approx(aware.makespan)
+    assert gpipe.makespan < one.makespan
+    assert gpipe.peak_activations == SCHEDULES["gpipe"].peak.at(Case(4, m)) == m
+    assert aware.peak_activations == SCHEDULES["latency-aware-1f1b"].peak.at(Case(4, m)) == 7
+
+
+def test_measured_1f1b_and_zb_h1_train_alike_and_only_zb_h1_splits_the_backward():
+    common = dict(stages=2, microbatches=2, steps=2, n_layers=2, batch_size=2, seq_len=8, device="cpu",
+                  eval_batches=1, progress=False)  # fmt: skip
+    one, zb = train_pipeline("1f1b", **common), train_pipeline("zb-h1", **common)
+    assert one.losses == pytest.approx(zb.losses, abs=1e-5)
+    assert one.measured.source == zb.measured.source == "measured compute + simulated links"
+    assert all(w == 0 for w in one.result.costs.per_stage(2)[2])  # fused B: all measured as i
+    assert all(w > 0 for w in zb.result.costs.per_stage(2)[2])
