@@ -1,0 +1,52 @@
+"""The numbers lesson 01 (TP against PP) builds its argument on, from the library's cost model and presets."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from course_lib.network import PRESETS
+from course_lib.tp.accounting import Workload, comparison_rows
+from course_lib.tp.cost import Scenario, crossover_latency, pp_step, tp_step
+
+
+def _steps_on(preset: str, microbatches: int) -> tuple[float, float]:
+    link = PRESETS[preset].link
+    sc = replace(Scenario.h200_70b_training(8, microbatches), bandwidth_Bps=link.bandwidth_Bps)
+    return tp_step(sc, link.latency_s).total_s, pp_step(sc, link.latency_s).total_s
+
+
+def _first_m_pp_wins(preset: str) -> int:
+    return next(m for m in range(1, 1025) if _steps_on(preset, m)[1] < _steps_on(preset, m)[0])
+
+
+@pytest.mark.parametrize(
+    ("preset", "first_m"),
+    [("nvlink4", 24), ("nvlink5", 35), ("ib-xdr", 8), ("ib-ndr", 4), ("100gbe", 1), ("transatlantic", 1)],
+)
+def test_the_m_where_pp_overtakes_tp_moves_with_the_link(preset, first_m):
+    assert _first_m_pp_wins(preset) == first_m
+
+
+def test_on_nvlink_tp_wins_at_small_m_and_pp_at_large_m():
+    tp8, pp8 = _steps_on("nvlink4", 8)
+    tp128, pp128 = _steps_on("nvlink4", 128)
+    assert tp8 < pp8 and pp128 < tp128
+    assert (tp8, pp8) == pytest.approx((4.4, 6.3), abs=0.05)
+
+
+def test_crossover_latency_falls_as_m_grows():
+    bandwidth = PRESETS["nvlink4"].link.bandwidth_Bps
+    scenarios = [replace(Scenario.h200_70b_training(8, m), bandwidth_Bps=bandwidth) for m in (8, 16, 24)]
+    crossings = [crossover_latency(sc) for sc in scenarios]
+    assert crossings == pytest.approx([64.0e-6, 22.7e-6, 8.9e-6], abs=0.1e-6)
+    # from m = 24 on, PP is faster at NVLink's own preset latency
+    assert crossings[2] < PRESETS["nvlink4"].link.latency_s
+
+
+def test_tp_moves_280_gib_per_device_per_step_against_1_gib_for_pp():
+    rows = comparison_rows(Workload(80, 8192, 4096, 8, 2), 8)
+    rows = {r.scheme: r for r in rows if r.what == "training step"}
+    assert rows["TP"].bytes_per_device == 280 * 2**30
+    assert rows["PP"].bytes_per_device == 1 * 2**30
