@@ -31,8 +31,9 @@ def train_config(**overrides) -> TrainConfig:
     return accelerator_config(**overrides) if accelerator() else TrainConfig(**overrides)
 
 
-def setup(seed: int = 0, quiet: bool = False, threads: int = 1) -> str:
-    """Seed, style the plots, and say what this machine is. Returns the lines it prints.
+def setup(seed: int = 0, quiet: bool = False, threads: int = 1) -> None:
+    """Seed, style the plots, and print what this machine is (``run_line()``). Returns nothing, so that a
+    notebook's first cell shows the line once, not a second time as the cell's value.
 
     One CPU thread by default: the toy model's matrices are 32 wide, far too small for threads to
     help, and on a busy or small machine extra threads make every step many times slower. It also
@@ -45,10 +46,13 @@ def setup(seed: int = 0, quiet: bool = False, threads: int = 1) -> str:
     mpl.rcParams["figure.dpi"] = 90
     mpl.rcParams["axes.grid"] = True
     mpl.rcParams["grid.alpha"] = 0.3
-    line = (
+    if not quiet:
+        print(run_line(seed))
+
+
+def run_line(seed: int = 0) -> str:
+    """Versions, seed, threads and devices: what a screenshot of a lesson needs to say."""
+    return (
         f"course_lib {course_lib.__version__} | torch {torch.__version__} | seed {seed} | "
         f"{torch.get_num_threads()} CPU thread(s)\n{describe_devices()}"
     )
-    if not quiet:
-        print(line)
-    return line

@@ -126,7 +126,7 @@ def test_bad_stage_count_is_refused(machine):
 def test_setup_says_which_machine_shape(machine, gpus, mps, line):
     machine(gpus, mps)
     assert line in describe_devices()
-    assert lesson.setup(quiet=True).splitlines()[1] == describe_devices()
+    assert lesson.setup(quiet=True) is None and lesson.run_line().splitlines()[1] == describe_devices()
 
 
 def test_lessons_train_the_toy_on_a_cpu_and_the_gpu_size_on_a_gpu(machine):
