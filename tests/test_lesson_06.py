@@ -1,0 +1,88 @@
+"""The numbers lesson 06 (pipelines across WANs) relies on: bytes per boundary message, the plain 1F1B
+formula with bytes, the wire as the bottleneck, and which part of the flush other schedules shrink."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from course_lib.links import Link
+from course_lib.network import Gbit, preset
+from course_lib.schedules.builders import build_schedule
+from course_lib.schedules.latency_aware import (
+    extra_in_flight,
+    flush_bound,
+    latency_aware_1f1b,
+    plain_1f1b_step,
+)
+from course_lib.simulator import StageCosts, simulate
+
+BOUNDARY = 64 * 2**20  # b*s*h bf16 values at h = 8192, s = 4096, b = 1 (Narayanan et al. 2021, sec. 3.2)
+P, M, T_F, T_B = 4, 16, 0.010, 0.020
+COSTS = StageCosts.fused(f=T_F, b=T_B)
+
+
+def ocean(gbps: float) -> list[Link]:
+    """The lesson's case: metro links, and the transatlantic latency between stages 1 and 2."""
+    return [preset("metro"), Link(preset("transatlantic").latency_s, gbps * Gbit), preset("metro")]
+
+
+def steps(links: list[Link]) -> tuple[float, float]:
+    """(plain 1F1B, latency-aware 1F1B with k from T = L + S/B) step times over `links`."""
+    extra = [extra_in_flight(link, T_F, T_B, BOUNDARY) for link in links]
+    plain = simulate(build_schedule("1f1b", P, M), COSTS, BOUNDARY, links).makespan
+    return plain, simulate(latency_aware_1f1b(P, M, extra), COSTS, BOUNDARY, links).makespan
+
+
+def latency_bound(links: list[Link]) -> float:
+    """m(t_f + t_b) plus 1F1B's flush with each link's one-way time for the boundary tensor."""
+    return M * (T_F + T_B) + flush_bound(P, T_F, T_B, [link.transfer_time(BOUNDARY) for link in links])
+
+
+def test_a_64_mib_boundary_on_the_wire():
+    assert preset("transatlantic").transfer_time(BOUNDARY) - 29.5e-3 == pytest.approx(5.4e-3, abs=0.05e-3)
+    assert Link(bandwidth_Bps=1 * Gbit).transfer_time(BOUNDARY) == pytest.approx(0.537, abs=1e-3)
+
+
+def test_plain_1f1b_formula_holds_with_bytes_while_the_wire_keeps_up():
+    rng = random.Random(6)
+    for _ in range(20):
+        p, m = rng.randint(2, 6), rng.randint(1, 24)
+        t_f, t_b = rng.uniform(0.005, 0.02), rng.uniform(0.005, 0.04)
+        link = Link(rng.uniform(0, 0.05), BOUNDARY / rng.uniform(0.001, t_f))  # S/B <= t_f
+        step = simulate(build_schedule("1f1b", p, m), StageCosts.fused(f=t_f, b=t_b), BOUNDARY, link).makespan
+        assert step == pytest.approx(plain_1f1b_step(p, m, t_f, t_b, link.transfer_time(BOUNDARY)), rel=1e-9)
+
+
+def test_latency_aware_reaches_the_flush_bound_when_the_wire_keeps_up():
+    links = ocean(100)
+    extra = [extra_in_flight(link, T_F, T_B, BOUNDARY) for link in links]
+    assert extra == [1, 3, 1]
+    tl = simulate(latency_aware_1f1b(P, M, extra), COSTS, BOUNDARY, links)
+    assert max(tl.idle(d) for d in range(P)) + M * (T_F + T_B) == pytest.approx(latency_bound(links))
+    assert steps(links) == pytest.approx((1.1374, 0.6461), abs=1e-4)
+
+
+def test_below_s_over_t_f_plus_t_b_the_wire_sets_the_pace():
+    assert BOUNDARY / (T_F + T_B) / Gbit == pytest.approx(17.9, abs=0.05)  # the crossover, Gb/s
+    for gbps in (0.5, 1, 5, 10):
+        links = ocean(gbps)
+        wire = M * BOUNDARY / (gbps * Gbit)  # the ocean wire busy all step
+        assert min(steps(links)) >= wire > latency_bound(links)
+    # at 1 Gb/s more micro-batches in flight buy little (and the step is 16x the 100 Gb/s one)
+    assert steps(ocean(1)) == pytest.approx((10.65, 10.35), abs=0.01)
+
+
+def test_the_flush_1f1b_pays_shrinks_with_interleaving_and_a_split_backward():
+    """Free links: 1F1B idles (p-1)(t_f+t_b); v = 2 halves it; ZB-H1 leaves (p-1)(T_F+T_B-T_W)."""
+    interleaved = build_schedule("interleaved-1f1b", P, M, virtual=2)
+    idle = {
+        "1f1b": simulate(build_schedule("1f1b", P, M), COSTS),
+        "interleaved": simulate(interleaved, COSTS.per_virtual_stage(2)),
+        "zb-h1": simulate(build_schedule("zb-h1", P, M), StageCosts(f=T_F, i=T_B / 2, w=T_B / 2)),
+    }
+    worst = {name: max(tl.idle(d) for d in range(P)) for name, tl in idle.items()}
+    assert worst["1f1b"] == pytest.approx((P - 1) * (T_F + T_B))
+    assert worst["interleaved"] == pytest.approx((P - 1) * (T_F + T_B) / 2)
+    assert worst["zb-h1"] == pytest.approx((P - 1) * (T_F + T_B / 2 - T_B / 2))
