@@ -17,7 +17,9 @@ the flush bound
 
     (p - 1)(t_f + t_b) + 2 * sum(L)
 
-which no schedule beats: the last micro-batch must still go down the pipe and come back.
+that no 1F1B-family schedule (one stage per device, fused backward) beats. Interleaving divides the
+first part by v and zero-bubble schedules shrink it; the 2 * sum(L) of the last micro-batch's round
+trip is what no synchronous schedule avoids.
 
 Try it::
 
@@ -87,7 +89,7 @@ def plain_1f1b_step(n_devices: int, n_microbatches: int, t_f: float, t_b: float,
 
 
 def flush_bound(n_devices: int, t_f: float, t_b: float, latencies_s: Sequence[float]) -> float:
-    """Idle time per device that no synchronous schedule avoids: (p - 1)(t_f + t_b) + 2 sum(L)."""
+    """Idle time per device that no 1F1B-family schedule avoids: (p - 1)(t_f + t_b) + 2 sum(L)."""
     return (n_devices - 1) * (t_f + t_b) + 2 * sum(latencies_s)
 
 
