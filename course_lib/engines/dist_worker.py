@@ -14,7 +14,7 @@ in ``StepRecorder``. This runs inside a process that already joined the process 
 Clocks: the spans every rank records (perf_counter, seconds) must line up in one Timeline. On one
 machine all processes read the same monotonic clock, so every rank takes rank 0's time 0 and the
 spans are exact. Across machines each rank takes the moment it left a common barrier as its time 0,
-right to within that barrier's skew (about one network latency); the Timeline's notes say which.
+right to within that barrier's skew (about one network latency).
 """
 
 from __future__ import annotations
@@ -72,9 +72,6 @@ class RunSpec:
     direction_groups: bool = False  # one process group per direction of a pair (NCCL needs it)
     track_memory: bool = True  # measure bytes saved for backward (costs ~10% CPU on the toy model)
 
-    def build_schedule(self) -> Schedule:
-        return self.schedule
-
 
 def _inject(fault: Fault, rank: int) -> None:
     if fault.how == "raise":
@@ -117,7 +114,7 @@ def build_rank(spec: RunSpec, index: int, torch_device: torch.device) -> tuple[C
     """The data, and the stages the schedule places on rank `index`, from the seeded model."""
     cfg = spec.cfg
     corpus, model = setup(replace(cfg, device="cpu"))  # same weights on every rank, from the seed
-    schedule = spec.build_schedule()
+    schedule = spec.schedule
     modules = stage_modules(model.layers, spec.partition)
     mine = schedule.stages_of(index)
     stages = {

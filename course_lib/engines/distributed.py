@@ -160,7 +160,7 @@ def gather_and_merge(spec: RunSpec, rank: int, record: dict) -> DistributedResul
     dist.gather_object(record, records, dst=0)
     if rank != 0:
         return None
-    return build_result(records, spec.build_schedule(), asdict(spec.cfg))
+    return build_result(records, spec.schedule, asdict(spec.cfg))
 
 
 def _run_specs(ctx: RankContext, specs: list[RunSpec]) -> list[DistributedResult] | None:
