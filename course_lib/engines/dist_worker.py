@@ -83,15 +83,14 @@ def _inject(fault: Fault, rank: int) -> None:
     time.sleep(10**6)  # "hang": a rank that stops answering
 
 
-def _common_clock() -> tuple[float, str]:
-    """Time 0 for this rank's spans, and how it was aligned with the other ranks."""
+def _common_clock() -> float:
+    """Time 0 for this rank's spans: rank 0's on one machine, else this rank's at a barrier (module doc)."""
     dist.barrier()
     here = (socket.gethostname(), time.perf_counter())
     everyone: list = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, here)
-    if all(host == everyone[0][0] for host, _ in everyone):
-        return everyone[0][1], "one machine: shared monotonic clock"
-    return here[1], "several machines: aligned at a barrier (error about one network latency)"
+    one_machine = all(host == everyone[0][0] for host, _ in everyone)
+    return everyone[0][1] if one_machine else here[1]
 
 
 @dataclass
@@ -189,7 +188,7 @@ def run_rank(
     corpus, me = build_rank(spec, rank, torch_device)
     # gloo tells messages apart by tag; NCCL needs one group per direction (see comm.py)
     groups = direction_groups(me.schedule) if spec.direction_groups else None
-    t0, clock = _common_clock()
+    t0 = _common_clock()
     cfg = spec.cfg
     shape = (cfg.batch_size // cfg.microbatches, cfg.seq_len, cfg.d_model)  # every message's
     comm = RankComm(me.schedule, rank, shape, torch_device, t0, spec.links, groups)
@@ -208,7 +207,7 @@ def run_rank(
             stage.close()
         torch.set_num_threads(threads)
     n_params = sum(p.numel() for p in me.params.values())
-    record = dict(rank=rank, steps=steps, losses=losses, clock=clock, n_params=n_params)
+    record = dict(rank=rank, steps=steps, losses=losses, n_params=n_params)
     if spec.return_grads:
         record["grads"] = {
             n: None if p.grad is None else p.grad.detach().cpu().clone() for n, p in me.params.items()
