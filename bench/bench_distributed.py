@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
 
     # each measured step against the simulator fed that step's own op costs (on a shared machine
     # the load drifts between steps; within one step both see the same)
-    schedule = ours_spec.build_schedule()
+    schedule = ours_spec.schedule
     steps = [tl for run in ours_runs for tl in run.timelines[args.warmup :]]
     predicted = [simulate(schedule, costs_from([tl])).makespan for tl in steps]
     ratios = [sim / tl.makespan for sim, tl in zip(predicted, steps, strict=True)]

@@ -64,13 +64,9 @@ def gantt_figsize(n_devices: int) -> tuple[float, float]:
 
 
 def plot_timeline(
-    tl: Timeline,
-    ax: Axes | None = None,
-    show_transfers: bool = False,
-    title: str | None = None,
-    max_labels: int = 600,
-    extent_s: float | None = None,
-) -> Axes:
+    tl: Timeline, ax: Axes | None = None, show_transfers: bool = False, title: str | None = None,
+    max_labels: int = 600, extent_s: float | None = None,
+) -> Axes:  # fmt: skip
     """Gantt chart: a row per device (device 0 on top), a box per action coloured by kind.
 
     `extent_s` fixes the x axis to that many seconds (and picks its unit from it), so that charts
@@ -166,14 +162,9 @@ def save_timeline_png(tl: Timeline, path: str, show_transfers: bool = False, dpi
 
 
 def plot_bubble_vs_m(
-    ps: Sequence[int] = (2, 4, 8),
-    ms: Sequence[int] = tuple(range(1, 33)),
-    schedule: str = "1f1b",
-    virtual: int = 1,
-    convention: str = "gpipe",
-    costs=None,
-    ax: Axes | None = None,
-) -> Axes:
+    ps: Sequence[int] = (2, 4, 8), ms: Sequence[int] = tuple(range(1, 33)), schedule: str = "1f1b",
+    virtual: int = 1, convention: str = "gpipe", costs=None, ax: Axes | None = None,
+) -> Axes:  # fmt: skip
     """Simulated bubble for several p over m (points), with the closed form drawn over them (lines).
 
     `convention` "gpipe" plots the idle share of the step, (p-1)/(m+p-1); "megatron" plots bubble
@@ -211,19 +202,13 @@ def plot_bubble_vs_m(
     label = f"formula {formula}" + ("" if everywhere else ", where it holds")
     ax.plot([], [], "-", color="grey", label=label)
     what = "idle share of the step" if convention == "gpipe" else "bubble time / ideal compute time"
-    other = (
-        f"Megatron's {form.megatron_text} divides by ideal compute instead"
-        if convention == "gpipe"
-        else f"GPipe's {form.text} divides by the whole step instead"
-    )
+    other = (f"Megatron's {form.megatron_text} divides by ideal compute instead" if convention == "gpipe"
+             else f"GPipe's {form.text} divides by the whole step instead")  # fmt: skip
     ax.set(xlabel="micro-batches m", ylabel=what, ylim=(0, None))
     ax.legend(fontsize=8)
     vtxt = f", v={virtual}" if virtual > 1 else ""
-    ax.set_title(
-        f"{name}{vtxt}: bubble vs m, equal stage costs, free links · source: simulated\n"
-        f"convention: {formula} ({what});\n{other}",
-        fontsize=9,
-    )
+    ax.set_title(f"{name}{vtxt}: bubble vs m, equal stage costs, free links · source: simulated\n"
+                 f"convention: {formula} ({what});\n{other}", fontsize=9)  # fmt: skip
     return ax
 
 

@@ -137,11 +137,9 @@ def evaluate(model: Callable[[Tensor], Tensor], corpus: Corpus, cfg: TrainConfig
 
 
 def reference_gradients(
-    cfg: TrainConfig,
-    corpus: Corpus | None = None,
-    weights: Mapping[str, Tensor] | None = None,
+    cfg: TrainConfig, corpus: Corpus | None = None, weights: Mapping[str, Tensor] | None = None,
     batch: tuple[Tensor, Tensor] | None = None,
-) -> tuple[float, dict[str, Tensor | None]]:
+) -> tuple[float, dict[str, Tensor | None]]:  # fmt: skip
     """The reference trainer's loss and gradients (by parameter name) on one batch (default: the
     first training batch), from `weights` (a state dict; default: the seeded initial weights)."""
     corpus, model = setup(cfg, corpus)
@@ -174,9 +172,7 @@ class WarmupAdamW(torch.optim.AdamW):
 
     def __init__(self, params, lr: float, warmup_steps: int, **kwargs):
         super().__init__(params, lr=lr, **kwargs)
-        self.base_lr = lr
-        self.warmup_steps = warmup_steps
-        self.steps_taken = 0
+        self.base_lr, self.warmup_steps, self.steps_taken = lr, warmup_steps, 0
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -222,11 +218,6 @@ def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
         losses.append(loss)
         bar.set_postfix(loss=f"{loss:.3f}")
     return TrainResult(
-        losses=losses,
-        val_loss_start=val_start,
-        val_loss_end=evaluate(model, corpus, cfg),
-        step_times_s=times,
-        n_layers=cfg.n_layers,
-        n_params=count_parameters(model),
-        config=asdict(cfg),
-    )
+        losses=losses, val_loss_start=val_start, val_loss_end=evaluate(model, corpus, cfg),
+        step_times_s=times, n_layers=cfg.n_layers, n_params=count_parameters(model), config=asdict(cfg),
+    )  # fmt: skip

@@ -59,12 +59,12 @@ def test_a_built_schedule_makes_a_spec_that_pickles():
     sched = latency_aware_1f1b(2, 8, extra_per_link=3)
     spec = make_spec(TrainConfig(**TINY, microbatches=8), sched, links=Link(0.03))
     assert (spec.ranks, spec.virtual, spec.schedule.n_stages) == (2, 1, 2)
-    assert spec.build_schedule() is sched and spec.links == (Link(0.03),)
+    assert spec.schedule is sched and spec.links == (Link(0.03),)
     back = pickle.loads(pickle.dumps(spec))  # spawn sends the spec to every process
-    assert back.build_schedule().orders == sched.orders
+    assert back.schedule.orders == sched.orders
     # names still work, and a name and the schedule it builds give the same spec
     by_name = make_spec(TrainConfig(**TINY, microbatches=8), "latency-aware-1f1b", 3)
-    assert by_name.build_schedule().orders == latency_aware_1f1b(3, 8, 1).orders
+    assert by_name.schedule.orders == latency_aware_1f1b(3, 8, 1).orders
     interleaved = make_spec(TrainConfig(**TINY, microbatches=4), build_schedule("interleaved-1f1b", 2, 4, 2))
     assert (interleaved.ranks, interleaved.virtual) == (2, 2)
 

@@ -83,9 +83,8 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--microbatches", "-m", type=COUNT, default=d.microbatches, help="divides the batch")
     group.add_argument("--lr", type=LR, default=d.lr)
     group.add_argument("--seed", type=SEED, default=d.seed)
-    group.add_argument(
-        "--device", default=d.device, help="cpu, cuda, cuda:N or auto (distributed: cpu = gloo, cuda = NCCL)"
-    )
+    group.add_argument("--device", default=d.device,
+                       help="cpu, cuda, cuda:N or auto (distributed: cpu = gloo, cuda = NCCL)")  # fmt: skip
     group.add_argument("--data", default=None, help="UTF-8 text file (default: data/corpus.txt)")
     group.add_argument(
         "--threads", type=COUNT, help="torch CPU threads per process (default 1, as in the lessons; "
@@ -107,17 +106,15 @@ def config_from_flags(args: argparse.Namespace) -> TrainConfig:
 def add_pipeline_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     group = parser.add_argument_group("pipeline (engines local and distributed)")
     group.add_argument("--schedule", help="naive, gpipe, 1f1b, interleaved-1f1b, zb-h1 (default 1f1b)")
-    group.add_argument(
-        "--stages", "-p", type=COUNT, help="pipeline devices = ranks (default 4; under torchrun: its ranks)"
-    )
+    group.add_argument("--stages", "-p", type=COUNT,
+                       help="pipeline devices = ranks (default 4; under torchrun: its ranks)")  # fmt: skip
     # torchrun reads a bare --virtual as its own --virtual-local-rank: there, spell it --virtual-stages
     group.add_argument(
         "--virtual", "--virtual-stages", "-v", dest="virtual", type=COUNT,
         help="stages per device, interleaved-1f1b (default 1)",
     )  # fmt: skip
-    group.add_argument(
-        "--checkpoint", help=f"activation checkpointing: {', '.join(CHECKPOINT_MODES)} (default never)"
-    )
+    modes = ", ".join(CHECKPOINT_MODES)
+    group.add_argument("--checkpoint", help=f"activation checkpointing: {modes} (default never)")
     group.add_argument(
         "--timeout", type=POSITIVE,
         help="distributed engine: seconds a rank waits for a peer that is alive but silent (a crashed or "

@@ -21,17 +21,14 @@ from course_lib.schedules.validate import validate
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--schedule", help=f"{', '.join(SCHEDULES)} (or PyTorch's class names)")
-    parser.add_argument(
-        "--stages", type=int, help="P: pipeline devices (ranks); with --virtual V, P*V stages"
-    )
+    parser.add_argument("--stages", type=int,
+                        help="P: pipeline devices (ranks); with --virtual V, P*V stages")  # fmt: skip
     parser.add_argument("--microbatches", type=int, help="M: micro-batches per step")
-    parser.add_argument(
-        "--virtual", type=int, help="V: stages per device (interleaved only; default 2 there, else 1)"
-    )
+    parser.add_argument("--virtual", type=int,
+                        help="V: stages per device (interleaved only; default 2 there, else 1)")  # fmt: skip
     parser.add_argument("--format", choices=("text", "torch-csv"), default="text", help="output format")
-    parser.add_argument(
-        "--list", action="store_true", help="list the schedules, their closed forms and where those hold"
-    )
+    parser.add_argument("--list", action="store_true",
+                        help="list the schedules, their closed forms and where those hold")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ in ``StepRecorder``. This runs inside a process that already joined the process 
 Clocks: the spans every rank records (perf_counter, seconds) must line up in one Timeline. On one
 machine all processes read the same monotonic clock, so every rank takes rank 0's time 0 and the
 spans are exact. Across machines each rank takes the moment it left a common barrier as its time 0,
-right to within that barrier's skew (about one network latency); the Timeline's notes say which.
+right to within that barrier's skew (about one network latency).
 """
 
 from __future__ import annotations
@@ -72,9 +72,6 @@ class RunSpec:
     direction_groups: bool = False  # one process group per direction of a pair (NCCL needs it)
     track_memory: bool = True  # measure bytes saved for backward (costs ~10% CPU on the toy model)
 
-    def build_schedule(self) -> Schedule:
-        return self.schedule
-
 
 def _inject(fault: Fault, rank: int) -> None:
     if fault.how == "raise":
@@ -86,15 +83,14 @@ def _inject(fault: Fault, rank: int) -> None:
     time.sleep(10**6)  # "hang": a rank that stops answering
 
 
-def _common_clock() -> tuple[float, str]:
-    """Time 0 for this rank's spans, and how it was aligned with the other ranks."""
+def _common_clock() -> float:
+    """Time 0 for this rank's spans: rank 0's on one machine, else this rank's at a barrier (module doc)."""
     dist.barrier()
     here = (socket.gethostname(), time.perf_counter())
     everyone: list = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, here)
-    if all(host == everyone[0][0] for host, _ in everyone):
-        return everyone[0][1], "one machine: shared monotonic clock"
-    return here[1], "several machines: aligned at a barrier (error about one network latency)"
+    one_machine = all(host == everyone[0][0] for host, _ in everyone)
+    return everyone[0][1] if one_machine else here[1]
 
 
 @dataclass
@@ -117,7 +113,7 @@ def build_rank(spec: RunSpec, index: int, torch_device: torch.device) -> tuple[C
     """The data, and the stages the schedule places on rank `index`, from the seeded model."""
     cfg = spec.cfg
     corpus, model = setup(replace(cfg, device="cpu"))  # same weights on every rank, from the seed
-    schedule = spec.build_schedule()
+    schedule = spec.schedule
     modules = stage_modules(model.layers, spec.partition)
     mine = schedule.stages_of(index)
     stages = {
@@ -192,7 +188,7 @@ def run_rank(
     corpus, me = build_rank(spec, rank, torch_device)
     # gloo tells messages apart by tag; NCCL needs one group per direction (see comm.py)
     groups = direction_groups(me.schedule) if spec.direction_groups else None
-    t0, clock = _common_clock()
+    t0 = _common_clock()
     cfg = spec.cfg
     shape = (cfg.batch_size // cfg.microbatches, cfg.seq_len, cfg.d_model)  # every message's
     comm = RankComm(me.schedule, rank, shape, torch_device, t0, spec.links, groups)
@@ -211,7 +207,7 @@ def run_rank(
             stage.close()
         torch.set_num_threads(threads)
     n_params = sum(p.numel() for p in me.params.values())
-    record = dict(rank=rank, steps=steps, losses=losses, clock=clock, n_params=n_params)
+    record = dict(rank=rank, steps=steps, losses=losses, n_params=n_params)
     if spec.return_grads:
         record["grads"] = {
             n: None if p.grad is None else p.grad.detach().cpu().clone() for n, p in me.params.items()

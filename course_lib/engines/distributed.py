@@ -76,22 +76,12 @@ def _backend_device(device: str, local_ranks: int) -> str:
 
 
 def make_spec(
-    cfg: TrainConfig,
-    schedule: str | Schedule = "1f1b",
-    stages: int | None = None,
-    *,
-    virtual: int | None = None,
-    partition: list[int] | tuple[int, ...] | None = None,
-    links: Link | list[Link] | None = None,
-    checkpoint: str = "never",
-    timeout_s: float = 60.0,
-    fault: Fault | None = None,
-    return_grads: bool = False,
-    threads: int | None = None,
-    local_ranks: int | None = None,
-    direction_groups: bool | None = None,
-    track_memory: bool = True,
-) -> RunSpec:
+    cfg: TrainConfig, schedule: str | Schedule = "1f1b", stages: int | None = None, *,
+    virtual: int | None = None, partition: list[int] | tuple[int, ...] | None = None,
+    links: Link | list[Link] | None = None, checkpoint: str = "never", timeout_s: float = 60.0,
+    fault: Fault | None = None, return_grads: bool = False, threads: int | None = None,
+    local_ranks: int | None = None, direction_groups: bool | None = None, track_memory: bool = True,
+) -> RunSpec:  # fmt: skip
     """Check every input and build the spec; raises CourseError before any process starts.
 
     `schedule`: a name (built for `stages` ranks, default 2, x `virtual`) or a built Schedule such as
@@ -117,22 +107,14 @@ def make_spec(
     local_ranks = local_ranks or ranks  # ranks on this machine (torchrun: LOCAL_WORLD_SIZE)
     device = _backend_device(cfg.device, local_ranks)
     return RunSpec(
-        cfg=replace(cfg, device=device),
-        schedule=sched,
-        partition=plan.partition,
-        ranks=ranks,
-        virtual=sched.stages_per_device,
-        links=tuple(plan.links) if plan.links is not None else None,
-        checkpoint=checkpoint,
-        timeout_s=float(timeout_s),
-        backend="nccl" if device == "cuda" else "gloo",
+        cfg=replace(cfg, device=device), schedule=sched, partition=plan.partition, ranks=ranks,
+        virtual=sched.stages_per_device, links=tuple(plan.links) if plan.links is not None else None,
+        checkpoint=checkpoint, timeout_s=float(timeout_s), backend="nccl" if device == "cuda" else "gloo",
         # NCCL needs them (see comm.py); with gloo they are optional (the tests use them there)
         direction_groups=device == "cuda" if direction_groups is None else direction_groups,
-        track_memory=track_memory,
-        fault=fault,
-        return_grads=return_grads,
+        track_memory=track_memory, fault=fault, return_grads=return_grads,
         threads=threads or max(1, (os.cpu_count() or 1) // local_ranks),
-    )
+    )  # fmt: skip
 
 
 def _check_data(cfg: TrainConfig) -> None:
@@ -160,7 +142,7 @@ def gather_and_merge(spec: RunSpec, rank: int, record: dict) -> DistributedResul
     dist.gather_object(record, records, dst=0)
     if rank != 0:
         return None
-    return build_result(records, spec.build_schedule(), asdict(spec.cfg))
+    return build_result(records, spec.schedule, asdict(spec.cfg))
 
 
 def _run_specs(ctx: RankContext, specs: list[RunSpec]) -> list[DistributedResult] | None:
@@ -193,13 +175,9 @@ def launch(specs: list[RunSpec], progress: bool = False) -> list[DistributedResu
 
 
 def run_distributed(
-    cfg: TrainConfig,
-    schedule: str | Schedule = "1f1b",
-    stages: int | None = None,
-    *,
-    progress: bool = False,
+    cfg: TrainConfig, schedule: str | Schedule = "1f1b", stages: int | None = None, *, progress: bool = False,
     **options,
-) -> DistributedResult:
+) -> DistributedResult:  # fmt: skip
     """Train with `stages` processes on this machine (gloo on CPU, NCCL with ``cfg.device='cuda'``).
 
     `schedule` and the options are ``make_spec``'s, all checked before any process starts. A failed

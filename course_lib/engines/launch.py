@@ -104,14 +104,9 @@ def free_port() -> int:
 
 
 def spawn(
-    target: Callable[..., Any],
-    world: int,
-    args: tuple = (),
-    *,
-    backend: str = "gloo",
-    timeout_s: float = 60.0,
-    on_progress: Callable[[int, Any], None] | None = None,
-) -> list:
+    target: Callable[..., Any], world: int, args: tuple = (), *, backend: str = "gloo",
+    timeout_s: float = 60.0, on_progress: Callable[[int, Any], None] | None = None,
+) -> list:  # fmt: skip
     """Run ``target(ctx, *args)`` in `world` processes, one process group; return their values by rank.
     `timeout_s`: how long a rank may wait for a silent peer (see the module doc for what else stops)."""
     require(isinstance(world, int) and world >= 1, f"world must be a whole number >= 1, got {world!r}")

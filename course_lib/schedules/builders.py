@@ -58,10 +58,8 @@ def check_sizes(n_devices: int, n_microbatches: int, virtual: int = 1) -> None:
     """Reject sizes no schedule can use or finish, naming the value that was given (build_schedule checks
     them for every builder; the three a lesson calls directly check them too)."""
     for label, value in (("n_devices", n_devices), ("n_microbatches", n_microbatches), ("virtual", virtual)):
-        require(
-            isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-            f"{label} must be a whole number >= 1, got {value!r}",
-        )
+        require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                f"{label} must be a whole number >= 1, got {value!r}")  # fmt: skip
     actions = 3 * n_devices * n_microbatches * virtual
     within_limit("actions", actions, f"3*p*m*v = 3*{n_devices}*{n_microbatches}*{virtual}")
 
