@@ -1,0 +1,58 @@
+"""The numbers lesson 05 (balancing stages) relies on, from the library itself.
+
+Parameters and saved bytes are counted, so they are exact; layer times are measured and noisy, so the
+ranking test gives the profile fixed times in the lesson's proportions (never asserts on wall-clock)."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from course_lib.balance import OutOfMemory, balanced, check_memory, profile_layers, stage_memory
+from course_lib.model import ModelConfig, build_model
+from course_lib.partition import stage_totals, uniform
+
+P, M = 4, 8
+BUDGET_FACTOR = 1.10
+
+
+@pytest.fixture(scope="module")
+def prof():
+    torch.set_num_threads(1)
+    model = build_model(ModelConfig(n_layers=80, vocab_size=2048), seed=0)
+    return profile_layers(model, batch_size=2, seq_len=32, repeats=1)
+
+
+def test_embedding_holds_about_five_blocks_of_parameters(prof):
+    assert prof.params[0] / prof.params[1] == pytest.approx(5.32, abs=0.01)
+    assert prof.params[-1] / prof.params[1] == pytest.approx(5.16, abs=0.01)
+
+
+def test_last_stage_at_half_of_first_because_of_inflight_activations(prof):
+    first, *_, last = stage_memory(uniform(prof.n_layers, P), prof, "1f1b", M)
+    assert (first.inflight, last.inflight) == (4, 1)
+    assert last.total_bytes / first.total_bytes == pytest.approx(0.505, abs=0.005)
+    embedding = prof.static_bytes()[0]
+    assert embedding / first.total_bytes < 0.07  # the embedding's share of stage 0 is small
+    assert (first.total_bytes - embedding) / last.total_bytes > 1.8  # without it stage 0 still needs ~2x
+    gpipe = [st.total_bytes for st in stage_memory(uniform(prof.n_layers, P), prof, "gpipe", M)]
+    assert min(gpipe) / max(gpipe) > 0.85  # every stage holds all m: 24-28 MiB
+
+
+def test_under_the_lessons_budget_only_the_memory_and_optimal_splits_fit(prof):
+    uni = uniform(prof.n_layers, P)
+    budget = int(sum(st.total_bytes for st in stage_memory(uni, prof, "1f1b", M)) / P * BUDGET_FACTOR)
+    for too_big in (uni, balanced(prof, P, by="params")):
+        with pytest.raises(OutOfMemory, match="simulated device 0"):
+            check_memory(too_big, prof, "1f1b", M, budget)
+    check_memory(balanced(prof, P, by="memory"), prof, "1f1b", M, budget)
+    # fixed times in the lesson's proportions: embedding a third of a block, head (with loss) 1.4 blocks
+    timed = replace(prof, time_s=[1 / 3] + [1.0] * (prof.n_layers - 2) + [1.4])
+    best = balanced(timed, P, by="time", schedule="1f1b", microbatches=M, budget_bytes=budget)
+    check_memory(best, timed, "1f1b", M, budget)
+    slowest = {
+        name: max(stage_totals(timed.time_s, part))
+        for name, part in (("best", best), ("memory", balanced(timed, P, by="memory")))
+    }
+    assert slowest["best"] < 0.9 * slowest["memory"]
+    assert best.sizes[0] < uni.sizes[0]  # the budget takes layers off stage 0
