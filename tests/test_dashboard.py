@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import ipywidgets as widgets
 import pytest
 
@@ -73,13 +71,6 @@ def test_invalid_combination_is_a_message_not_a_traceback():
     assert dash.image.value == b"" and dash.timeline is None
     dash.m_slider.value = 10  # and it recovers
     assert _bubble_line(dash).startswith("bubble:")
-
-
-def test_redraw_is_quick():
-    dash = pipeline_dashboard("1f1b", p=8, m=32)
-    start = time.perf_counter()
-    dash.redraw()
-    assert time.perf_counter() - start < 1.5  # target 0.3 s; loose because CI cores are shared
 
 
 def test_extra_controls_and_train_hook():

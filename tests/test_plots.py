@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import matplotlib
 import pytest
 from matplotlib.collections import PolyCollection
@@ -72,14 +70,11 @@ def test_transfers_drawn_on_request_and_time_units():
     assert time_scale(5e-6) == (1e6, "µs") and time_scale(3.0) == (1.0, "s")
 
 
-def test_save_png_is_quick(tmp_path):
-    start = time.perf_counter()
+def test_save_png_writes_a_png(tmp_path):  # its speed (target 150 ms) is bench/bench_simulator.py's
     tl = simulate(build_schedule("1f1b", 8, 64))
     path = save_timeline_png(tl, str(tmp_path / "g.png"))
-    elapsed = time.perf_counter() - start
     with open(path, "rb") as fh:
         assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
-    assert elapsed < 1.0  # target 150 ms (bench/bench_simulator.py); loose here: CI cores are shared
 
 
 @pytest.mark.parametrize("convention", ["gpipe", "megatron"])
