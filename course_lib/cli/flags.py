@@ -105,13 +105,14 @@ def config_from_flags(args: argparse.Namespace) -> TrainConfig:
 
 def add_pipeline_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     group = parser.add_argument_group("pipeline (engines local and distributed)")
-    group.add_argument("--schedule", help="naive, gpipe, 1f1b, interleaved-1f1b, zb-h1 (default 1f1b)")
+    group.add_argument("--schedule", help="naive, gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, dualpipe-v, "
+                       "... or a torch class name (default 1f1b; `schedule --list` lists them)")
     group.add_argument("--stages", "-p", type=COUNT,
                        help="pipeline devices = ranks (default 4; under torchrun: its ranks)")  # fmt: skip
     # torchrun reads a bare --virtual as its own --virtual-local-rank: there, spell it --virtual-stages
     group.add_argument(
         "--virtual", "--virtual-stages", "-v", dest="virtual", type=COUNT,
-        help="stages per device, interleaved-1f1b (default 1)",
+        help="stages per device: interleaved-1f1b (default 1), zb-v and dualpipe-v (2, the only v they take)",
     )  # fmt: skip
     modes = ", ".join(CHECKPOINT_MODES)
     group.add_argument("--checkpoint", help=f"activation checkpointing: {modes} (default never)")
@@ -144,7 +145,7 @@ class PipelineFlags:
 
     schedule: str = "1f1b"
     stages: int = 4
-    virtual: int = 1
+    virtual: int | None = None  # None: 1, or the only v a schedule takes (2 for zb-v, dualpipe-v)
     checkpoint: str = "never"
     links: Link | None = None  # None: free links
     timeout: float = 60.0  # seconds (distributed engine); from_args: default_timeout's

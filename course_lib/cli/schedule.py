@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     for flag, example in (("schedule", "1f1b"), ("stages", "4"), ("microbatches", "8")):
         require(getattr(args, flag) is not None, f"--{flag} is required, e.g. --{flag} {example} (or --list)")
     info = SCHEDULES[resolve_name(args.schedule)]
-    virtual = args.virtual if args.virtual is not None else (2 if info.uses_virtual else 1)
+    virtual = args.virtual if args.virtual is not None else info.default_virtual
     schedule = build_schedule(info.name, args.stages, args.microbatches, virtual)
     validate(schedule)  # builders are tested, but say so loudly if one ever produces a broken order
     if args.format == "torch-csv":

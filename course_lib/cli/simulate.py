@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _simulate(args: argparse.Namespace) -> tuple[Timeline, dict[str, object], ScheduleInfo, Case]:
     info = SCHEDULES[resolve_name(args.schedule)]
-    virtual = args.virtual if args.virtual is not None else (2 if info.uses_virtual else 1)
+    virtual = args.virtual if args.virtual is not None else info.default_virtual
     schedule = build_schedule(info.name, args.stages, args.microbatches, virtual)
     # the same model cut into p*v stages: each stage holds 1/v of a device's share (f, i, w)
     costs = StageCosts(args.time_f / virtual, args.time_i / virtual, args.time_w / virtual)

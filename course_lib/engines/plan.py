@@ -22,7 +22,7 @@ from course_lib.errors import require
 from course_lib.links import Link, per_boundary
 from course_lib.partition import Partition, uniform
 from course_lib.reference import TrainConfig
-from course_lib.schedules.builders import build_schedule
+from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
 from course_lib.schedules.ir import Schedule
 from course_lib.schedules.validate import validate
 
@@ -82,17 +82,19 @@ def _check_built(sched: Schedule, cfg: TrainConfig, stages: int | None, virtual:
 
 
 def resolve_schedule(
-    cfg: TrainConfig, schedule: str | Schedule, stages: int | None = 4, virtual: int | None = 1
+    cfg: TrainConfig, schedule: str | Schedule, stages: int | None = 4, virtual: int | None = None
 ) -> Schedule:
     """The Schedule to run: a built one as given (its m, and `stages` / `virtual` if given, must
-    agree), or one built by name for `stages` devices x `virtual` stages each; validated either way
+    agree), or one built by name for `stages` devices x `virtual` stages each (None: 1, or the only v
+    a schedule takes, 2 for V shapes); validated either way
     (CourseError naming the fault). Every engine calls this, so a hand-made or latency-aware
     schedule runs wherever a name does."""
     if isinstance(schedule, Schedule):
         _check_built(schedule, cfg, stages, virtual)
         sched = schedule
     else:
-        stages, virtual = 4 if stages is None else stages, 1 if virtual is None else virtual
+        fixed = SCHEDULES[resolve_name(schedule)].fixed_virtual  # V shapes: 2, their only v
+        stages, virtual = 4 if stages is None else stages, (fixed or 1) if virtual is None else virtual
         _whole(stages, "stages")
         _whole(virtual, "virtual")
         n_layers = cfg.n_layers + 2  # embedding + blocks + head
@@ -108,7 +110,7 @@ def resolve_schedule(
 
 
 def make_plan(
-    cfg: TrainConfig, schedule: str | Schedule = "1f1b", stages: int | None = 4, virtual: int | None = 1,
+    cfg: TrainConfig, schedule: str | Schedule = "1f1b", stages: int | None = 4, virtual: int | None = None,
     partition: Partition | Sequence[int] | None = None, checkpoint: str = "never",
     links: Link | Sequence[Link] | None = None,
 ) -> PipelinePlan:  # fmt: skip

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from course_lib.errors import require
-from course_lib.schedules import closed_forms
+from course_lib.schedules import closed_forms, v_shape
 from course_lib.schedules.closed_forms import ClosedForm
 from course_lib.schedules.interleaved import interleaved_1f1b
 from course_lib.schedules.ir import Action, Kind, Schedule
@@ -132,6 +132,12 @@ class ScheduleInfo:
     paper: str
     torch_class: str | None = None  # the matching class in torch.distributed.pipelining, if any
     uses_virtual: bool = False  # True if the builder takes v stages per device
+    fixed_virtual: int | None = None  # the only v it takes, if it takes one only (V shape: 2)
+
+    @property
+    def default_virtual(self) -> int:
+        """v when none is given: the fixed one, 2 for interleaving, else 1."""
+        return self.fixed_virtual or (2 if self.uses_virtual else 1)
 
 
 SCHEDULES: dict[str, ScheduleInfo] = {}
@@ -162,12 +168,14 @@ def resolve_name(name: str) -> str:
     return canonical
 
 
-def build_schedule(name: str, n_devices: int, n_microbatches: int, virtual: int = 1) -> Schedule:
+def build_schedule(name: str, n_devices: int, n_microbatches: int, virtual: int | None = None) -> Schedule:
     """Build schedule `name` for p = `n_devices` devices and m = `n_microbatches` micro-batches.
 
-    `virtual` is the number of stages per device (v); only interleaved schedules take v > 1.
+    `virtual` is the number of stages per device (v); only interleaved and V-shape schedules take v > 1
+    (V shape: exactly 2). None: the schedule's ``default_virtual`` (1, or 2 for those).
     """
     info = SCHEDULES[resolve_name(name)]
+    virtual = info.default_virtual if virtual is None else virtual
     check_sizes(n_devices, n_microbatches, virtual)
     if info.uses_virtual:
         return info.build(n_devices, n_microbatches, virtual)
@@ -247,4 +255,30 @@ register(
         "this course (lesson 06): Little's law applied to 1F1B's warm-up",
     ),
     "wan-1f1b",
+)
+
+
+# ---- V-shape schedules (course_lib/schedules/v_shape.py): two stages per device, stage s and 2p-1-s ----
+_V_SIZES = "any p >= 1; v = 2 only (the V: stage s on device s, stage 2p-1-s on device s)"
+register(
+    ScheduleInfo(
+        "zb-v", v_shape.zb_v,
+        "Zero Bubble V: two stages per device in a V (device 0 holds the first and the last), "
+        "backward split into I and W; 1F1B's activation memory on every device, twice its messages",
+        f"{_V_SIZES}; any m >= 1", closed_forms.ZB_V_BUBBLE, closed_forms.ZB_V_PEAK,
+        "ZB-V (Qi et al. 2024, arXiv 2401.10241 sec 6)", torch_class="ScheduleZBVZeroBubble",
+        uses_virtual=True, fixed_virtual=v_shape.V_STAGES_PER_DEVICE,
+    ),
+    "zbv", "zero-bubble-v",
+)
+register(
+    ScheduleInfo(
+        "dualpipe-v", v_shape.dualpipe_v,
+        "DualPipeV (DeepSeek-V3's DualPipe cut in half): V placement, each forward paired with another "
+        "stage's backward (overlapped on GPUs; one after the other here); 2p+1 stages' micro-batches held",
+        f"{_V_SIZES}; m >= 2p", closed_forms.DUALPIPE_V_BUBBLE, closed_forms.DUALPIPE_V_PEAK,
+        "DualPipe (DeepSeek-V3, arXiv 2412.19437 sec 3.2.1); DualPipeV: deepseek-ai/DualPipe",
+        torch_class="ScheduleDualPipeV", uses_virtual=True, fixed_virtual=v_shape.V_STAGES_PER_DEVICE,
+    ),
+    "dualpipev",
 )

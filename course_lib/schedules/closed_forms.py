@@ -167,3 +167,45 @@ LATENCY_AWARE_PEAK = ClosedForm(
     "min(2p-1, m)", lambda c: min(2 * c.p - 1, c.m), _always, "any p, m (one extra per link)",
     source="device 0's warm-up, (1 + 1 extra) forwards per link below it, plus one in the steady state",
 )
+
+
+# ---- V-shape schedules (ZB-V, DualPipeV): 2p stages, f, i, w are one stage's (half a device's) costs ----
+def _idle_share(c: Case, idle_per_device: float) -> float:
+    # every device runs two stages' F, I and W for m micro-batches: 2m(F+I+W) of work
+    return idle_per_device / (2 * c.m * (c.f + c.i + c.w) + idle_per_device)
+
+
+ZB_V_BUBBLE = _bubble(
+    "(p-1)(I + max(0, I-2W)) / [2m(F+I+W) + (p-1)(I + max(0, I-2W))]",
+    lambda c: _idle_share(c, (c.p - 1) * (c.i + max(0.0, c.i - 2 * c.w))),
+    lambda c: c.m >= 2 * c.p - 1 and c.f <= c.i and c.w <= c.i,
+    "m >= 2p-1, F <= I and W <= I (one stage's costs)",
+    megatron_text="(p-1)(I + max(0, I-2W)) / [2m(F+I+W)]",
+    source="Zero Bubble, Qi et al. 2024, arXiv 2401.10241 sec 6 (ZB-V; sail-sg's summary: bubble 0 at "
+    "T_F = T_B = T_W, 1F1B's activation memory, twice its point-to-point traffic). The paper counts idle "
+    "time inside each device's busy span (its optimizer post-validation lets the next step start at once); "
+    "this simulator also counts the fill, (p-1) stage-times of skew between device 0 and device p-1. The "
+    "formula and its range found with the simulator",
+)
+DUALPIPE_V_BUBBLE = _bubble(
+    "(p-1)(F + I - min(W, I)) / [2m(F+I+W) + (p-1)(F + I - min(W, I))]",
+    lambda c: _idle_share(c, (c.p - 1) * (c.f + c.i - min(c.w, c.i))),
+    lambda c: c.m >= 2 * c.p and c.f == c.i,
+    "m >= 2p, F = I (one stage's costs); the overlapped F&B pairs run one after the other",
+    megatron_text="(p-1)(F + I - min(W, I)) / [2m(F+I+W)]",
+    source="DeepSeek-V3, arXiv 2412.19437 sec 3.2.1 Table 2: DualPipe's bubble (PP/2-1)(F&B+B-3W) on PP "
+    "devices; DualPipeV (deepseek-ai/DualPipe README) has the same on PP/2 devices, i.e. (p-1)(F&B+B-3W) "
+    "here. That form assumes an overlapped F&B costs less than F + B; this simulator runs the pair "
+    "one after the other, and counts the fill as idle. The formula and its range found with the simulator",
+)
+ZB_V_PEAK = ClosedForm(
+    "min(2m, 2p)", lambda c: min(2 * c.m, 2 * c.p), _always,
+    "any p, m; counted in stages' micro-batches (each half a device's layers): 1F1B's p micro-batches",
+    source="arXiv 2401.10241 sec 6: ZB-V keeps 1F1B's peak activation memory, on every device",
+)
+DUALPIPE_V_PEAK = ClosedForm(
+    "2p+1", lambda c: 2 * c.p + 1, _always,
+    "every m it accepts (m >= 2p); counted in stages' micro-batches (chunks of half a device)",
+    source="DeepSeek-V3, arXiv 2412.19437 sec 3.2.1 Table 2: PP+1 chunks of activations per device, with "
+    "PP = 2p chunks in DualPipeV",
+)

@@ -15,7 +15,10 @@ Try it::
 
 The number of stages (p*v), where each stage lives (torch's ``stage_index_to_group_rank``: loop or
 V placement) and whether backward is split into I + W are read off torch's schedule, so every class
-whose order our IR can express comes through. This leans on torch's private API
+whose order our IR can express comes through. Two of torch's forms are rewritten, as
+schedules/v_shape.py explains: an ``OVERLAP_F_B`` action (DualPipeV) becomes its sub-actions, forward
+first; in a schedule that mixes full backwards B with split ones (I + W), each B becomes I then W.
+This leans on torch's private API
 (``pipeline_order``, ``_Action``); if a torch version moves it, ``torch_order`` raises a CourseError
 that says so. tests/test_torch_interop.py records what torch 2.13 produces.
 """
@@ -59,26 +62,42 @@ def _torch_class(schedules, name: str) -> type:
 
 
 def _compute_actions(rank_order: list, class_name: str) -> list[Action]:
-    # None: an idle slot; REDUCE_GRAD, sends and receives are not compute
+    # None: an idle slot; REDUCE_GRAD, sends and receives are not compute. An overlapped forward and
+    # backward (OVERLAP_F_B, DualPipeV) is its sub-actions in torch's order: the forward, then the backward
     compute = [a for a in rank_order if a is not None and a.is_compute_op]
-    unknown = sorted({a.computation_type.value for a in compute} - {k.value for k in Kind})
+    flat = [sub for a in compute for sub in (a.sub_actions or (a,))]
+    unknown = sorted({a.computation_type.value for a in flat} - {k.value for k in Kind})
     require(
         not unknown,
         f"torch's {class_name} uses {', '.join(unknown)} actions, which our IR (F, B, I, W) cannot express",
     )
-    return [Action(a.stage_index, Kind(a.computation_type.value), a.microbatch_index) for a in compute]
+    return [Action(a.stage_index, Kind(a.computation_type.value), a.microbatch_index) for a in flat]
 
 
-def torch_schedule(schedule: str, p: int, m: int, v: int = 1):
+def _split_full_backwards(orders: list[list[Action]]) -> list[list[Action]]:
+    """A schedule that mixes full backwards with split ones (DualPipeV) in our IR, which has one kind of
+    backward per schedule: each B becomes I then W of the same stage and micro-batch, at once (B costs
+    I + W, and computes the same gradients). See schedules/v_shape.py."""
+    return [
+        [part for a in order for part in ((Action(a.stage, Kind.I, a.microbatch), Action(a.stage, Kind.W,
+         a.microbatch)) if a.kind is Kind.B else (a,))]
+        for order in orders
+    ]  # fmt: skip
+
+
+def torch_schedule(schedule: str, p: int, m: int, v: int | None = None):
     """torch's schedule object for p ranks, m micro-batches and v stages per rank, built on stand-in
     stages (rank 0's view). It holds every rank's ``pipeline_order`` and takes ``_load_csv``.
     `schedule`: a class name of ``torch.distributed.pipelining.schedules``, or one of our names that
-    has one (``SCHEDULES[name].torch_class``)."""
+    has one (``SCHEDULES[name].torch_class``). `v` None: 1, or 2 for the V-shape classes (their only v)."""
     try:
         from torch.distributed.pipelining import schedules
     except ImportError as err:  # torch built without distributed
         raise CourseError(f"this torch ({torch.__version__}) has no torch.distributed.pipelining") from err
     cls = _torch_class(schedules, schedule)
+    if v is None:
+        fixed = (i.fixed_virtual for i in SCHEDULES.values() if i.torch_class == cls.__name__)
+        v = next((f for f in fixed if f), 1)
     multi = issubclass(cls, schedules.PipelineScheduleMulti)
     require(multi or v == 1, f"torch's {cls.__name__} holds one stage per rank, so v must be 1, got {v}")
     stand_ins = [_stand_in(p, v)] * v
@@ -94,11 +113,11 @@ def _api_changed(err: Exception) -> CourseError:
     return CourseError(f"torch {torch.__version__} changed the private pipelining API this reads: {err!r}")
 
 
-def torch_order(schedule: str, p: int, m: int, v: int = 1) -> Schedule:
+def torch_order(schedule: str, p: int, m: int, v: int | None = None) -> Schedule:
     """Rank-by-rank compute actions of torch's schedule (see torch_schedule for `schedule`) as a
     Schedule named ``torch-<class name>``, with torch's placement of the p*v stages."""
     sched = torch_schedule(schedule, p, m, v)
-    name = type(sched).__name__
+    name, v = type(sched).__name__, sched._num_stages // p  # the v torch_schedule settled on
     try:
         order = sched.pipeline_order
         # multi-stage classes say where each stage lives (loop or V placement); single: stage s on rank s
@@ -108,9 +127,7 @@ def torch_order(schedule: str, p: int, m: int, v: int = 1) -> Schedule:
         raise _api_changed(err) from err
     kinds = {a.kind for o in orders for a in o}
     split = bool(kinds & {Kind.I, Kind.W})
-    require(
-        not (split and Kind.B in kinds),
-        f"torch's {name} mixes full backwards (B) with split ones (I + W); our IR has one kind per schedule",
-    )
+    if split and Kind.B in kinds:  # DualPipeV: full and split backwards in one schedule
+        orders = _split_full_backwards(orders)
     placement = [where[s] for s in range(p * v)]
     return Schedule(f"torch-{name}", p * v, m, orders, placement, split_backward=split)

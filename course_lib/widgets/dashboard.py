@@ -112,7 +112,8 @@ class PipelineDashboard(widgets.VBox):
     # ---- reading the controls ----------------------------------------------------------------
     def config(self) -> DashboardConfig:
         name = self.schedule_dropdown.value
-        v = self.v_slider.value if SCHEDULES[name].uses_virtual else 1
+        info = SCHEDULES[name]  # V shapes take one v only (2): the slider is then off
+        v = info.fixed_virtual or (self.v_slider.value if info.uses_virtual else 1)
         link_name = self.link_dropdown.value
         return DashboardConfig(
             name, self.p_slider.value, self.m_slider.value, v, link_name, self.links[link_name], self.costs,
@@ -129,7 +130,8 @@ class PipelineDashboard(widgets.VBox):
     # ---- drawing -----------------------------------------------------------------------------
     def redraw(self) -> None:
         """Re-simulate and redraw; any problem becomes a message in the box, not a traceback."""
-        self.v_slider.disabled = not SCHEDULES[self.schedule_dropdown.value].uses_virtual
+        info = SCHEDULES[self.schedule_dropdown.value]
+        self.v_slider.disabled = not info.uses_virtual or info.fixed_virtual is not None
         try:
             tl = self.simulate()
         except Exception as err:  # noqa: BLE001  (a student's slider move must never show a traceback)
