@@ -16,9 +16,10 @@ Findings recorded here, for torch 2.13:
   defect is in the IR that tools read, not in training.)
 - ScheduleInterleavedZeroBubble with one stage per rank produces exactly our ZB-H1 order, where it
   accepts m (it applies the interleaved rounds rule; our ZB-H1 takes any m).
-- ScheduleInterleavedZeroBubble (v=2), ScheduleLoopedBFS and ScheduleZBVZeroBubble (V placement) give
-  orders our validator accepts; ScheduleDualPipeV overlaps F and B (OVERLAP_F_B) and mixes B with I + W,
-  which our IR cannot express.
+- ScheduleInterleavedZeroBubble (v=2), ScheduleLoopedBFS, ScheduleZBVZeroBubble and ScheduleDualPipeV
+  (V placement) give orders our validator accepts. DualPipeV overlaps F and B (OVERLAP_F_B) and mixes B
+  with I + W: torch_order writes an overlap as its sub-actions (F first) and each B as I then W
+  (schedules/v_shape.py); tests/test_schedules_vshape.py compares ZB-V and DualPipeV with ours.
 """
 
 from __future__ import annotations
@@ -103,13 +104,14 @@ def test_zero_bubble_one_stage_per_rank_is_our_zb_h1():
         ("ScheduleInterleavedZeroBubble", 2, [0, 1, 2, 3, 0, 1, 2, 3]),
         ("ScheduleLoopedBFS", 2, [0, 1, 2, 3, 0, 1, 2, 3]),
         ("ScheduleZBVZeroBubble", 2, [0, 1, 2, 3, 3, 2, 1, 0]),  # V placement: stages 0 and 7 on rank 0
+        ("ScheduleDualPipeV", 2, [0, 1, 2, 3, 3, 2, 1, 0]),
     ],
 )
 def test_torchs_multi_stage_classes_come_through_valid(name, v, placement):
-    for m in (4, 8, 12):
+    for m in (4, 8, 12) if "DualPipe" not in name else (8, 12):  # DualPipeV: m >= 2p
         theirs = torch_order(name, 4, m, v)
         assert theirs.stage_to_device == placement and theirs.n_stages == 8
-        assert theirs.split_backward == ("ZeroBubble" in name)
+        assert theirs.split_backward == ("ZeroBubble" in name or "DualPipe" in name)
         assert check(theirs) == [], (name, m)
 
 
@@ -119,8 +121,8 @@ def test_our_names_reach_the_registered_torch_class_and_the_rest_is_refused():
     assert torch_order("zb-h1", 3, 6).name == "torch-ScheduleInterleavedZeroBubble"
     with pytest.raises(CourseError, match="'latency-aware-1f1b' has no class in torch"):
         torch_order("latency-aware-1f1b", 2, 4)
-    with pytest.raises(CourseError, match="OVERLAP_F_B actions, which our IR"):
-        torch_order("ScheduleDualPipeV", 4, 8, 2)
+    overlapped = torch_order("ScheduleDualPipeV", 4, 8)  # v: 2, the only one V shapes take
+    assert overlapped.n_stages == 8 and check(overlapped) == []  # OVERLAP_F_B written as its sub-actions
     with pytest.raises(CourseError, match="one stage per rank, so v must be 1, got 2"):
         torch_order("gpipe", 2, 4, 2)
     with pytest.raises(CourseError, match="refuses p=4, m=8, v=3: ZBV requires exactly 2"):
