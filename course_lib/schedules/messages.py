@@ -6,7 +6,10 @@ becomes a message exactly when the stage that consumes it lives on another devic
 route table, both engines' communication and the TP accounting all read these functions.
 
 Per micro-batch, two kinds of output cross a stage boundary: the forward's activation (stage s ->
-s+1) and the backward's input gradient (stage s+1 -> s). W produces nothing that travels.
+s+1) and the backward's input gradient (stage s+1 -> s). W produces nothing that travels. Where both
+stages of a boundary live on one device it is no message at all (``local_producer`` finds the output
+there): with a single device, or at the turn of a V-shape schedule (ZB-V, DualPipeV), where stages p-1
+and p both live on device p-1.
 
 Try it::
 
