@@ -148,6 +148,19 @@ def test_torch_loads_our_zb_v_csv(tmp_path):
     assert loaded == [list(map(str, order)) for order in ours.orders]
 
 
+@pytest.mark.parametrize("name", V_SHAPES)
+def test_we_read_torchs_csv_overlapped_pairs_included(name, tmp_path):
+    theirs = torch_schedule(TORCH[name], 3, 6)
+    try:
+        theirs._dump_csv(str(tmp_path / "theirs.csv"), format="compute_only")
+    except (AttributeError, TypeError) as err:
+        pytest.skip(f"torch {torch.__version__} changed _dump_csv: {err!r}")
+    text = (tmp_path / "theirs.csv").read_text()
+    assert ("OVERLAP_F_B" in text) == (name == "dualpipe-v")  # cells like (0F3;3B1)OVERLAP_F_B
+    back = read_csv(tmp_path / "theirs.csv")
+    assert back.orders == build_schedule(name, 3, 6).orders and back.stage_to_device == [0, 1, 2, 2, 1, 0]
+
+
 def test_cli_defaults_v_shapes_to_two_stages_per_device(monkeypatch, capsys):
     monkeypatch.setattr(cli, "COMMANDS", {"schedule": cli.COMMANDS["schedule"]})
     argv = ["schedule", "--schedule", "ScheduleZBVZeroBubble", "--stages", "2", "--microbatches", "4"]

@@ -23,10 +23,13 @@ from pathlib import Path
 
 from course_lib.errors import CourseError, require
 from course_lib.schedules.ir import Action, Kind, Schedule
+from course_lib.schedules.v_shape import split_full_backwards
 from course_lib.schedules.validate import MAX_ACTIONS
 
 # PyTorch cells that are not compute: FSDP (UNSHARD/RESHARD), gradient reduction, communication.
 _OTHER_RE = re.compile(r"^\d+(UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)\d*$")
+# a forward overlapped with a backward (DualPipeV): "(0F3;3B1)OVERLAP_F_B", read as its sub-actions
+_OVERLAP_RE = re.compile(r"^\((.*)\)OVERLAP_F_B$")
 
 
 def to_csv_text(schedule: Schedule) -> str:
@@ -49,7 +52,9 @@ def from_csv_text(
 ) -> Schedule:
     """Parse PyTorch's CSV text into a Schedule.
 
-    Empty cells (PyTorch's idle steps) are skipped. Stage placement is read off the rows: a stage
+    Empty cells (PyTorch's idle steps) are skipped; an overlapped pair ``(0F3;3B1)OVERLAP_F_B``
+    (DualPipeV) is its sub-actions, and in an order that mixes full backwards B with split ones each B
+    becomes I then W (schedules/v_shape.py says why). Stage placement is read off the rows: a stage
     lives on the device whose row holds its actions (a stage no row mentions is put on device
     ``stage % p``). `n_microbatches` and `n_stages` default to what the actions mention; pass them to
     check a schedule against the sizes it should have. Non-compute cells such as ``0REDUCE_GRAD`` or
@@ -71,12 +76,16 @@ def from_csv_text(
                     f"row {device}, column {column}: {cell!r} is not a compute action; this reader "
                     "takes compute-only CSVs (F, B, I, W), pass ignore_non_compute=True to drop such cells"
                 )
+            overlap = _OVERLAP_RE.match(cell)
             try:
-                order.append(Action.parse(cell))
+                order += [Action.parse(sub) for sub in (overlap.group(1).split(";") if overlap else [cell])]
             except ValueError as err:
                 raise CourseError(f"row {device}, column {column}: {err}") from None
         orders.append(order)
 
+    kinds = {a.kind for order in orders for a in order}
+    if Kind.B in kinds and kinds & {Kind.I, Kind.W}:  # DualPipeV's mix: each B as I then W (v_shape.py)
+        orders = split_full_backwards(orders)
     actions = [a for order in orders for a in order]
     n_devices = len(orders)
     if n_stages is None:

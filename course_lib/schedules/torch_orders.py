@@ -32,6 +32,7 @@ import torch
 from course_lib.errors import CourseError, require
 from course_lib.schedules.builders import SCHEDULES, resolve_name
 from course_lib.schedules.ir import Action, Kind, Schedule
+from course_lib.schedules.v_shape import split_full_backwards
 
 
 def _stand_in(p: int, v: int) -> SimpleNamespace:
@@ -72,17 +73,6 @@ def _compute_actions(rank_order: list, class_name: str) -> list[Action]:
         f"torch's {class_name} uses {', '.join(unknown)} actions, which our IR (F, B, I, W) cannot express",
     )
     return [Action(a.stage_index, Kind(a.computation_type.value), a.microbatch_index) for a in flat]
-
-
-def _split_full_backwards(orders: list[list[Action]]) -> list[list[Action]]:
-    """A schedule that mixes full backwards with split ones (DualPipeV) in our IR, which has one kind of
-    backward per schedule: each B becomes I then W of the same stage and micro-batch, at once (B costs
-    I + W, and computes the same gradients). See schedules/v_shape.py."""
-    return [
-        [part for a in order for part in ((Action(a.stage, Kind.I, a.microbatch), Action(a.stage, Kind.W,
-         a.microbatch)) if a.kind is Kind.B else (a,))]
-        for order in orders
-    ]  # fmt: skip
 
 
 def torch_schedule(schedule: str, p: int, m: int, v: int | None = None):
@@ -128,6 +118,6 @@ def torch_order(schedule: str, p: int, m: int, v: int | None = None) -> Schedule
     kinds = {a.kind for o in orders for a in o}
     split = bool(kinds & {Kind.I, Kind.W})
     if split and Kind.B in kinds:  # DualPipeV: full and split backwards in one schedule
-        orders = _split_full_backwards(orders)
+        orders = split_full_backwards(orders)
     placement = [where[s] for s in range(p * v)]
     return Schedule(f"torch-{name}", p * v, m, orders, placement, split_backward=split)

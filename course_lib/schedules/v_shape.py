@@ -33,7 +33,8 @@ How this IR writes DualPipeV (a deliberate, documented difference from torch's l
    gradients are the same numbers.
 
 ``torch_orders.torch_order`` applies the same two rules to torch's ``pipeline_order``, and
-tests/test_schedules_vshape.py checks that the result equals these builders on a grid.
+``torch_csv`` to the ``(0F3;3B1)OVERLAP_F_B`` cells of torch's CSV; tests/test_schedules_vshape.py checks
+that the results equal these builders.
 
 Sizes: ZB-V builds any m >= 1 (so does torch: it plans for max(2p-1, m) micro-batches and drops the
 rest); DualPipeV needs m >= 2p (torch's rule too: its phases count m - 2p + d + 1 steady pairs).
@@ -51,6 +52,18 @@ from course_lib.errors import require
 from course_lib.schedules.ir import Action, Kind, Schedule
 
 V_STAGES_PER_DEVICE = 2
+
+
+def split_full_backwards(orders: list[list[Action]]) -> list[list[Action]]:
+    """Rule 2 above, for an order that mixes full backwards with split ones (torch's DualPipeV, read by
+    torch_orders and torch_csv): each B becomes I then W of the same stage and micro-batch, at once."""
+    return [
+        [part for a in order for part in (_as_i_then_w(a) if a.kind is Kind.B else (a,))] for order in orders
+    ]
+
+
+def _as_i_then_w(action: Action) -> tuple[Action, Action]:
+    return Action(action.stage, Kind.I, action.microbatch), Action(action.stage, Kind.W, action.microbatch)
 
 
 def v_placement(n_devices: int) -> list[int]:
