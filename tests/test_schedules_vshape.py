@@ -284,3 +284,15 @@ def test_distributed_engine_equals_the_reference(ranks):
         for key, g in grads.items():
             torch.testing.assert_close(result.grads[key], g, rtol=1e-5, atol=1e-7, msg=f"{name} {key}")
             torch.testing.assert_close(result.params[key], params[key].detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_dashboard_takes_the_names_and_fixes_v_at_two():
+    pytest.importorskip("ipywidgets")
+    from course_lib.widgets.dashboard import PipelineDashboard
+
+    board = PipelineDashboard(schedule="ScheduleZBVZeroBubble", p=2, m=4, v=3)
+    assert board.config().schedule == "zb-v" and board.config().v == 2 and board.v_slider.disabled
+    assert board.timeline is not None and board.timeline.n_stages == 4
+    board.schedule_dropdown.value = "dualpipe-v"
+    board.m_slider.value = 3  # m < 2p: the box says why instead of drawing
+    assert "2p = 4 for p=2, got m=3" in board.summary.value and board.timeline is None
