@@ -190,8 +190,9 @@ ZB_V_BUBBLE = _bubble(
 DUALPIPE_V_BUBBLE = _bubble(
     "(p-1)(F + I - min(W, I)) / [2m(F+I+W) + (p-1)(F + I - min(W, I))]",
     lambda c: _idle_share(c, (c.p - 1) * (c.f + c.i - min(c.w, c.i))),
-    lambda c: c.m >= 2 * c.p and c.f == c.i,
-    "m >= 2p, F = I (one stage's costs); the overlapped F&B pairs run one after the other",
+    lambda c: c.m >= 2 * c.p and c.f >= c.i and c.w >= c.f - c.i,
+    "m >= 2p, F >= I and W >= F - I (one stage's costs; F = I: any W); the overlapped F&B pairs run "
+    "one after the other",
     megatron_text="(p-1)(F + I - min(W, I)) / [2m(F+I+W)]",
     source="DeepSeek-V3, arXiv 2412.19437 sec 3.2.1 Table 2: DualPipe's bubble (PP/2-1)(F&B+B-3W) on PP "
     "devices; DualPipeV (deepseek-ai/DualPipe README) has the same on PP/2 devices, i.e. (p-1)(F&B+B-3W) "
