@@ -87,30 +87,30 @@ def _zb_v_order(p: int, m: int, d: int) -> list[Action]:
     count = {(s, k): 0 for s in (first, second) for k in Kind}
     order: list[Action] = []
 
-    def run(stage: int, kind: Kind, mb: int | None = None) -> None:
-        mb = count[stage, kind] if mb is None else mb
-        order.append(Action(stage, kind, mb))
-        count[stage, kind] += 1
+    def run(*steps: tuple[int, Kind]) -> None:
+        """Append each (stage, kind) for that pair's next micro-batch."""
+        for stage, kind in steps:
+            order.append(Action(stage, kind, count[stage, kind]))
+            count[stage, kind] += 1
 
+    F, I, W = Kind.F, Kind.I, Kind.W  # noqa: N806, E741
     for _ in range(2 * (p - d) - 1):  # warm-up 1: the first stage's forwards
-        run(first, Kind.F)
+        run((first, F))
     for _ in range(d):  # warm-up 2: both stages' forwards, alternating
-        run(second, Kind.F)
-        run(first, Kind.F)
+        run((second, F), (first, F))
     for _ in range(p - d):  # warm-up 3: the second stage's F, I and W
-        run(second, Kind.F), run(second, Kind.I), run(second, Kind.W)
-    while count[second, Kind.F] < count[first, Kind.F] or count[first, Kind.F] < n:  # steady state
-        if count[first, Kind.F] < n:
-            run(first, Kind.F)
-        run(first, Kind.I), run(first, Kind.W)
-        run(second, Kind.F), run(second, Kind.I), run(second, Kind.W)
+        run((second, F), (second, I), (second, W))
+    while count[second, F] < count[first, F] or count[first, F] < n:  # steady state
+        if count[first, F] < n:
+            run((first, F))
+        run((first, I), (first, W), (second, F), (second, I), (second, W))
     for _ in range(d):  # cool-down: input gradients first, weight gradients late
-        run(first, Kind.I), run(second, Kind.I)
+        run((first, I), (second, I))
     for _ in range(p - d):
-        run(first, Kind.I), run(first, Kind.W)
+        run((first, I), (first, W))
     for stage in (second, first):
-        while count[stage, Kind.W] < count[stage, Kind.I]:
-            run(stage, Kind.W)
+        while count[stage, W] < count[stage, I]:
+            run((stage, W))
     return [a for a in order if a.microbatch < m]
 
 
@@ -159,17 +159,22 @@ def _dualpipe_v_order(p: int, m: int, d: int) -> list[Action]:
     for _ in range(2 * (p - d - 1)):  # 1: forwards of the first stage
         dev.forward(first)
     for _ in range(d + 1):  # 2: forwards of both stages
-        dev.forward(first), dev.forward(second)
+        dev.forward(first)
+        dev.forward(second)
     for _ in range(p - d - 1):  # 3: zero-bubble I, W, F on the second stage
-        dev.backward(second, split=True), dev.pending_weight(), dev.forward(second)
+        dev.backward(second, split=True)
+        dev.pending_weight()
+        dev.forward(second)
     for k in range(m - 2 * p + d + 1):  # 4: the main phase, forward and backward paired
         if k == 0 and d == p - 1:  # not overlapped, to shorten the bubble (torch's note)
-            dev.forward(first), dev.backward(second, split=False)
+            dev.forward(first)
+            dev.backward(second, split=False)
         else:
             dev.overlapped(first, second)
         dev.overlapped(second, first)
     for _ in range(p - d - 1):  # 5: B of the second stage, then F / B paired
-        dev.backward(second, split=False), dev.overlapped(second, first)
+        dev.backward(second, split=False)
+        dev.overlapped(second, first)
     split = False
     for k in range(d + 1):  # 6: backwards of both stages; the second half zero-bubble style
         split = split or (k == (d + 1) // 2 and d % 2 == 1)
@@ -177,7 +182,8 @@ def _dualpipe_v_order(p: int, m: int, d: int) -> list[Action]:
         split = split or (k == (d + 1) // 2 and d % 2 == 0)
         dev.backward(first, split)
     for _ in range(p - d - 1):  # 7: a pending W, then a backward of the first stage
-        dev.pending_weight(), dev.backward(first, split)
+        dev.pending_weight()
+        dev.backward(first, split)
     for _ in range(d + 1):  # 8: the W's still pending
         dev.pending_weight()
     return dev.order
