@@ -182,10 +182,10 @@ ZB_V_BUBBLE = _bubble(
     "m >= 2p-1, F <= I and W <= I (one stage's costs)",
     megatron_text="(p-1)(I + max(0, I-2W)) / [2m(F+I+W)]",
     source="Zero Bubble, Qi et al. 2024, arXiv 2401.10241 sec 6 (ZB-V; sail-sg's summary: bubble 0 at "
-    "T_F = T_B = T_W, 1F1B's activation memory, twice its point-to-point traffic). The paper counts idle "
-    "time inside each device's busy span (its optimizer post-validation lets the next step start at once); "
-    "this simulator also counts the fill, (p-1) stage-times of skew between device 0 and device p-1. The "
-    "formula and its range found with the simulator",
+    "T_F = T_B = T_W, 1F1B's activation memory, twice its point-to-point traffic). That 0 leaves out the "
+    "fill: at F = I = W no device here waits once it has started, but device p-1 starts (p-1) stage-times "
+    "after device 0, and this simulator counts that as idle. The formula and its range found with the "
+    "simulator",
 )
 DUALPIPE_V_BUBBLE = _bubble(
     "(p-1)(F + I - min(W, I)) / [2m(F+I+W) + (p-1)(F + I - min(W, I))]",
