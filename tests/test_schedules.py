@@ -13,7 +13,8 @@ from course_lib.schedules.validate import check
 
 
 def grid(name: str):
-    vs = (1, 2, 3) if SCHEDULES[name].uses_virtual else (1,)
+    info = SCHEDULES[name]
+    vs = (info.fixed_virtual,) if info.fixed_virtual else (1, 2, 3) if info.uses_virtual else (1,)
     return [(p, m, v) for p in range(1, 9) for m in range(1, 17) for v in vs]
 
 
@@ -33,6 +34,8 @@ def test_every_builder_is_valid_over_the_grid(name):
         # PyTorch's rule: m a multiple of max(1, m // p); count the (p, m) pairs that break it, per v
         breaking = sum(1 for p in range(1, 9) for m in range(1, 17) if m % max(1, m // p))
         assert rejected == 3 * breaking and breaking > 0
+    elif name == "dualpipe-v":  # m >= 2p, as torch's ScheduleDualPipeV
+        assert rejected == sum(1 for p in range(1, 9) for m in range(1, 17) if m < 2 * p)
     else:
         assert rejected == 0
 

@@ -20,7 +20,8 @@ COSTS = [(1.0, 1.0, 1.0), (1.0, 2.0, 0.5), (2.0, 1.0, 1.0), (1.0, 3.0, 2.0), (1.
 
 
 def grid(name: str):
-    vs = (1, 2, 3) if SCHEDULES[name].uses_virtual else (1,)
+    info = SCHEDULES[name]
+    vs = (info.fixed_virtual,) if info.fixed_virtual else (1, 2, 3) if info.uses_virtual else (1,)
     for v in vs:
         for p in range(1, 9):
             for m in range(1, 17):
@@ -42,11 +43,11 @@ def test_closed_forms_equal_the_simulator_exactly_where_they_hold(name):
             if info.bubble.holds(case):
                 assert tl.bubble_fraction == pytest.approx(formula, abs=1e-12), (p, m, v, f, i, w)
                 held += 1
-            elif p > 1:
+            elif p > 1 and not info.fixed_virtual:  # V shapes: sufficient ranges (test_schedules_vshape)
                 assert tl.bubble_fraction != pytest.approx(formula, abs=1e-9), (p, m, v, f, i, w)
             peak = max(tl.peak_inflight(d) for d in range(p))
             assert info.peak.holds(case) and peak == info.peak.value(case), (p, m, v, f, i, w)
-    assert held > 300  # most of the grid was really compared
+    assert held > (150 if info.fixed_virtual else 300)  # most of the grid was really compared
 
 
 def test_the_bubble_forms_assume_equal_stages_and_free_links():

@@ -21,7 +21,7 @@ def test_csv_text_is_pytorchs_format():
 
 @pytest.mark.parametrize("name", list(SCHEDULES))
 def test_round_trip_through_a_file(name, tmp_path):
-    virtual = 3 if SCHEDULES[name].uses_virtual else 1
+    virtual = SCHEDULES[name].fixed_virtual or (3 if SCHEDULES[name].uses_virtual else 1)
     original = build_schedule(name, 4, 8, virtual)
     path = tmp_path / "schedule.csv"
     write_csv(original, path)

@@ -136,7 +136,7 @@ def test_fast_tuple_dependencies_agree_with_the_ir():
     from course_lib.schedules.validate import _key, _needs
 
     for name in SCHEDULES:
-        s = build_schedule(name, 3, 4, 2 if SCHEDULES[name].uses_virtual else 1)
+        s = build_schedule(name, 3, 6, 2 if SCHEDULES[name].uses_virtual else 1)
         for action in s.actions():
             expected = tuple(_key(a) for a in dependencies(action, s.n_stages, s.split_backward))
             assert _needs(_key(action), s.n_stages, s.split_backward) == expected
