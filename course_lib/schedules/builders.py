@@ -26,7 +26,8 @@ from course_lib.schedules import closed_forms
 from course_lib.schedules.closed_forms import ClosedForm
 from course_lib.schedules.interleaved import interleaved_1f1b
 from course_lib.schedules.ir import Action, Kind, Schedule
-from course_lib.schedules.zero_bubble import zb_h1
+from course_lib.schedules.looped import looped_bfs
+from course_lib.schedules.zero_bubble import interleaved_zero_bubble, zb_h1, zb_h2
 
 
 def F(stage: int, mb: int) -> Action:
@@ -132,6 +133,8 @@ class ScheduleInfo:
     paper: str
     torch_class: str | None = None  # the matching class in torch.distributed.pipelining, if any
     uses_virtual: bool = False  # True if the builder takes v stages per device
+    # whether torch_class is also a name of this entry; False where another entry owns that name
+    torch_alias: bool = True
 
 
 SCHEDULES: dict[str, ScheduleInfo] = {}
@@ -139,10 +142,13 @@ SCHEDULES: dict[str, ScheduleInfo] = {}
 
 def register(info: ScheduleInfo, *aliases: str) -> None:
     """Add a schedule to SCHEDULES; `aliases` are extra names build_schedule accepts."""
+    names = (info.name, info.torch_class if info.torch_alias else None, *aliases)
+    for alias in filter(None, names):
+        owner = _ALIASES.get(_normalise(alias), info.name)
+        require(owner == info.name, f"schedule name {alias!r} already belongs to {owner!r}")
     SCHEDULES[info.name] = info
-    for alias in (info.name, info.torch_class or "", *aliases):
-        if alias:
-            _ALIASES[_normalise(alias)] = info.name
+    for alias in filter(None, names):
+        _ALIASES[_normalise(alias)] = info.name
 
 
 _ALIASES: dict[str, str] = {}
@@ -233,8 +239,9 @@ register(
         "gaps, same peak memory as 1F1B",
         _ANY_SIZES, closed_forms.ZB_H1_BUBBLE, closed_forms.ZB_H1_PEAK,
         "ZB-H1 (Qi et al. 2024, arXiv 2401.10241 sec 2.1)",
-        # with one stage per rank torch's class builds this order, for the m it accepts
-        torch_class="ScheduleInterleavedZeroBubble",
+        # with one stage per rank torch's class builds this order, for the m it accepts; the class name
+        # itself belongs to 'interleaved-zb', which at v = 1 is this order under torch's rounds rule
+        torch_class="ScheduleInterleavedZeroBubble", torch_alias=False,
     ),
     "zbh1", "zero-bubble-h1",
 )
@@ -247,4 +254,40 @@ register(
         "this course (lesson 06): Little's law applied to 1F1B's warm-up",
     ),
     "wan-1f1b",
+)
+
+
+# --- looped BFS, interleaved zero bubble, ZB-H2 (issue 13) ---------------------------------------
+register(
+    ScheduleInfo(
+        "looped-bfs", looped_bfs,
+        "breadth first on v stages per device (stage s on device s % p): all forwards of a stage, then "
+        "the next; backwards last stage first; interleaving's bubble, GPipe's memory (v*m held)",
+        "any p >= 1, m >= 1, v >= 1", closed_forms.LOOPED_BFS_BUBBLE, closed_forms.LOOPED_BFS_PEAK,
+        "Breadth-First Pipeline Parallelism (Lamy-Poirier 2022, arXiv 2211.05953)",
+        torch_class="ScheduleLoopedBFS", uses_virtual=True,
+    ),
+    "looped", "bfs",
+)
+register(
+    ScheduleInfo(
+        "interleaved-zb", interleaved_zero_bubble,
+        "ZB-H1's rule on interleaved 1F1B (v stages per device, stage s on device s % p): W fills the "
+        "gaps, warm-up one forward per hop; at v = 1 it is zb-h1",
+        "any p >= 1, v >= 1; m a multiple of max(1, m // p) (PyTorch's rule, as interleaved-1f1b)",
+        closed_forms.INTERLEAVED_ZB_BUBBLE, closed_forms.INTERLEAVED_ZB_PEAK,
+        "ZB1P (Qi et al. 2024, arXiv 2401.10241) on Megatron's interleaving, as torch builds it",
+        torch_class="ScheduleInterleavedZeroBubble", uses_virtual=True,
+    ),
+    "interleaved-zero-bubble", "zb1p",
+)
+register(
+    ScheduleInfo(
+        "zb-h2", zb_h2,
+        "Zero Bubble H2: warm-up of 2(p-1-d)+1 forwards and W's moved to the tail, so no device idles "
+        "between its first and last action; up to 2p-1 micro-batches held",
+        _ANY_SIZES, closed_forms.ZB_H2_BUBBLE, closed_forms.ZB_H2_PEAK,
+        "ZB-H2 (Qi et al. 2024, arXiv 2401.10241 sec 2.2)",
+    ),
+    "zbh2", "zero-bubble-h2", "zb2p",
 )
