@@ -33,6 +33,7 @@ from course_lib.links import Link
 from course_lib.reference import TrainConfig, first_batch, max_grad_diff, reference_gradients
 from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
 from course_lib.schedules.closed_forms import Case
+from course_lib.schedules.family import idle_inside
 from course_lib.schedules.torch_csv import from_csv_text, read_csv, to_csv_text, write_csv
 from course_lib.schedules.torch_orders import torch_order, torch_schedule
 from course_lib.schedules.validate import check
@@ -146,24 +147,18 @@ def test_torch_loads_our_csv_and_dumps_it_back_unchanged(tmp_path, name, cls, p,
 
 
 # ---- closed forms and the simulator ----------------------------------------------------------------
-def own_span_idle(tl, device: int) -> float:
-    """Idle time between a device's own first start and last end (the Zero Bubble paper's bubble)."""
-    spans = tl.spans_of(device)
-    return max(s.end for s in spans) - min(s.start for s in spans) - tl.busy(device)
-
-
 @pytest.mark.parametrize("p", [2, 3, 4, 6, 8])
 def test_zb_h2_leaves_no_device_idle_between_its_first_and_last_action(p):
     """Paper, sec 2.2 and Table 2: (p-1)(T_F+T_B-2T_W) = 0 at equal costs, at 2p-1 micro-batches held.
     What the simulator's step still counts is the parallelogram's slant: device d starts d*F late."""
     for m in (2 * p - 1, 2 * p, 4 * p):
         tl = simulate(build_schedule("zb-h2", p, m))
-        assert [own_span_idle(tl, d) for d in range(p)] == [0.0] * p, (p, m)
+        assert [idle_inside(tl, d) for d in range(p)] == [0.0] * p, (p, m)
         assert [tl.peak_inflight(d) for d in range(p)] == [2 * p - 1] * p
         assert tl.makespan == 3 * m + (p - 1)
         assert tl.bubble_fraction == pytest.approx(SCHEDULES["zb-h2"].bubble.at(Case(p, m)))
         h1 = simulate(build_schedule("zb-h1", p, m))  # ZB-H1 idles inside device 0's own span
-        assert own_span_idle(h1, 0) == p - 1 and h1.peak_inflight(0) == p
+        assert idle_inside(h1, 0) == p - 1 and h1.peak_inflight(0) == p
 
 
 def test_interleaving_divides_the_zero_bubble_idle_share_and_looped_bfs_holds_everything():

@@ -24,6 +24,7 @@ from course_lib.errors import CourseError
 from course_lib.schedules.builders import SCHEDULES, build_schedule
 from course_lib.schedules.closed_forms import Case
 from course_lib.simulator import simulate
+from course_lib.timeline import Timeline
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,15 @@ class FamilyRow:
     peak_per_device: tuple[float, ...] = ()  # micro-batches of a device's layers held at once, per device
     messages: int | None = None  # point-to-point messages per step
     error: str | None = None
+
+
+def idle_inside(tl: Timeline, device: int) -> float:
+    """Idle time between `device`'s own first start and last end: the Zero Bubble paper's bubble, which
+    leaves out the time before a device's first action and after its last (the step's makespan does not)."""
+    spans = tl.spans_of(device)
+    if not spans:
+        return 0.0
+    return max(s.end for s in spans) - min(s.start for s in spans) - tl.busy(device)
 
 
 def default_virtual(name: str) -> int:
