@@ -161,6 +161,28 @@ def test_zb_h2_leaves_no_device_idle_between_its_first_and_last_action(p):
         assert idle_inside(h1, 0) == p - 1 and h1.peak_inflight(0) == p
 
 
+# one stage's (F, I, W), as tests/test_schedules_closed_forms.py, plus two with W < I
+COSTS = [(1.0, 1.0, 1.0), (1.0, 2.0, 0.5), (2.0, 1.0, 1.0), (1.0, 3.0, 2.0), (1.0, 1.0, 0.0), (0.5, 1.0, 1.0),
+         (1.0, 1.0, 0.5), (1.0, 2.0, 1.0)]  # fmt: skip
+
+
+def test_the_papers_zb_h2_idle_is_what_the_first_device_idles_inside_its_span():
+    """Table 2's (p-1)(T_F+T_B-2T_W) (negative: none), over a grid, where W <= F and m >= 2p-1; where W > F
+    the first device idles more than that (found with the simulator)."""
+    compared = 0
+    for f, i, w in COSTS:
+        for p in range(2, 9):
+            for m in range(2 * p - 1, 2 * p + 6):
+                tl = simulate(build_schedule("zb-h2", p, m), StageCosts(f, i, w))
+                paper = max(0.0, (p - 1) * (f + i - 2 * w))
+                if w <= f:
+                    assert idle_inside(tl, 0) == pytest.approx(paper, abs=1e-9), (p, m, f, i, w)
+                    compared += 1
+                else:
+                    assert idle_inside(tl, 0) > paper + 1e-9, (p, m, f, i, w)
+    assert compared == 6 * 7 * 7
+
+
 def test_interleaving_divides_the_zero_bubble_idle_share_and_looped_bfs_holds_everything():
     p, m = 4, 8
     h1, izb = (SCHEDULES[n].bubble.at(Case(p, m, v)) for n, v in (("zb-h1", 1), ("interleaved-zb", 2)))
