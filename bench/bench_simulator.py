@@ -6,12 +6,15 @@ Prints, each as the median of a few repeats:
 2. simulate 1F1B at p=64, m=1024, 131k actions (target < 2 s);
 3. our simulation time over torch.distributed.pipelining's ``_simulate_comms_compute`` on the same
    1F1B order (target <= 1). Theirs steps every rank in lock-step to find deadlocks and idle steps;
-   ours models durations, link latency and bandwidth queues and memory, and builds a Timeline.
+   ours models durations, link latency and bandwidth queues and memory, and builds a Timeline;
+4. build + simulate + Gantt PNG at p=8, m=64 for the schedules of issue 13 (looped BFS and
+   interleaved zero bubble at v=2, ZB-H2; target < 150 ms each).
 
 Run::
 
-    .venv/bin/python bench/bench_simulator.py            # all three
+    .venv/bin/python bench/bench_simulator.py            # all four
     .venv/bin/python bench/bench_simulator.py --repeats 3
+    .venv/bin/python bench/bench_simulator.py --family   # only 4.
 """
 
 from __future__ import annotations
@@ -47,12 +50,31 @@ def median_seconds(fn, repeats: int) -> float:
 CPU_TIMES: list[float] = []
 
 
-def bench_gantt(repeats: int) -> float:
-    schedule = build_schedule("1f1b", 8, 64)
+def bench_gantt(repeats: int, name: str = "1f1b", virtual: int = 1, build: bool = False) -> float:
+    """Simulate + Gantt PNG of `name` at p=8, m=64 (and the build too, if `build`)."""
+    schedule = build_schedule(name, 8, 64, virtual)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "gantt.png")
         save_timeline_png(simulate(schedule), path)  # warm up matplotlib's font cache
-        return median_seconds(lambda: save_timeline_png(simulate(schedule), path), repeats)
+
+        def run() -> None:
+            built = build_schedule(name, 8, 64, virtual) if build else schedule
+            save_timeline_png(simulate(built), path)
+
+        return median_seconds(run, repeats)
+
+
+# issue 13's schedules, with the stages per device the CLI gives them by default
+FAMILY = (("looped-bfs", 2), ("interleaved-zb", 2), ("zb-h2", 1))
+
+
+def bench_family(repeats: int) -> None:
+    for name, v in FAMILY:
+        t = bench_gantt(repeats, name, v, build=True)
+        print(
+            f"4. {name} p=8, m=64, v={v}: build + simulate + Gantt PNG: {t * 1e3:.0f} ms wall, "
+            f"{CPU_TIMES[-1] * 1e3:.0f} ms CPU (target < 150 ms)"
+        )
 
 
 def bench_large(repeats: int) -> float:
@@ -84,8 +106,12 @@ def bench_vs_torch(p: int, m: int, repeats: int) -> tuple[float, float] | str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--family", action="store_true", help="only 4.: issue 13's schedules")
     args = parser.parse_args()
     r = args.repeats
+    if args.family:
+        bench_family(r)
+        return
 
     t = bench_gantt(r)
     print(
@@ -107,6 +133,7 @@ def main() -> None:
             f"3. 1F1B p={p}, m={m}: ours {ours * 1e3:.1f} ms, torch _simulate_comms_compute "
             f"{theirs * 1e3:.1f} ms: ratio ours/theirs = {ours / theirs:.3f} (target <= 1)"
         )
+    bench_family(r)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"(median of {r} runs; {os.cpu_count()} CPU cores visible, load average {load:.1f}: "

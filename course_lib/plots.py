@@ -2,7 +2,9 @@
 
 Every figure says where its numbers come from (simulated / measured compute + simulated links /
 measured) and, for a Gantt chart, the bubble fraction. Colours are the Okabe-Ito palette, which
-stays distinct for colour-blind readers.
+stays distinct for colour-blind readers. Where a device holds several stages (interleaved, looped or
+V-shape schedules) each of its chunks gets its own shade of the kind's colour, lighter for later
+stages, as in Megatron-LM's interleaving figure (Narayanan et al. 2021, arXiv 2104.04473 Fig. 4).
 
 Try it::
 
@@ -19,8 +21,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PolyCollection
+from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
@@ -39,6 +43,21 @@ LABELS = {
 }
 IDLE_COLOR = "#EEEEEE"  # the row behind the boxes: whatever shows through is idle time
 SERIES_COLORS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#000000", "#F0E442"]
+
+
+def chunks_of(tl: Timeline) -> dict[tuple[int, int], int]:
+    """(device, stage) -> chunk: the stage's rank among the stages that device ran (0 = its first)."""
+    stages: dict[int, set[int]] = {}
+    for s in tl.spans:
+        stages.setdefault(s.device, set()).add(s.action.stage)
+    return {(d, stage): c for d, held in stages.items() for c, stage in enumerate(sorted(held))}
+
+
+def shade(color: str, chunk: int, n_chunks: int) -> str:
+    """`color` for a device's `chunk` (of `n_chunks`): the kind's own colour for its first stage, mixed
+    towards white for later ones (half-way for the last, still well apart from the idle grey)."""
+    light = 0.5 * chunk / (n_chunks - 1) if n_chunks > 1 else 0.0
+    return to_hex([(1 - light) * x + light for x in to_rgb(color)])
 
 
 def time_scale(seconds: float) -> tuple[float, str]:
@@ -87,8 +106,14 @@ def plot_timeline(
     ax.add_collection(PolyCollection(bands, facecolors=IDLE_COLOR, edgecolors="none"))
 
     # all boxes in one collection: much faster than one artist per box
-    verts = [_box((s.start - t0) * factor, (s.end - t0) * factor, s.device, height) for s in tl.spans]
-    colors = [COLORS[s.action.kind] for s in tl.spans]
+    # one (n, 4, 2) array: matplotlib builds n closed paths from it at once, not one Python call per box
+    verts = np.array(
+        [_box((s.start - t0) * factor, (s.end - t0) * factor, s.device, height) for s in tl.spans]
+    ).reshape(-1, 4, 2)
+    chunk = chunks_of(tl)
+    n_chunks = max(chunk.values(), default=0) + 1  # stages per device (v)
+    palette = {(k, c): shade(COLORS[k], c, n_chunks) for k in Kind for c in range(n_chunks)}
+    colors = [palette[s.action.kind, chunk[s.device, s.action.stage]] for s in tl.spans]
     # white edges separate neighbouring boxes, but would swallow boxes only a few pixels wide
     fig = ax.figure
     px_per_x = ax.get_position().width * fig.get_figwidth() * fig.dpi / span_x
@@ -109,6 +134,11 @@ def plot_timeline(
 
     kinds = [k for k in (Kind.F, Kind.B, Kind.I, Kind.W) if any(s.action.kind is k for s in tl.spans[:5000])]
     handles = [Patch(facecolor=COLORS[k], label=LABELS[k]) for k in kinds]
+    if n_chunks > 1:  # one swatch per chunk, in the forward's colour: which of its stages a device runs
+        handles += [
+            Patch(facecolor=palette[Kind.F, c], label=f"chunk {c}: a device's stage {c + 1} of {n_chunks}")
+            for c in range(n_chunks)
+        ]
     handles.append(Patch(facecolor=IDLE_COLOR, label="idle (bubble)"))
     if show_transfers and tl.transfers:
         handles.append(Patch(facecolor="#444444", label="transfer (send -> arrival)"))

@@ -33,7 +33,7 @@ from course_lib.data import Corpus, check_microbatches, load_corpus, split_micro
 from course_lib.devices import resolve_device
 from course_lib.errors import require
 from course_lib.model import ModelConfig, ToyGPT, build_model, count_parameters, lm_loss
-from course_lib.schedules.builders import LIMITS, within_limit
+from course_lib.schedules.basic import LIMITS, within_limit
 
 
 @dataclass

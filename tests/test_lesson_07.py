@@ -92,3 +92,59 @@ def test_measured_1f1b_and_zb_h1_train_alike_and_only_zb_h1_splits_the_backward(
     assert one.measured.source == zb.measured.source == "measured compute + simulated links"
     assert all(w == 0 for w in one.result.costs.per_stage(2)[2])  # fused B: all measured as i
     assert all(w > 0 for w in zb.result.costs.per_stage(2)[2])
+
+
+# ---- sections 2b-2d and 3b: ZB-H2, looped BFS, interleaved zero bubble, V-shape, the registry -------
+def test_zb_h2_has_no_idle_inside_any_device_and_wins_the_step_when_w_is_cheaper_than_i():
+    from course_lib.schedules.builders import build_schedule
+    from course_lib.schedules.family import idle_inside
+    from course_lib.simulator import simulate
+
+    steps = {}
+    for f, i, w in ((1, 1, 1), (1, 1, 0.5), (1, 2, 1)):
+        for name in ("zb-h1", "zb-h2"):
+            tl = simulate(build_schedule(name, 4, 8), StageCosts(f=f, i=i, w=w))
+            steps[name, w, i] = tl.makespan
+            if name == "zb-h2":
+                assert [tl.peak_inflight(d) for d in range(4)] == [7] * 4  # 2p-1 on every device
+                # the paper's idle inside device 0: (p-1)(T_F+T_B-2T_W), zero at equal costs
+                assert idle_inside(tl, 0) == pytest.approx(max(0.0, 3 * (f + i - 2 * w)))
+    assert steps["zb-h1", 1, 1] == steps["zb-h2", 1, 1] == 27  # equal costs: the same step (the slant)
+    assert steps["zb-h2", 0.5, 1] < steps["zb-h1", 0.5, 1] and steps["zb-h2", 1, 2] < steps["zb-h1", 1, 2]
+
+
+def test_looped_bfs_and_interleaved_zb_at_v2_as_section_2c_prints():
+    info_bfs, info_zb = SCHEDULES["looped-bfs"], SCHEDULES["interleaved-zb"]
+    case = Case(4, 8, 2, 0.5, 0.5, 0.5)
+    assert info_bfs.bubble.at(case) == pytest.approx(3 / 19) and info_bfs.peak.at(case) == 16
+    assert info_zb.bubble.at(case) == pytest.approx(3 / 51) and info_zb.peak.at(case) == 8
+
+
+def test_v_shape_evens_out_activation_memory_and_saves_a_boundary():
+    pytest.importorskip("torch.distributed.pipelining.schedules")
+    from course_lib.schedules.torch_orders import torch_order
+    from course_lib.simulator import simulate
+
+    zbv = torch_order("ScheduleZBVZeroBubble", 4, 8, 2)
+    assert zbv.stage_to_device == [0, 1, 2, 3, 3, 2, 1, 0]
+    tl = simulate(zbv, StageCosts(1, 1, 1).per_virtual_stage(2))
+    assert [tl.peak_inflight(d) / 2 for d in range(4)] == [4.0] * 4  # 1F1B: [4, 3, 2, 1]
+    assert len(tl.transfers) == 2 * 8 * 6  # 7 boundaries, one of them (stage 3 -> 4) on one device
+
+
+def test_the_family_table_covers_the_registry_and_its_formulas_hold():
+    from course_lib.schedules.family import family_rows, format_family
+
+    rows = family_rows(4, 8)
+    assert [r.name for r in rows] == list(SCHEDULES)
+    for r in rows:
+        if r.error is None and r.formula is not None:
+            assert r.bubble == pytest.approx(r.formula), r.name
+    by_name = {r.name: r for r in rows}
+    lesson_rows = ("1f1b", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zb-h2")
+    assert all(by_name[n].error is None for n in lesson_rows)
+    assert by_name["1f1b"].peak_per_device == (4, 3, 2, 1) and by_name["zb-h2"].peak_per_device == (7,) * 4
+    # two stages per device on the loop placement: (2p-1)/(p-1) times 1F1B's messages
+    assert by_name["looped-bfs"].messages == by_name["interleaved-zb"].messages == 48 * 7 // 3
+    text = format_family(family_rows(4, 9))
+    assert "interleaved-zb        2 does not fit: interleaved 1F1B sends micro-batches" in text

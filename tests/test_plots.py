@@ -20,6 +20,7 @@ from course_lib.plots import (  # noqa: E402
     time_scale,
 )
 from course_lib.schedules.builders import build_schedule  # noqa: E402
+from course_lib.schedules.ir import Kind  # noqa: E402
 from course_lib.simulator import simulate  # noqa: E402
 from course_lib.timeline import MEASURED, Timeline  # noqa: E402
 
@@ -108,3 +109,36 @@ def test_memory_bars_match_peaks():
     assert "p=4, m=8" in ax.get_title()  # the Timeline knows its micro-batches
     given = plot_memory(simulate(build_schedule("1f1b", 4, 8), stash_bytes=[2**20] * 4), ax=_axes())
     assert "lower bound" not in given.get_title()  # stash sizes given: no caveat
+
+
+@pytest.mark.parametrize("name, v", [("interleaved-1f1b", 2), ("looped-bfs", 3), ("interleaved-zb", 2)])
+def test_a_devices_chunks_are_told_apart_by_shade(name, v):
+    """Fails before chunk shading: every box of a kind had one colour, whichever stage it belonged to."""
+    from matplotlib.colors import to_hex
+
+    from course_lib.plots import COLORS, chunks_of, shade
+
+    tl = simulate(build_schedule(name, 2, 4, v))
+    chunk = chunks_of(tl)
+    assert chunk == {(d, s): s // 2 for s in range(2 * v) for d in (s % 2,)}  # loop placement: chunk s // p
+    ax = plot_timeline(tl, ax=_axes())
+    faces = [to_hex(c) for c in _boxes(ax).get_facecolors()]
+    for span, face in zip(tl.spans, faces, strict=True):
+        assert face == shade(COLORS[span.action.kind], chunk[span.device, span.action.stage], v)
+    assert len({shade(COLORS[Kind.F], c, v) for c in range(v)}) == v  # v distinct shades
+    assert shade(COLORS[Kind.F], 0, v) == COLORS[Kind.F].lower()  # a device's first stage keeps the colour
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert [x for x in labels if x.startswith("chunk")] == [f"chunk {c}: a device's stage {c + 1} of {v}"
+                                                             for c in range(v)]  # fmt: skip
+
+
+def test_one_stage_per_device_keeps_plain_colours_and_no_chunk_legend():
+    from matplotlib.colors import to_hex
+
+    from course_lib.plots import COLORS
+
+    tl = simulate(build_schedule("zb-h2", 3, 5))
+    ax = plot_timeline(tl, ax=_axes())
+    plain = {COLORS[k].lower() for k in (Kind.F, Kind.I, Kind.W)}
+    assert {to_hex(c) for c in _boxes(ax).get_facecolors()} == plain
+    assert not any(t.get_text().startswith("chunk") for t in ax.get_legend().get_texts())

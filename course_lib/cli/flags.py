@@ -16,7 +16,7 @@ from pathlib import Path
 from course_lib.engines.runtime import CHECKPOINT_MODES
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
-from course_lib.schedules.builders import LIMITS
+from course_lib.schedules.basic import LIMITS
 from course_lib.timeline import Timeline
 
 

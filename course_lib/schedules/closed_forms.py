@@ -210,3 +210,61 @@ DUALPIPE_V_PEAK = ClosedForm(
     source="DeepSeek-V3, arXiv 2412.19437 sec 3.2.1 Table 2: PP+1 chunks of activations per device, with "
     "PP = 2p chunks in DualPipeV",
 )
+
+
+# --- looped BFS, interleaved zero bubble, ZB-H2 (issue 13) ---------------------------------------
+
+
+def _zb_family(c: Case) -> float:
+    """ZB-H1's idle, (p-1)(F+I-W) per device, over v*m micro-batches' work per device."""
+    idle = (c.p - 1) * (c.f + c.i - c.w)
+    return idle / (c.v * c.m * (c.f + c.i + c.w) + idle)
+
+
+def _zb_h2(c: Case) -> float:
+    # per device: the parallelogram's slant, d*F before device d starts and (p-1-d)*F after it ends
+    idle = (c.p - 1) * c.f
+    return idle / (c.m * (c.f + c.i + c.w) + idle)
+
+
+def _zb_h2_holds(c: Case) -> bool:
+    enough = c.m >= 2 * c.p - 1 or (c.m >= c.p and c.i <= c.f)
+    return enough and c.i <= 2 * min(c.w, c.f)
+
+
+LOOPED_BFS_BUBBLE = _bubble(
+    "(p-1)/(v*m+p-1)", lambda c: gpipe_bubble(c.p, c.m, c.v), lambda c: c.m >= c.p or c.v == 1,
+    "m >= p (or v = 1)", megatron_text="(p-1)/(v*m)",
+    source="Breadth-First Pipeline Parallelism, Lamy-Poirier 2022, arXiv 2211.05953 (GPipe on each loop "
+    "of the pipe); the range found with the simulator",
+)
+LOOPED_BFS_PEAK = ClosedForm(
+    "v*m", lambda c: c.v * c.m, _always, "any p, m, v",
+    source="every forward of every stage a device holds runs before its first backward (arXiv 2211.05953)",
+)
+INTERLEAVED_ZB_BUBBLE = _bubble(
+    "(p-1)(F+I-W) / [v*m(F+I+W) + (p-1)(F+I-W)]", _zb_family,
+    lambda c: c.w <= min(c.f, c.i) and (c.m >= c.p or (c.w == 0 and c.v == 1)),
+    "W <= min(F, I), and m >= p (unless W = 0 and v = 1)", megatron_text="(p-1)(F+I-W) / [v*m(F+I+W)]",
+    source="ZB-H1's idle (Zero Bubble, Qi et al. 2024, arXiv 2401.10241 Table 2) over v times the work "
+    "per device, F, I, W being one stage's costs; the form and its range found with the simulator",
+)
+INTERLEAVED_ZB_PEAK = ClosedForm(
+    "min((v-1)*r + p, v*m)",
+    lambda c: min((c.v - 1) * rounds_of(c.p, c.m)[1] + c.p, c.v * c.m), _always,
+    "every m it accepts, with r = m // max(1, m // p) micro-batches per round",
+    source="device 0's warm-up, (v-1)*r + p-1 forwards (torch's ScheduleInterleavedZeroBubble), plus one "
+    "in the steady state; a later device's shorter warm-up is made up by the W's it keeps pending",
+)
+ZB_H2_BUBBLE = _bubble(
+    "(p-1)F / [m(F+I+W) + (p-1)F]", _zb_h2, _zb_h2_holds,
+    "I <= 2*min(F, W), and m >= 2p-1 (m >= p if I <= F)", megatron_text="(p-1)F / [m(F+I+W)]",
+    source="Zero Bubble, Qi et al. 2024, arXiv 2401.10241 sec 2.2 and Table 2: no idle time between a "
+    "device's first and last action ((p-1)(T_F+T_B-2T_W) = 0 at T_F = T_B = T_W); what remains is the "
+    "parallelogram's slant, (p-1)F per device (the last device starts (p-1)F late). Range found with the "
+    "simulator",
+)
+ZB_H2_PEAK = ClosedForm(
+    "min(2p-1, m)", lambda c: min(2 * c.p - 1, c.m), _always, "any p, m (on every device)",
+    source="arXiv 2401.10241 sec 2.2 and Table 2: up to 2p-1 micro-batches; here every device reaches it",
+)

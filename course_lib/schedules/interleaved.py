@@ -44,16 +44,24 @@ def rounds_of(n_devices: int, n_microbatches: int) -> tuple[int, int]:
     return n_rounds, n_microbatches // n_rounds
 
 
+def chunk_action(k: int, kind: Kind, p: int, v: int, d: int, r: int) -> Action:
+    """Device d's k-th action of `kind` in an interleaved order (k = 0 .. v*m - 1).
+
+    Forwards cycle through the device's v stages in blocks of r micro-batches (r per round); backward
+    pieces (B, I, W) cycle through them last stage first. Interleaved zero bubble counts the same way."""
+    local = (k // r) % v  # which of the device's stages: 0 = its first
+    if kind is not Kind.F:
+        local = v - 1 - local  # backwards visit the device's stages last-first
+    mb = (k // (r * v)) * r + k % r  # r micro-batches per block, v blocks per round
+    return Action(local * p + d, kind, mb)
+
+
 def _interleaved_order(p: int, m: int, v: int, d: int, r: int) -> list[Action]:
     """Device d's order. Its k-th forward (k = 0 .. v*m - 1) and k-th backward are found by counting."""
     total = v * m  # forwards this device runs: m micro-batches through each of its v stages
 
     def at(k: int, kind: Kind) -> Action:
-        local = (k // r) % v  # which of the device's stages: 0 = its first
-        if kind is Kind.B:
-            local = v - 1 - local  # backwards visit the device's stages last-first
-        mb = (k // (r * v)) * r + k % r  # r micro-batches per block, v blocks per round
-        return Action(local * p + d, kind, mb)
+        return chunk_action(k, kind, p, v, d, r)
 
     # Warm-up: enough forwards that the last device's first backward finds its inputs: the first
     # v-1 blocks of every device, plus 2 per device further from the end (a forward going down and

@@ -37,7 +37,7 @@ from dataclasses import replace
 
 from course_lib.errors import require
 from course_lib.links import Link
-from course_lib.schedules.builders import check_sizes, one_f_one_b
+from course_lib.schedules.basic import check_sizes, one_f_one_b
 from course_lib.schedules.ir import Schedule
 
 
