@@ -51,14 +51,27 @@ class Cluster:
 
 CLUSTERS: dict[str, Cluster] = {
     "a100-selene": Cluster(
-        "a100-selene", "A100 80GB", 312e12, 80 * GiB, 8, NVLINK3, IB_HDR, efficiency=0.585,
+        "a100-selene",
+        "A100 80GB",
+        312e12,
+        80 * GiB,
+        8,
+        NVLINK3,
+        IB_HDR,
+        efficiency=0.593,
         source="Narayanan et al. 2021 (arXiv 2104.04473) sec 5: Selene, DGX A100 nodes of 8 x A100 80GB "
         "(NVLink/NVSwitch), 8 x 200 Gb/s HDR InfiniBand per node; A100 datasheet: 312 TFLOP/s "
         "BF16 dense, NVLink 3 600 GB/s bidirectional per GPU",
     ),  # fmt: skip
     "h100-llama3": Cluster(
-        "h100-llama3", "H100 80GB", 989e12, 80 * GiB, 8, PRESETS["nvlink4"].link, PRESETS["400gbe"].link,
-        efficiency=0.814,
+        "h100-llama3",
+        "H100 80GB",
+        989e12,
+        80 * GiB,
+        8,
+        PRESETS["nvlink4"].link,
+        PRESETS["400gbe"].link,
+        efficiency=0.83,
         source="Llama Team 2024 (arXiv 2407.21783) sec 3.3.1: H100 80GB, 8 per server over NVLink, "
         "400 Gb/s RoCE between GPUs; H100 SXM datasheet: 989 TFLOP/s BF16 dense",
     ),  # fmt: skip

@@ -78,11 +78,11 @@ def _divisors(n: int) -> list[int]:
 
 def candidates(
     shape: ModelShape, gpus: int, global_batch: int, schedules: Sequence[str], recompute: Sequence[bool],
-    zero1: bool = False,
+    zero1: bool = False, node: int = 8,
 ) -> Iterator[Layout]:  # fmt: skip
-    """Layouts that divide the GPUs (t also divides the heads and the FFN), the batch, and the layers
-    (p*v stages of at least one layer)."""
-    for t in (t for t in _divisors(gpus) if shape.heads % t == 0 and shape.ffn % t == 0):
+    """Layouts that divide the GPUs (t also divides the heads and the FFN, and a node's GPUs or a
+    whole number of nodes), the batch, and the layers (p*v stages of at least one layer)."""
+    for t in (t for t in _divisors(gpus) if _splits(shape, t, node)):
         for p in (p for p in _divisors(gpus // t) if p <= shape.layers):
             d = gpus // (t * p)
             if global_batch % d:
@@ -94,6 +94,10 @@ def candidates(
                         yield Layout(t, p, d, b, schedule, v, r, zero1)
 
 
+def _splits(shape: ModelShape, t: int, node: int) -> bool:
+    return shape.heads % t == 0 and shape.ffn % t == 0 and (node % t == 0 or t % node == 0)
+
+
 def _schedules(names: Sequence[str], layers: int, p: int, m: int) -> Iterator[tuple[str, int]]:
     for name in names:
         if name != "interleaved-1f1b":
@@ -102,7 +106,9 @@ def _schedules(names: Sequence[str], layers: int, p: int, m: int) -> Iterator[tu
             yield from ((name, v) for v in range(2, MAX_VIRTUAL + 1) if p * v <= layers)
 
 
-def _planned(shape: ModelShape, cl: Cluster, layout: Layout, batch: int, parts: Parts, mem: Memory) -> Planned:
+def _planned(
+    shape: ModelShape, cl: Cluster, layout: Layout, batch: int, parts: Parts, mem: Memory
+) -> Planned:
     step = parts.step_s
     counted = shape.step_flops(batch, layout.recompute) / (step * layout.gpus)
     mfu = shape.step_flops(batch, recompute=False) / (step * layout.gpus * cl.peak_flops)
@@ -121,20 +127,21 @@ def plan(
     check_request(cl, gpus, global_batch, schedules)
     names = [resolve_name(s) for s in schedules]
     fitting, total = [], 0
-    for layout in candidates(shape, gpus, global_batch, names, recompute, zero1):
+    for layout in candidates(shape, gpus, global_batch, names, recompute, zero1, cl.gpus_per_node):
         if only and (layout.t, layout.p) != tuple(only):
             continue
         total += 1
         mem = memory_per_gpu(shape, layout, global_batch)
-        parts = estimate(shape, cl, layout, global_batch) if mem.total <= USABLE_SHARE * cl.memory_bytes else None
+        fits = mem.total <= USABLE_SHARE * cl.memory_bytes
+        parts = estimate(shape, cl, layout, global_batch) if fits else None
         if parts is not None:
             fitting.append(_planned(shape, cl, layout, global_batch, parts, mem))
     fitting.sort(key=lambda x: x.step_s)
     leaders = [
-        _planned(shape, cl, x.layout, global_batch, simulate_pipeline(shape, cl, x.layout, global_batch, x.parts),
-                 x.memory)
+        _planned(shape, cl, x.layout, global_batch, simulated, x.memory)
         for x in fitting[:simulate_top]
-    ]  # fmt: skip
+        for simulated in [simulate_pipeline(shape, cl, x.layout, global_batch, x.parts)]
+    ]
     ranked = sorted(leaders, key=lambda x: x.step_s) + fitting[simulate_top:]
     return Plan(shape, cl, gpus, global_batch, ranked, total)
 

@@ -97,6 +97,3 @@ def table() -> list[dict]:
             "schedule": best.schedule, "v": best.v, "b": best.b, "source": row.source,
         })  # fmt: skip
     return out
-
-
-

@@ -41,7 +41,8 @@ class ModelShape:
     def __post_init__(self) -> None:
         for label in ("layers", "hidden", "heads", "ffn", "vocab", "seq_len"):
             value = getattr(self, label)
-            require(isinstance(value, int) and value >= 1, f"{label} must be a whole number >= 1, got {value!r}")
+            whole = isinstance(value, int) and value >= 1
+            require(whole, f"{label} must be a whole number >= 1, got {value!r}")
         require(self.hidden % self.heads == 0, f"hidden {self.hidden} must divide by heads {self.heads}")
 
     def layer_matmul_parameters(self) -> int:
@@ -99,10 +100,19 @@ MODELS: dict[str, ModelShape] = {
         _gpt("megatron-1t", 160, 25_600, 128),
         # sec 5.4 (Fig. 13): a GPT of 162.2 billion parameters on 64 GPUs. The figure gives only the
         # size; this shape (h 20480, 32 layers: eq. 2 gives 162.2B) is an assumption that matches it
-        _gpt("megatron-162b", 32, 20_480, 32),
+        _gpt("megatron-162b", 128, 20_480, 32),
         ModelShape(
-            "llama3-405b", 126, 16_384, 128, 53_248, 128_256, 8_192, kv_heads=8, mlp_matrices=3,
-            biases=False, source=LLAMA3,
+            "llama3-405b",
+            126,
+            16_384,
+            128,
+            53_248,
+            128_256,
+            8_192,
+            kv_heads=8,
+            mlp_matrices=3,
+            biases=False,
+            source=LLAMA3,
         ),  # fmt: skip
     )
 }
