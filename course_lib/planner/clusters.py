@@ -58,7 +58,7 @@ CLUSTERS: dict[str, Cluster] = {
         8,
         NVLINK3,
         IB_HDR,
-        efficiency=0.593,
+        efficiency=0.592,
         source="Narayanan et al. 2021 (arXiv 2104.04473) sec 5: Selene, DGX A100 nodes of 8 x A100 80GB "
         "(NVLink/NVSwitch), 8 x 200 Gb/s HDR InfiniBand per node; A100 datasheet: 312 TFLOP/s "
         "BF16 dense, NVLink 3 600 GB/s bidirectional per GPU",
@@ -71,7 +71,7 @@ CLUSTERS: dict[str, Cluster] = {
         8,
         PRESETS["nvlink4"].link,
         PRESETS["400gbe"].link,
-        efficiency=0.83,
+        efficiency=0.829,
         source="Llama Team 2024 (arXiv 2407.21783) sec 3.3.1: H100 80GB, 8 per server over NVLink, "
         "400 Gb/s RoCE between GPUs; H100 SXM datasheet: 989 TFLOP/s BF16 dense",
     ),  # fmt: skip

@@ -74,10 +74,11 @@ def compute_times(shape: ModelShape, cluster: Cluster, layout: Layout) -> tuple[
     The logits (h x V per token) are spread over the p stages: equal stages, as the closed forms
     assume. (Megatron-LM computes them on the last stage, which makes it slower by under 10% of a
     stage for the presets here: the planner leaves that imbalance out.)"""
-    layers = layout.v * layers_per_stage(shape, layout)
-    flops = layers * shape.layer_forward_flops(layout.b) + shape.logits_forward_flops(layout.b) / layout.p
-    forward = flops / layout.t / (cluster.peak_flops * cluster.efficiency)
-    return forward, (3 if layout.recompute else 2) * forward
+    rate = layout.t * cluster.peak_flops * cluster.efficiency  # the t GPUs of a TP group share a layer
+    blocks = layout.v * layers_per_stage(shape, layout) * shape.layer_forward_flops(layout.b) / rate
+    logits = shape.logits_forward_flops(layout.b) / layout.p / rate
+    forward = blocks + logits
+    return forward, 2 * forward + (blocks if layout.recompute else 0.0)  # recompute: blocks, not logits
 
 
 def tp_times(shape: ModelShape, cluster: Cluster, layout: Layout) -> tuple[float, float]:

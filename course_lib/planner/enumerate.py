@@ -106,7 +106,7 @@ def _schedules(names: Sequence[str], layers: int, p: int, m: int) -> Iterator[tu
             yield from ((name, v) for v in range(2, MAX_VIRTUAL + 1) if p * v <= layers)
 
 
-def _planned(
+def planned_from(
     shape: ModelShape, cl: Cluster, layout: Layout, batch: int, parts: Parts, mem: Memory
 ) -> Planned:
     step = parts.step_s
@@ -135,10 +135,10 @@ def plan(
         fits = mem.total <= USABLE_SHARE * cl.memory_bytes
         parts = estimate(shape, cl, layout, global_batch) if fits else None
         if parts is not None:
-            fitting.append(_planned(shape, cl, layout, global_batch, parts, mem))
+            fitting.append(planned_from(shape, cl, layout, global_batch, parts, mem))
     fitting.sort(key=lambda x: x.step_s)
     leaders = [
-        _planned(shape, cl, x.layout, global_batch, simulated, x.memory)
+        planned_from(shape, cl, x.layout, global_batch, simulated, x.memory)
         for x in fitting[:simulate_top]
         for simulated in [simulate_pipeline(shape, cl, x.layout, global_batch, x.parts)]
     ]

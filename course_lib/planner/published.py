@@ -17,7 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from course_lib.planner.clusters import CLUSTERS
-from course_lib.planner.enumerate import Planned, plan
+from course_lib.planner.cost import estimate, simulate_pipeline
+from course_lib.planner.enumerate import Planned, plan, planned_from
+from course_lib.planner.memory import memory_per_gpu
 from course_lib.planner.shapes import MODELS
 
 
@@ -73,15 +75,19 @@ def predicted_tflops(row: Row, planned: Planned) -> float:
     return planned.mfu * CLUSTERS[row.cluster].peak_flops / 1e12
 
 
-def calibrate(row: Row, low: float = 0.05, high: float = 1.0, steps: int = 40) -> float:
-    """The efficiency at which the planner reproduces `row` (bisection: throughput grows with it)."""
-    for _ in range(steps):
-        mid = (low + high) / 2
-        if predicted_tflops(row, predict(row, mid)) < row.tflops_per_gpu:
-            low = mid
-        else:
-            high = mid
-    return round((low + high) / 2, 3)
+def calibrate(row: Row, rounds: int = 6) -> float:
+    """The efficiency at which the planner reproduces `row`, to 3 decimals, on the layout it picks
+    for the row. Throughput is nearly proportional to the factor (only the communication does not
+    scale), so rescaling by published / predicted converges in a few rounds."""
+    layout = predict(row).layout
+    shape, batch = MODELS[row.model], row.global_batch
+    efficiency = CLUSTERS[row.cluster].efficiency
+    for _ in range(rounds):
+        cl = CLUSTERS[row.cluster].with_efficiency(efficiency)
+        parts = simulate_pipeline(shape, cl, layout, batch, estimate(shape, cl, layout, batch))
+        planned = planned_from(shape, cl, layout, batch, parts, memory_per_gpu(shape, layout, batch))
+        efficiency = min(1.0, efficiency * row.tflops_per_gpu / predicted_tflops(row, planned))
+    return round(efficiency, 3)
 
 
 def table() -> list[dict]:
