@@ -136,6 +136,7 @@ def plan(
         parts = estimate(shape, cl, layout, global_batch) if fits else None
         if parts is not None:
             fitting.append(planned_from(shape, cl, layout, global_batch, parts, mem))
+    _require_some(shape, cl, gpus, global_batch, total)
     fitting.sort(key=lambda x: x.step_s)
     leaders = [
         planned_from(shape, cl, x.layout, global_batch, simulated, x.memory)
@@ -146,13 +147,25 @@ def plan(
     return Plan(shape, cl, gpus, global_batch, ranked, total)
 
 
+def _require_some(shape: ModelShape, cl: Cluster, gpus: int, global_batch: int, total: int) -> None:
+    """No candidate at all: the batch does not divide among any d replicas the GPUs allow."""
+    allowed = candidates(shape, gpus, gpus, ("1f1b",), (True,), node=cl.gpus_per_node)
+    replicas = sorted({c.d for c in allowed})
+    require(
+        total > 0,
+        f"global batch {global_batch} divides among none of the replica counts d that {gpus} GPUs allow "
+        f"for {shape.name} (t divides a {cl.gpus_per_node}-GPU node and {shape.heads} heads, p <= "
+        f"{shape.layers} layers): d in {replicas[:12]}; choose a batch that one of them divides",
+    )
+
+
 def check_request(cl: Cluster, gpus: int, global_batch: int, schedules: Sequence[str]) -> None:
     """Refuse a request no layout can meet, before any work, naming the value and what is allowed."""
     for label, value in (("gpus", gpus), ("global batch", global_batch)):
         require(isinstance(value, int) and value >= 1, f"{label} must be a whole number >= 1, got {value!r}")
     require(
         gpus % cl.gpus_per_node == 0 or gpus < cl.gpus_per_node and cl.gpus_per_node % gpus == 0,
-        f"gpus must be a multiple of the {cl.gpus_per_node} GPUs of a {cl.name} node (or a divisor of it), "
+        f"gpus must be a multiple of {cl.gpus_per_node} (the GPUs of one {cl.name} node) or divide it, "
         f"got {gpus}",
     )
     for name in schedules:
