@@ -38,7 +38,7 @@ class Cluster:
     network: Link  # between nodes, per GPU, one direction
     efficiency: float  # share of peak a stage's matmuls reach (calibrated: see published.py)
     source: str = ""
-    site_link: Link | None = None  # a slow link between two sites, if the pipeline spans them
+    site_link: Link | None = None  # between two sites: the pipeline's middle boundary crosses it
 
     def tp_link(self, t: int) -> Link:
         """The link a TP group of `t` GPUs all-reduces over: NVLink while it fits in a node."""

@@ -88,23 +88,37 @@ def tp_times(shape: ModelShape, cluster: Cluster, layout: Layout) -> tuple[float
     return 2 * layers * one, (4 if layout.recompute else 2) * layers * one
 
 
-def boundary_link(cluster: Cluster, layout: Layout) -> Link:
+def boundary_link(cluster: Cluster, layout: Layout, wide: Link | None = None) -> Link:
     """The link one micro-batch's boundary message effectively crosses: NVLink if the whole pipeline
-    fits in a node; otherwise the inter-node link carrying 1/t of it (scatter/gather), plus the NVLink
-    all-gather that rebuilds it, folded into the latency. A site link, where given, replaces the
-    inter-node link (the pipeline then spans two sites)."""
-    if layout.t * layout.p <= cluster.gpus_per_node:
+    fits in a node; otherwise the inter-node link (or `wide`) carrying 1/t of it (scatter/gather),
+    plus the NVLink all-gather that rebuilds it, folded into the latency."""
+    if layout.t * layout.p <= cluster.gpus_per_node and wide is None:
         return cluster.nvlink
-    wide = cluster.site_link or cluster.network
+    wide = wide or cluster.network
     gather = ring_all_reduce_s(1, layout.t, cluster.nvlink) / 2 if layout.t > 1 else 0.0  # latency only
     return Link(wide.latency_s + gather, wide.bandwidth_Bps * layout.t, name=f"{wide.name} (scatter/gather)")
 
 
+def boundary_links(cluster: Cluster, layout: Layout) -> list[Link]:
+    """One link per boundary of the p*v stages (stage s on GPU s % p): with a site link, the
+    boundary between GPU p/2 - 1 and p/2 crosses it (each site holds half of every pipeline), and
+    the d pipelines share its bandwidth."""
+    links = [boundary_link(cluster, layout)] * (layout.p * layout.v - 1)
+    if cluster.site_link is not None and layout.p > 1:
+        site = cluster.site_link  # one fiber between the sites carries all d pipelines' messages
+        slow = Link(site.latency_s, site.bandwidth_Bps / layout.d, name=f"{site.name}, 1/{layout.d} of it")
+        half = layout.p // 2
+        links = [slow if (s + 1) % layout.p == half else link for s, link in enumerate(links)]
+    return links
+
+
 def boundary_message_s(shape: ModelShape, cluster: Cluster, layout: Layout) -> float:
-    """One micro-batch's boundary message, one way (0 without a pipeline)."""
+    """One micro-batch's boundary message, one way, on the slowest boundary (0 without a pipeline)."""
     if layout.p == 1:
         return 0.0
-    return boundary_link(cluster, layout).transfer_time(boundary_bytes(shape, layout.b))
+    return max(
+        link.transfer_time(boundary_bytes(shape, layout.b)) for link in boundary_links(cluster, layout)
+    )
 
 
 def dp_time(shape: ModelShape, cluster: Cluster, layout: Layout) -> float:
@@ -136,7 +150,7 @@ def pipeline_timeline(shape: ModelShape, cluster: Cluster, layout: Layout, m: in
     tf, tb = tp_times(shape, cluster, layout)
     costs = StageCosts.fused(f + tf, b + tb).per_virtual_stage(layout.v)
     schedule = build_schedule(layout.schedule, layout.p, m, layout.v)
-    return simulate(schedule, costs, boundary_bytes(shape, layout.b), boundary_link(cluster, layout))
+    return simulate(schedule, costs, boundary_bytes(shape, layout.b), boundary_links(cluster, layout))
 
 
 def simulate_pipeline(
