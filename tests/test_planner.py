@@ -192,7 +192,7 @@ def test_sec_5_4_tp_within_the_node_beats_tp_only_and_pp_heavy(batch):
     [
         ({"shape": "gpt-9"}, "unknown model preset 'gpt-9'"),
         ({"cluster_": "tpu"}, "unknown cluster preset 'tpu'"),
-        ({"gpus": 12}, "multiple of the 8 GPUs"),
+        ({"gpus": 12}, "gpus must be a multiple of 8"),
         ({"global_batch": 0}, "global batch must be a whole number >= 1"),
         ({"schedules": ("zb-h1",)}, "the planner models the schedules"),
     ],
