@@ -38,8 +38,33 @@ class Planned:
     tflops_per_gpu: float  # FLOPs the step runs (recomputation included: Megatron's count) / s / GPU
     mfu: float  # model FLOPs (no recomputation) / (step x GPUs x peak)
 
-    def __getattr__(self, name: str):  # t, p, d, b, schedule, v, recompute read through to the layout
-        return getattr(self.layout, name)
+    @property
+    def t(self) -> int:
+        return self.layout.t
+
+    @property
+    def p(self) -> int:
+        return self.layout.p
+
+    @property
+    def d(self) -> int:
+        return self.layout.d
+
+    @property
+    def b(self) -> int:
+        return self.layout.b
+
+    @property
+    def schedule(self) -> str:
+        return self.layout.schedule
+
+    @property
+    def v(self) -> int:
+        return self.layout.v
+
+    @property
+    def recompute(self) -> bool:
+        return self.layout.recompute
 
     @property
     def memory_per_gpu_bytes(self) -> float:

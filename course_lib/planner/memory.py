@@ -10,9 +10,10 @@ arXiv 1910.02054 sec 3.1). ZeRO-1 shards the 12 over the d replicas.
 Activations per layer and micro-batch follow Korthikanti et al. 2022 (arXiv 2205.05198): eq. 1,
 s*b*h*(34 + 5*a*s/h) bytes, and with TP over t GPUs (no sequence parallelism) eq. 2,
 s*b*h*(10 + 24/t + 5*a*s/(h*t)); with full recomputation a layer keeps only its input, 2*s*b*h bytes,
-and the layer being recomputed needs its full set once. (They are the GPT block's; Llama's SwiGLU and grouped-query attention differ a little.)
-The busiest GPU holds as many micro-batches per stage as the schedule's peak closed form says (the
-registry's ``peak``: 1F1B holds p, GPipe m), each of a stage's layers.
+and the layer being recomputed needs its full set once. (They are the GPT block's; Llama's SwiGLU and
+grouped-query attention differ a little.) The busiest GPU holds as many micro-batches per stage as
+the schedule's peak closed form says (the registry's ``peak``: 1F1B holds p, GPipe m), each of a
+stage's layers.
 """
 
 from __future__ import annotations
