@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schedule": ("course_lib.cli.schedule", "print a schedule's per-device orders (text or PyTorch CSV)"),
     "simulate": ("course_lib.cli.simulate", "simulate a schedule: time, bubble and memory per device"),
     "tp": ("course_lib.cli.tp", "tensor vs pipeline parallelism: message counts, latency sweep, measured TP"),
+    "plan": ("course_lib.cli.plan", "plan a run: rank layouts (t, p, d, b, schedule, v) by step time"),
 }
 
 

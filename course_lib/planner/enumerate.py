@@ -1,0 +1,200 @@
+"""Every layout that divides the GPUs and the batch and fits memory, ranked by predicted step time.
+
+    from course_lib.planner.enumerate import plan
+    result = plan("megatron-1t", "a100-selene", gpus=3072, global_batch=3072)
+    result.best.t, result.best.p, result.best.d, result.best.step_s
+
+Closed forms rank every candidate (a few thousand for the 1T model on 3,072 GPUs); the simulator
+then replays the pipelines of the `simulate_top` leaders, links included, and they are re-ranked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from course_lib.errors import require
+from course_lib.planner.clusters import Cluster, cluster
+from course_lib.planner.cost import Parts, estimate, simulate_pipeline
+from course_lib.planner.layout import Layout
+from course_lib.planner.memory import USABLE_SHARE, Memory, memory_per_gpu
+from course_lib.planner.shapes import ModelShape, model
+from course_lib.schedules.builders import resolve_name
+
+SCHEDULE_CHOICES = ("gpipe", "1f1b", "interleaved-1f1b")  # the ones whose memory and bubble it models
+MICRO_BATCHES = (1, 2, 4, 8, 16)
+MAX_VIRTUAL = 8
+JSON_KEYS = ("t", "p", "d", "b", "schedule", "v", "step_s", "tflops_per_gpu", "mfu", "memory_per_gpu_bytes")
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One layout and what the planner predicts for it."""
+
+    layout: Layout
+    parts: Parts
+    memory: Memory
+    step_s: float
+    tflops_per_gpu: float  # FLOPs the step runs (recomputation included: Megatron's count) / s / GPU
+    mfu: float  # model FLOPs (no recomputation) / (step x GPUs x peak)
+
+    @property
+    def t(self) -> int:
+        return self.layout.t
+
+    @property
+    def p(self) -> int:
+        return self.layout.p
+
+    @property
+    def d(self) -> int:
+        return self.layout.d
+
+    @property
+    def b(self) -> int:
+        return self.layout.b
+
+    @property
+    def schedule(self) -> str:
+        return self.layout.schedule
+
+    @property
+    def v(self) -> int:
+        return self.layout.v
+
+    @property
+    def recompute(self) -> bool:
+        return self.layout.recompute
+
+    @property
+    def memory_per_gpu_bytes(self) -> float:
+        return self.memory.total
+
+    @property
+    def bubble_share(self) -> float:
+        return self.parts.bubble_s / self.step_s
+
+    def as_dict(self) -> dict:
+        row = {key: getattr(self, key) for key in JSON_KEYS}
+        parts = self.parts
+        row |= {"recompute": self.recompute, "zero1": self.layout.zero1, "bubble_share": self.bubble_share}
+        row |= {f"{k}_s": getattr(parts, f"{k}_s") for k in ("compute", "tp", "bubble", "boundary", "dp")}
+        return row | {"simulated": parts.simulated}
+
+
+@dataclass(frozen=True)
+class Plan:
+    shape: ModelShape
+    cluster: Cluster
+    gpus: int
+    global_batch: int
+    layouts: list[Planned] = field(default_factory=list)  # fastest first
+    candidates: int = 0  # layouts that divide the GPUs and the batch, before memory
+
+    @property
+    def best(self) -> Planned:
+        require(bool(self.layouts), f"no layout of {self.shape.name} fits {self.gpus} GPUs' memory")
+        return self.layouts[0]
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def candidates(
+    shape: ModelShape, gpus: int, global_batch: int, schedules: Sequence[str], recompute: Sequence[bool],
+    zero1: bool = False, node: int = 8,
+) -> Iterator[Layout]:  # fmt: skip
+    """Layouts that divide the GPUs (t also divides the heads and the FFN, and a node's GPUs or a
+    whole number of nodes), the batch, and the layers (p*v stages of at least one layer)."""
+    for t in (t for t in _divisors(gpus) if _splits(shape, t, node)):
+        for p in (p for p in _divisors(gpus // t) if p <= shape.layers):
+            d = gpus // (t * p)
+            if global_batch % d:
+                continue
+            for b in (b for b in MICRO_BATCHES if (global_batch // d) % b == 0):
+                m = global_batch // (d * b)
+                for schedule, v in _schedules(schedules, shape.layers, p, m):
+                    for r in recompute:
+                        yield Layout(t, p, d, b, schedule, v, r, zero1)
+
+
+def _splits(shape: ModelShape, t: int, node: int) -> bool:
+    return shape.heads % t == 0 and shape.ffn % t == 0 and (node % t == 0 or t % node == 0)
+
+
+def _schedules(names: Sequence[str], layers: int, p: int, m: int) -> Iterator[tuple[str, int]]:
+    for name in names:
+        if name != "interleaved-1f1b":
+            yield name, 1
+        elif p > 1 and m % p == 0:  # Megatron-LM's rule for interleaving: m a multiple of p
+            yield from ((name, v) for v in range(2, MAX_VIRTUAL + 1) if p * v <= layers)
+
+
+def planned_from(
+    shape: ModelShape, cl: Cluster, layout: Layout, batch: int, parts: Parts, mem: Memory
+) -> Planned:
+    step = parts.step_s
+    counted = shape.step_flops(batch, layout.recompute) / (step * layout.gpus)
+    mfu = shape.step_flops(batch, recompute=False) / (step * layout.gpus * cl.peak_flops)
+    return Planned(layout, parts, mem, step, counted / 1e12, mfu)
+
+
+def plan(
+    shape: ModelShape | str, cluster_: Cluster | str, gpus: int, global_batch: int, *,
+    schedules: Sequence[str] = ("1f1b", "interleaved-1f1b"), recompute: Sequence[bool] = (True, False),
+    zero1: bool = False, simulate_top: int = 3, only: tuple[int, int] | None = None,
+) -> Plan:  # fmt: skip
+    """Rank every layout of `shape` on `gpus` GPUs of `cluster_` for `global_batch` sequences a step.
+    `only=(t, p)` keeps the layouts with that t and p (a published layout, sec 5.4's comparisons)."""
+    shape = model(shape) if isinstance(shape, str) else shape
+    cl = cluster(cluster_) if isinstance(cluster_, str) else cluster_
+    check_request(cl, gpus, global_batch, schedules)
+    names = [resolve_name(s) for s in schedules]
+    fitting, total = [], 0
+    for layout in candidates(shape, gpus, global_batch, names, recompute, zero1, cl.gpus_per_node):
+        if only and (layout.t, layout.p) != tuple(only):
+            continue
+        total += 1
+        mem = memory_per_gpu(shape, layout, global_batch)
+        fits = mem.total <= USABLE_SHARE * cl.memory_bytes
+        parts = estimate(shape, cl, layout, global_batch) if fits else None
+        if parts is not None:
+            fitting.append(planned_from(shape, cl, layout, global_batch, parts, mem))
+    _require_some(shape, cl, gpus, global_batch, total)
+    fitting.sort(key=lambda x: x.step_s)
+    leaders = [
+        planned_from(shape, cl, x.layout, global_batch, simulated, x.memory)
+        for x in fitting[:simulate_top]
+        for simulated in [simulate_pipeline(shape, cl, x.layout, global_batch, x.parts)]
+    ]
+    ranked = sorted(leaders, key=lambda x: x.step_s) + fitting[simulate_top:]
+    return Plan(shape, cl, gpus, global_batch, ranked, total)
+
+
+def _require_some(shape: ModelShape, cl: Cluster, gpus: int, global_batch: int, total: int) -> None:
+    """No candidate at all: the batch does not divide among any d replicas the GPUs allow."""
+    allowed = candidates(shape, gpus, gpus, ("1f1b",), (True,), node=cl.gpus_per_node)
+    replicas = sorted({c.d for c in allowed})
+    require(
+        total > 0,
+        f"global batch {global_batch} divides among none of the replica counts d that {gpus} GPUs allow "
+        f"for {shape.name} (t divides a {cl.gpus_per_node}-GPU node and {shape.heads} heads, p <= "
+        f"{shape.layers} layers): d in {replicas[:12]}; choose a batch that one of them divides",
+    )
+
+
+def check_request(cl: Cluster, gpus: int, global_batch: int, schedules: Sequence[str]) -> None:
+    """Refuse a request no layout can meet, before any work, naming the value and what is allowed."""
+    for label, value in (("gpus", gpus), ("global batch", global_batch)):
+        require(isinstance(value, int) and value >= 1, f"{label} must be a whole number >= 1, got {value!r}")
+    require(
+        gpus % cl.gpus_per_node == 0 or gpus < cl.gpus_per_node and cl.gpus_per_node % gpus == 0,
+        f"gpus must be a multiple of {cl.gpus_per_node} (the GPUs of one {cl.name} node) or divide it, "
+        f"got {gpus}",
+    )
+    for name in schedules:
+        require(
+            resolve_name(name) in SCHEDULE_CHOICES,
+            f"the planner models the schedules {', '.join(SCHEDULE_CHOICES)}; got {name!r}",
+        )

@@ -1,0 +1,135 @@
+"""An ipywidgets planner: pick a model, a number of GPUs and a global batch; see the ranked layouts and
+the chosen one's simulated Gantt chart.
+
+Every change re-plans (well under a second for the presets on a few hundred GPUs) and redraws. A
+request no layout can meet shows the reason in words, never a traceback.
+
+Try it, in a notebook cell::
+
+    from course_lib.widgets.planner import planner_widget
+    box = planner_widget("megatron-145b", "a100-selene", gpus=64, global_batch=64)
+    box                         # the widget box
+    box.gpus_dropdown.value = 128
+    box.choice_dropdown.value = 2       # the third-ranked layout's chart
+    print(box.table_text)       # the ranked table shown under the controls
+"""
+
+from __future__ import annotations
+
+import html
+import io
+
+import ipywidgets as widgets
+from matplotlib.figure import Figure
+
+from course_lib.planner import MODELS, cluster, plan
+from course_lib.planner.cost import pipeline_timeline
+from course_lib.planner.enumerate import Plan, Planned
+from course_lib.plots import gantt_figsize, plot_timeline
+
+GPU_CHOICES = (8, 16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072)
+BATCH_CHOICES = (16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 2304, 3072)
+
+
+class PlannerWidget(widgets.VBox):
+    """Controls are attributes (model_dropdown, gpus_dropdown, batch_dropdown, choice_dropdown); the
+    ranked table is ``table`` (HTML) and ``table_text``; the chart ``image`` (PNG); ``result`` the Plan."""
+
+    def __init__(self, model: str, cluster_name: str, gpus: int, global_batch: int, top: int = 8):
+        self.cluster = cluster(cluster_name)
+        self.top = top
+        self.result: Plan | None = None
+        self.table_text = ""
+        style = {"description_width": "initial"}
+        self.model_dropdown = widgets.Dropdown(
+            options=list(MODELS), value=model, description="model", style=style
+        )
+        self.gpus_dropdown = widgets.Dropdown(
+            options=sorted({*GPU_CHOICES, gpus}), value=gpus, description="GPUs", style=style
+        )
+        self.batch_dropdown = widgets.Dropdown(
+            options=sorted({*BATCH_CHOICES, global_batch}), value=global_batch, description="global batch",
+            style=style,
+        )  # fmt: skip
+        self.choice_dropdown = widgets.Dropdown(
+            options=[0], value=0, description="chart of rank", style=style
+        )
+        self.table = widgets.HTML()
+        self.image = widgets.Image(format="png")
+        controls = [self.model_dropdown, self.gpus_dropdown, self.batch_dropdown, self.choice_dropdown]
+        super().__init__([widgets.HBox(controls), self.table, self.image])
+        for control in controls[:3]:
+            control.observe(lambda _change: self.replan(), names="value")
+        self.choice_dropdown.observe(lambda _change: self.draw(), names="value")
+        self.replan()
+
+    @property
+    def chosen(self) -> Planned | None:
+        if self.result is None or not self.result.layouts:
+            return None
+        return self.result.layouts[min(self.choice_dropdown.value, len(self.result.layouts) - 1)]
+
+    def replan(self) -> None:
+        """Plan again for what the controls say; any problem becomes a message, not a traceback."""
+        try:
+            self.result = plan(
+                self.model_dropdown.value, self.cluster, self.gpus_dropdown.value, self.batch_dropdown.value
+            )
+            self.result.best  # noqa: B018  (raises, with the reason, when nothing fits)
+        except Exception as err:  # noqa: BLE001  (a student's choice must never show a traceback)
+            self.result = None
+            self.table_text = f"no plan: {err}"
+            self.table.value = (
+                f"<pre style='color:#D55E00; white-space:pre-wrap'>{html.escape(self.table_text)}</pre>"
+            )
+            self.image.value = b""
+            return
+        shown = self.result.layouts[: self.top]
+        self.choice_dropdown.options = list(range(len(shown)))
+        self.table_text = _table(shown)
+        self.table.value = "<pre>" + html.escape(self.table_text) + "</pre>"
+        self.draw()
+
+    def draw(self) -> None:
+        """The chosen layout's pipeline, simulated for one replica (at most 2p micro-batches)."""
+        chosen = self.chosen
+        if chosen is None or self.result is None:
+            return
+        m = min(chosen.layout.microbatches(self.result.global_batch), 2 * chosen.p)
+        tl = pipeline_timeline(self.result.shape, self.result.cluster, chosen.layout, m)
+        fig = Figure(figsize=gantt_figsize(min(tl.n_devices, 16)), dpi=70)
+        ax = fig.add_axes((0.12, 0.14, 0.6, 0.7))
+        plot_timeline(
+            tl,
+            ax=ax,
+            title=f"rank {self.choice_dropdown.value}: {_label(chosen)}, {m} micro-batches (simulated)",
+        )
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png")
+        self.image.value = buffer.getvalue()
+
+
+def _label(x: Planned) -> str:
+    return f"t={x.t} p={x.p} d={x.d} b={x.b} {x.schedule} v={x.v}"
+
+
+def _table(rows: list[Planned]) -> str:
+    head = "rank  layout                                          step s  TFLOP/s  MFU  memory GB  bubble"
+    lines = [head]
+    for rank, x in enumerate(rows):
+        lines.append(
+            f"{rank:4d}  {_label(x) + (' recompute' if x.recompute else ''):46s} {x.step_s:7.2f} "
+            f"{x.tflops_per_gpu:8.1f} {x.mfu:4.0%} {x.memory_per_gpu_bytes / 1e9:10.1f} {x.bubble_share:7.1%}"
+        )
+    return "\n".join(lines)
+
+
+def planner_widget(
+    model: str = "megatron-145b",
+    cluster_name: str = "a100-selene",
+    gpus: int = 64,
+    global_batch: int = 64,
+    top: int = 8,
+) -> PlannerWidget:
+    """Build the planner widget (see PlannerWidget)."""
+    return PlannerWidget(model, cluster_name, gpus, global_batch, top)

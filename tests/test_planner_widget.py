@@ -1,0 +1,50 @@
+"""The planner widget: controls re-plan, the table ranks, the chart follows the chosen layout."""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+
+from course_lib.planner import plan
+from course_lib.widgets.planner import PlannerWidget, planner_widget
+
+
+def _first_row(box: PlannerWidget) -> str:
+    return box.table_text.splitlines()[1]
+
+
+def test_widgets_are_attributes_and_the_table_is_the_libraries_plan():
+    box = planner_widget("megatron-145b", "a100-selene", gpus=64, global_batch=64)
+    assert isinstance(box, widgets.VBox)
+    controls = [box.model_dropdown, box.gpus_dropdown, box.batch_dropdown, box.choice_dropdown]
+    assert [c.description for c in controls] == ["model", "GPUs", "global batch", "chart of rank"]
+    best = plan("megatron-145b", "a100-selene", 64, 64).best
+    assert f"t={best.t} p={best.p} d={best.d} b={best.b} {best.schedule} v={best.v}" in _first_row(box)
+    assert box.image.value[:4] == b"\x89PNG"
+
+
+def test_changing_gpus_batch_and_model_replans():
+    box = planner_widget("megatron-145b", "a100-selene", gpus=64, global_batch=64)
+    before = _first_row(box)
+    box.gpus_dropdown.value = 128
+    assert box.result.gpus == 128 and _first_row(box) != before
+    box.batch_dropdown.value = 256
+    assert box.result.global_batch == 256
+    box.model_dropdown.value = "megatron-18b"
+    assert box.result.shape.name == "megatron-18b"
+    best = plan("megatron-18b", "a100-selene", 128, 256).best
+    assert f"d={best.d}" in _first_row(box)
+
+
+def test_choosing_another_rank_redraws_its_chart():
+    box = planner_widget("megatron-145b", "a100-selene", gpus=64, global_batch=64)
+    first = box.image.value
+    box.choice_dropdown.value = 1
+    assert box.chosen is box.result.layouts[1]
+    assert box.image.value[:4] == b"\x89PNG" and box.image.value != first
+
+
+def test_a_request_nothing_fits_shows_the_reason():
+    box = planner_widget("megatron-145b", "a100-selene", gpus=64, global_batch=64)
+    box.model_dropdown.value = "megatron-1t"  # 1T parameters do not fit 64 GPUs
+    assert box.table_text.startswith("no plan: no layout of megatron-1t fits 64 GPUs' memory")
+    assert box.image.value == b""
