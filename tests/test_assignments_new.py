@@ -26,6 +26,7 @@ pytestmark = [
 
 COURSE = Path(__file__).resolve().parent.parent / "notebooks" / "assignments"
 NEW = ("a6_tp_vs_pp", "a7_zero_bubble")
+SET_UP = ("_imports", "_tools", "_scenario")  # cells run before a student's code in run_test_cell
 SETUP = "%matplotlib inline\nfrom course_lib import lesson\nlesson.setup()"  # every notebook's first cell
 STUDENTS = ("solution", "untouched", "hardcoded")
 REGION = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", re.S)
@@ -233,22 +234,26 @@ def test_failed_checks_teach_without_the_answer(graded):
 
 
 def run_test_cell(assignment: str, grade_id: str, student_code: str) -> str:
-    """Run a source notebook's set-up cells, then `student_code`, then test cell `grade_id` (hidden tests
-    included), in this process; return the AssertionError's message ('' if the test passed)."""
+    """Run a source notebook's set-up cells, then `student_code`, then its test cells up to `grade_id` (hidden
+    tests included; earlier ones define helpers the later ones use), in this process; return the message
+    of `grade_id`'s AssertionError ('' if that test passed)."""
     (notebook,) = (COURSE / "source" / assignment).glob("*.ipynb")
     namespace: dict = {}
     for cell in cells(notebook):
-        if cell["cell_type"] == "code" and grade_info(cell)["grade_id"].endswith(
-            ("_imports", "_tools", "_scenario")
-        ):
+        if cell["cell_type"] == "code" and grade_info(cell)["grade_id"].endswith(SET_UP):
             exec("".join(cell["source"]).replace("print(", "(lambda *a, **k: None)("), namespace)
     exec(student_code, namespace)
-    (test_cell,) = [c for c in cells(notebook) if grade_info(c).get("grade_id") == grade_id]
-    try:
-        exec("".join(test_cell["source"]), namespace)
-    except AssertionError as err:
-        return str(err)
-    return ""
+    for cell in cells(notebook):
+        if not grade_info(cell).get("grade"):
+            continue
+        try:
+            exec("".join(cell["source"]), namespace)
+        except AssertionError as err:
+            if grade_info(cell)["grade_id"] == grade_id:
+                return str(err)
+        if grade_info(cell)["grade_id"] == grade_id:
+            return ""
+    raise KeyError(grade_id)
 
 
 def test_answers_taken_from_the_library_fail_the_hidden_tests():
@@ -283,3 +288,33 @@ def predicted_bubble(p, m, f, i, w):
     measured = "tp_allreduces_per_step = measured_tp_allreduces"
     message = run_test_cell("a6_tp_vs_pp", "a6_test_tp_count", measured)
     assert "may not call the course's counting tools" in message
+
+
+ONE_F_ONE_B_SPLIT = """
+def my_zb_h1(p, m):
+    orders = []
+    for d in range(p):
+        warmup = min(p - 1 - d, m)
+        order = [Action(d, Kind.F, mb) for mb in range(warmup)]
+        for k in range(m):
+            if warmup + k < m:
+                order.append(Action(d, Kind.F, warmup + k))
+            order += [Action(d, Kind.I, k), Action(d, Kind.W, k)]  # W at once
+        orders.append(order)
+    return Schedule("mine", p, m, orders, list(range(p)), split_backward=True)
+"""
+
+
+def test_zb_attempts_are_told_what_they_cost():
+    """1F1B with W at once is valid but idles like 1F1B; every W at the end idles less but holds m."""
+    assert run_test_cell("a7_zero_bubble", "a7_test_valid", ONE_F_ONE_B_SPLIT) == ""
+    message = run_test_cell("a7_zero_bubble", "a7_test_zero_bubble", ONE_F_ONE_B_SPLIT)
+    assert (
+        "most idle time of a device in my_zb_h1(3, 6), T_F = T_I = T_W = 1 is 4, but it must be at most 2"
+        in message
+    )
+    at_once = "order += [Action(d, Kind.I, k), Action(d, Kind.W, k)]  # W at once"
+    at_the_end = "order += [Action(d, Kind.I, k)] + [Action(d, Kind.W, w) for w in range(m) if k == m - 1]"
+    late_ws = ONE_F_ONE_B_SPLIT.replace(at_once, at_the_end)
+    message = run_test_cell("a7_zero_bubble", "a7_test_zero_bubble", late_ws)
+    assert "stage 0 holds 6 micro-batches' activations at once" in message and "at most 3" in message
