@@ -58,9 +58,8 @@ def tp_layers(layers: Sequence[nn.Module], t: int, rank: int, comm: DistComm) ->
     """The model's flat list of layers as rank `rank` of t holds it: every Block split (``RankBlock``,
     talking over `comm`), the rest (embedding, head) replicated. The TP-only runs here and the
     distributed pipeline engine (one pipeline stage = a slice of this list) both build it."""
-    return nn.ModuleList(
-        RankBlock(layer, t, rank, comm) if isinstance(layer, Block) else copy.deepcopy(layer) for layer in layers
-    )
+    split = [RankBlock(x, t, rank, comm) if isinstance(x, Block) else copy.deepcopy(x) for x in layers]
+    return nn.ModuleList(split)
 
 
 class RankModel(nn.Module):

@@ -136,7 +136,7 @@ _RENAMES = {"proj_bias.bias": "attn.proj.bias", "down_bias.bias": "mlp.down.bias
 
 
 def _full_name(name: str) -> str:
-    """A replicated parameter's name in the full model (``layers.1.proj_bias.bias`` -> ``layers.1.attn.proj.bias``)."""
+    """A replicated parameter's full-model name: ``layers.1.proj_bias.bias`` -> ``layers.1.attn.proj.bias``"""
     for tp_name, full_name in _RENAMES.items():
         if name.endswith("." + tp_name):
             return name[: -len(tp_name)] + full_name
