@@ -120,7 +120,10 @@ def test_tp_pp_dp_give_the_reference_loss_gradients_and_weights(tpd):
         assert sorted(r.grads) == sorted(grads), name  # every weight of the full model, glued back
         for key, g in grads.items():
             torch.testing.assert_close(r.grads[key], g, rtol=1e-5, atol=1e-7, msg=f"{name} {key}")
-            torch.testing.assert_close(r.params[key], params[key].detach(), rtol=1e-5, atol=1e-6)
+            # AdamW divides by sqrt(v): where a gradient is near zero (a rare token's embedding row), the
+            # replicas' different order of summation moves a weight by up to ~1% of one step (lr 3e-3,
+            # warm-up: 3e-4 then 6e-4); atol 1e-5 is 3% of the first step's move
+            torch.testing.assert_close(r.params[key], params[key].detach(), rtol=1e-5, atol=1e-5)
         assert r.replica_weight_diff == 0.0  # the replicas stepped with the same averaged gradients
         # the measured timeline is rank 0's pipeline: every action of the schedule, once
         tl = r.timeline
