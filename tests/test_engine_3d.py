@@ -125,6 +125,7 @@ def test_tp_pp_dp_give_the_reference_loss_gradients_and_weights(tpd):
             # warm-up: 3e-4 then 6e-4); atol 1e-5 is 3% of the first step's move
             torch.testing.assert_close(r.params[key], params[key].detach(), rtol=1e-5, atol=1e-5)
         assert r.replica_weight_diff == 0.0  # the replicas stepped with the same averaged gradients
+        assert len(r.grad_sync_s) == TINY["steps"] and all(s >= 0 for s in r.grad_sync_s)
         # the measured timeline is rank 0's pipeline: every action of the schedule, once
         tl = r.timeline
         assert tl.source == "measured" and tl.n_devices == p
@@ -144,3 +145,4 @@ def test_train_command_with_tp_and_stages_checks_the_reference(capsys):
     assert (out["tp"], out["ranks"], out["dp"], out["world"]) == (2, 2, 1, 4)
     assert out["max_grad_diff_vs_reference"] < 1e-5
     assert out["timeline_source"] == "measured" and 0 < out["bubble_fraction"] < 1
+    assert out["grad_sync_s"] == [0.0]  # one replica: nothing to average

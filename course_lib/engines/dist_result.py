@@ -74,6 +74,7 @@ class DistributedResult:
     tp: int = 1  # tensor-parallel ranks per stage
     dp: int = 1  # data-parallel replicas (step_times_s and peak_saved_bytes: one entry per rank of all)
     replica_weight_diff: float | None = None  # largest weight difference between replicas (return_grads)
+    grad_sync_s: list[float] = field(default_factory=list)  # per step, the slowest rank's DP all-reduce
 
     @property
     def timeline(self) -> Timeline:
@@ -102,6 +103,7 @@ class DistributedResult:
             "bubble_fraction": self.bubble_fraction, "timeline_source": self.timeline.source,
             "peak_saved_bytes": [max(p) if p else 0 for p in self.peak_saved_bytes], "config": self.config,
             "tp": self.tp, "dp": self.dp, "world": self.tp * self.ranks * self.dp,
+            "grad_sync_s": self.grad_sync_s,
         }  # fmt: skip
 
 
@@ -144,4 +146,5 @@ def build_result(records: list[dict], schedule: Schedule, config: dict) -> Distr
         grads=grads, params=params, config=config, n_params=sum(r["n_params"] for r in records),
         tp=1 + max(r.get("tp", 0) for r in records), dp=1 + max(r.get("dp", 0) for r in records),
         replica_weight_diff=diff,
+        grad_sync_s=[max(r["steps"][k].get("grad_sync_s", 0.0) for r in records) for k in range(n_steps)],
     )  # fmt: skip

@@ -47,8 +47,8 @@ FAULT_KINDS = ("raise", "exit", "kill", "hang")
 
 @dataclass(frozen=True)
 class Fault:
-    """Make rank `rank` fail on purpose, before its action number `after_actions` of step `step`:
-    ``raise`` an exception, ``exit`` (os._exit), ``kill`` (SIGKILL itself) or ``hang`` (sleep)."""
+    """Make rank `rank` (of all t x p x d) fail on purpose, before its action number `after_actions` of
+    step `step`: ``raise`` an exception, ``exit`` (os._exit), ``kill`` (SIGKILL itself) or ``hang``."""
 
     rank: int
     how: str = "raise"
@@ -63,7 +63,7 @@ class RunSpec:
     cfg: TrainConfig
     schedule: Schedule  # built and validated (plain data: it pickles)
     partition: Partition  # layers per stage
-    ranks: int  # p: pipeline ranks (processes)
+    ranks: int  # p: pipeline ranks (processes: t x p x d, see `world`)
     virtual: int = 1  # stages per rank
     links: tuple[Link, ...] | None = None  # one per stage boundary; None: no injected delay
     checkpoint: str = "never"
@@ -273,7 +273,7 @@ def _train_step(
     comm.finish()
     sync_start = comm.now()
     average_gradients(list(me.params.values()), groups.dp, groups.mesh.d)
-    sync_s = comm.now() - sync_start
+    sync_s = comm.now() - sync_start if groups.mesh.d > 1 else 0.0  # (one replica: nothing was sent)
     me.optimizer.step()
     peak = sum(stage.peak_saved_bytes for stage in me.stages.values())
     return dict(start=start, end=comm.now(), spans=recorder.spans, peak_saved_bytes=peak,
