@@ -10,7 +10,7 @@ import pytest
 import torch
 from test_engine_distributed_runs import reference  # the single-device trainer's losses, grads, weights
 
-from course_lib.cli import main
+from course_lib.cli import main, torchrun
 from course_lib.data import split_microbatches
 from course_lib.engines.distributed import MAX_LOCAL_RANKS, Fault, launch, make_spec
 from course_lib.errors import CourseError
@@ -85,6 +85,17 @@ def test_the_command_line_refuses_a_bad_mesh_before_any_process(flags, words, ca
         assert word in err, (word, err)
 
 
+def test_under_torchrun_the_ranks_are_t_x_p_x_d():
+    args = torchrun.build_parser().parse_args(["--tp", "2", "--dp", "2", *SIZE])
+    spec = torchrun.spec_from_flags(args, world=8)
+    assert (spec.tp, spec.ranks, spec.dp, spec.world) == (2, 2, 2, 8)
+    with pytest.raises(CourseError, match="started 6 ranks.*--tp 2 x --dp 2 = 4 does not divide"):
+        torchrun.spec_from_flags(args, world=6)
+    args.stages = 4
+    with pytest.raises(CourseError, match="--stages 4 but torchrun started 8 ranks.* x 2 stages"):
+        torchrun.spec_from_flags(args, world=8)
+
+
 def test_a_tp_or_dp_that_is_not_a_whole_number_is_refused_by_argparse(capsys):
     for value in ("0", "1.5"):
         with pytest.raises(SystemExit, match="2"):
@@ -93,13 +104,15 @@ def test_a_tp_or_dp_that_is_not_a_whole_number_is_refused_by_argparse(capsys):
 
 
 # ---- real runs --------------------------------------------------------------------------------------
-# (schedule, virtual, m): any schedule of the registry runs on the mesh; m = 2 keeps 2 samples per
-# micro-batch, so d = 2 replicas get one each
+# (schedule, virtual, m, direction groups): any schedule of the registry runs on the mesh; m = 2
+# keeps 2 samples per micro-batch, so d = 2 replicas get one each. Direction groups: the message
+# plumbing NCCL gets (one group per direction of each pipeline's pairs), checked here with gloo
 JOBS = {
-    (2, 2, 1): [("1f1b", 1, 2), ("gpipe", 1, 2), ("zb-h1", 1, 2), ("interleaved-1f1b", 2, 2)],
-    (1, 2, 2): [("1f1b", 1, 2), ("gpipe", 1, 4)],
-    (2, 2, 2): [("1f1b", 1, 2), ("gpipe", 1, 2), ("zb-h1", 1, 2)],
-}
+    (2, 2, 1): [("1f1b", 1, 2, False), ("gpipe", 1, 2, False), ("zb-h1", 1, 2, False),
+                ("interleaved-1f1b", 2, 2, False)],
+    (1, 2, 2): [("1f1b", 1, 2, False), ("gpipe", 1, 4, False)],
+    (2, 2, 2): [("1f1b", 1, 2, False), ("gpipe", 1, 2, True), ("zb-h1", 1, 2, False)],
+}  # fmt: skip
 
 
 @pytest.mark.processes
@@ -110,10 +123,10 @@ def test_tp_pp_dp_give_the_reference_loss_gradients_and_weights(tpd):
     jobs = JOBS[tpd]
     specs = [
         make_spec(TrainConfig(**TINY, microbatches=m), s, p, virtual=v, tp=t, dp=d, return_grads=True,
-                  threads=1)
-        for s, v, m in jobs
+                  threads=1, direction_groups=groups)
+        for s, v, m, groups in jobs
     ]  # fmt: skip
-    for (name, v, m), r in zip(jobs, launch(specs), strict=True):
+    for (name, v, m, _), r in zip(jobs, launch(specs), strict=True):
         losses, grads, params = reference(TrainConfig(**TINY, microbatches=m))
         assert (r.tp, r.ranks, r.dp) == tpd
         assert r.losses == pytest.approx(losses, rel=1e-5), name
