@@ -104,14 +104,15 @@ def test_a_tp_or_dp_that_is_not_a_whole_number_is_refused_by_argparse(capsys):
 
 
 # ---- real runs --------------------------------------------------------------------------------------
-# (schedule, virtual, m, direction groups): any schedule of the registry runs on the mesh; m = 2
-# keeps 2 samples per micro-batch, so d = 2 replicas get one each. Direction groups: the message
-# plumbing NCCL gets (one group per direction of each pipeline's pairs), checked here with gloo
+# (schedule, virtual, m, options): any schedule of the registry runs on the mesh; m = 2 keeps 2
+# samples per micro-batch, so d = 2 replicas get one each. Checkpointing re-runs a forward, and its
+# all-reduces, on every TP rank alike; direction groups are the message plumbing NCCL gets (one
+# group per direction of each pipeline's pairs), checked here with gloo
 JOBS = {
-    (2, 2, 1): [("1f1b", 1, 2, False), ("gpipe", 1, 2, False), ("zb-h1", 1, 2, False),
-                ("interleaved-1f1b", 2, 2, False)],
-    (1, 2, 2): [("1f1b", 1, 2, False), ("gpipe", 1, 4, False)],
-    (2, 2, 2): [("1f1b", 1, 2, False), ("gpipe", 1, 2, True), ("zb-h1", 1, 2, False)],
+    (2, 2, 1): [("1f1b", 1, 2, {}), ("gpipe", 1, 2, {"checkpoint": "always"}), ("zb-h1", 1, 2, {}),
+                ("interleaved-1f1b", 2, 2, {})],
+    (1, 2, 2): [("1f1b", 1, 2, {}), ("gpipe", 1, 4, {})],
+    (2, 2, 2): [("1f1b", 1, 2, {}), ("gpipe", 1, 2, {"direction_groups": True}), ("zb-h1", 1, 2, {})],
 }  # fmt: skip
 
 
@@ -123,8 +124,8 @@ def test_tp_pp_dp_give_the_reference_loss_gradients_and_weights(tpd):
     jobs = JOBS[tpd]
     specs = [
         make_spec(TrainConfig(**TINY, microbatches=m), s, p, virtual=v, tp=t, dp=d, return_grads=True,
-                  threads=1, direction_groups=groups)
-        for s, v, m, groups in jobs
+                  threads=1, **options)
+        for s, v, m, options in jobs
     ]  # fmt: skip
     for (name, v, m, _), r in zip(jobs, launch(specs), strict=True):
         losses, grads, params = reference(TrainConfig(**TINY, microbatches=m))
