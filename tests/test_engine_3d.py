@@ -51,8 +51,10 @@ def test_each_replica_takes_its_share_of_every_microbatch():
         (dict(tp=0), ["t must be", "got 0"]),
         (dict(dp=3), ["dp=3", "4 samples", "1, 2, 4"]),
         (dict(dp=8), ["dp=8", "4 samples"]),
-        (dict(tp=2, dp=32, stages=2, cfg=TrainConfig(**TINY | dict(batch_size=64), microbatches=2)),
-         ["2 x 2 x 32 = 128 ranks", f"limit of {MAX_LOCAL_RANKS}"]),  # fmt: skip
+        (
+            dict(tp=2, dp=32, stages=2, cfg=TrainConfig(**TINY | dict(batch_size=64), microbatches=2)),
+            ["2 x 2 x 32 = 128 ranks", f"limit of {MAX_LOCAL_RANKS}"],
+        ),  # fmt: skip
         (dict(tp=2, dp=2, fault=Fault(rank=8)), ["fault.rank", "0..7", "8"]),
     ],
 )

@@ -152,7 +152,6 @@ class RankComm:
             link = self.links[msg.boundary]
             deliver_at = self.sender.enqueue(tensor, dst, tag, nbytes, link, self._group(msg)) - self.t0
         else:
-            dst = self._global(msg.dst)
             self.handles.append(dist.isend(tensor, dst=dst, group=self._group(msg), tag=tag))
         self.send_events.append(SendEvent(msg.producer, msg.dst, handoff, deliver_at, nbytes))
 

@@ -41,6 +41,7 @@ from course_lib.schedules.messages import input_message, local_producer, message
 from course_lib.tp.comm import CommLog, DistComm
 from course_lib.tp.distributed import tp_layers
 from course_lib.tp.mesh import Mesh, MeshGroups, average_gradients, average_loss, build_groups, replica_share
+from course_lib.tp.shard import is_slice
 
 FAULT_KINDS = ("raise", "exit", "kill", "hang")
 
@@ -63,7 +64,7 @@ class RunSpec:
     cfg: TrainConfig
     schedule: Schedule  # built and validated (plain data: it pickles)
     partition: Partition  # layers per stage
-    ranks: int  # p: pipeline ranks (processes: t x p x d, see `world`)
+    ranks: int  # p: pipeline ranks (the processes in all: `world`, t x p x d)
     virtual: int = 1  # stages per rank
     links: tuple[Link, ...] | None = None  # one per stage boundary; None: no injected delay
     checkpoint: str = "never"
@@ -246,7 +247,7 @@ def run_rank(
             stage.close()
         torch.set_num_threads(threads)
     # the whole model's parameters, each counted once: replica 0's, its replicated ones on TP rank 0
-    n_params = sum(p.numel() for n, p in me.params.items() if where.tp == 0 or ".shard." in n)
+    n_params = sum(p.numel() for n, p in me.params.items() if where.tp == 0 or is_slice(n))
     record = dict(rank=where.stage, global_rank=rank, dp=where.dp, tp=where.tp, steps=steps, losses=losses,
                   n_params=n_params if where.dp == 0 else 0)  # fmt: skip
     if spec.return_grads:

@@ -69,6 +69,9 @@ from course_lib.tp.shard import check_divisible
 
 __all__ = ["DistributedError", "DistributedResult", "Fault", "launch", "make_spec", "run_distributed"]
 
+# Each rank is a whole Python process with torch loaded (about 300 MB): 64 of them fill a laptop's memory
+MAX_LOCAL_RANKS = 64
+
 
 def _backend_device(device: str, local_ranks: int) -> str:
     """'cpu' or 'cuda' for every rank: CUDA needs one GPU per rank on this machine."""
@@ -147,10 +150,6 @@ def _check_mesh(cfg: TrainConfig, mesh: Mesh, local_ranks: int) -> None:
         f"processes on this machine, over the limit of {MAX_LOCAL_RANKS} "
         "(course_lib.engines.distributed.MAX_LOCAL_RANKS)",
     )
-
-
-# Each rank is a whole Python process with torch loaded (about 300 MB): 64 of them fill a laptop's memory
-MAX_LOCAL_RANKS = 64
 
 
 def _check_data(cfg: TrainConfig) -> None:

@@ -143,6 +143,11 @@ def _full_name(name: str) -> str:
     return name
 
 
+def is_slice(name: str) -> bool:
+    """Is the parameter `name` (of a TP model) one rank's slice, rather than a replicated whole?"""
+    return ".shard." in name
+
+
 def assemble_gradients(rank_grads: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """Per-rank gradients of a TP model -> gradients named like the full model's parameters.
     (Any per-parameter tensors glue the same way: the weights after a step, for instance.)
@@ -152,7 +157,7 @@ def assemble_gradients(rank_grads: list[dict[str, torch.Tensor]]) -> dict[str, t
     full: dict[str, torch.Tensor] = {}
     blocks: dict[str, list[dict[str, torch.Tensor]]] = {}
     for name, grad in rank_grads[0].items():
-        if ".shard." in name:
+        if is_slice(name):
             prefix = name.split(".shard.")[0]
             if prefix not in blocks:
                 blocks[prefix] = [
