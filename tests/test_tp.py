@@ -50,8 +50,9 @@ def test_shards_hold_whole_heads_and_a_t_th_of_every_matrix():
     tp = SimulatedTP.from_seed(CFG, 4, seed=0)
     shard = tp.layers[1].shards[0]
     assert shard.heads == 1
-    assert shard.qkv_weight.shape == (3 * 8, 32) and shard.proj_weight.shape == (32, 8)
-    assert shard.up_weight.shape == (32, 32) and shard.down_weight.shape == (32, 32)
+    assert shard.qkv.weight.shape == (3 * 8, 32) and shard.proj.weight.shape == (32, 8)
+    assert shard.up.weight.shape == (32, 32) and shard.down.weight.shape == (32, 32)
+    assert shard.proj.bias is None and shard.down.bias is None  # added once, after the all-reduce
 
 
 @pytest.mark.processes

@@ -121,6 +121,14 @@ def add_pipeline_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGro
         help="distributed engine: seconds a rank waits for a peer that is alive but silent (a crashed or "
         "stopped rank is named within seconds anyway); default: 10 x a pessimistic step, at least 60",
     )  # fmt: skip
+    group.add_argument(
+        "--tp", type=COUNT, help="distributed engine: ranks each stage is split across, Megatron-style "
+        "(divides --heads; default 1); t x p x d ranks in all",
+    )  # fmt: skip
+    group.add_argument(
+        "--dp", type=COUNT, help="distributed engine: data-parallel replicas, each on its share of every "
+        "micro-batch (divides batch / micro-batches; default 1)",
+    )  # fmt: skip
     return group
 
 
@@ -149,11 +157,13 @@ class PipelineFlags:
     checkpoint: str = "never"
     links: Link | None = None  # None: free links
     timeout: float = 60.0  # seconds (distributed engine); from_args: default_timeout's
+    tp: int = 1  # tensor-parallel ranks per stage (distributed engine)
+    dp: int = 1  # data-parallel replicas (distributed engine)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, **defaults) -> PipelineFlags:
         """`defaults` override the class defaults (torchrun: stages = its number of ranks)."""
-        names = ("schedule", "stages", "virtual", "checkpoint", "timeout")
+        names = ("schedule", "stages", "virtual", "checkpoint", "timeout", "tp", "dp")
         given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
         if args.latency is not None or args.bandwidth is not None:  # one Link for every stage boundary
             given["links"] = Link(args.latency or 0.0, args.bandwidth or math.inf)  # BANDWIDTH refused 0

@@ -3,9 +3,12 @@
     torchrun --nproc-per-node 2 -m course_lib.engines.distributed --schedule 1f1b --layers 8 --steps 5
 
 (More examples, and several machines: course_lib/engines/distributed.py.) The flags are ``train``'s
-(course_lib/cli/flags.py), so each means the same in both. The ranks torchrun starts are the stages:
-``--stages`` may be left out, and must agree if given. Spell flags out under torchrun: it reads ``-m``
-and abbreviations such as ``--virtual`` as its own (``--virtual-stages`` is the same flag).
+(course_lib/cli/flags.py), so each means the same in both. The ranks torchrun starts are the stages
+(with ``--tp T --dp D``: T x stages x D of them): ``--stages`` may be left out, and must agree if
+given. Spell flags out under torchrun: it reads ``-m`` and abbreviations such as ``--virtual`` as
+its own (``--virtual-stages`` is the same flag). TP x PP x DP, 2 x 2 x 2::
+
+    torchrun --nproc-per-node 8 -m course_lib.engines.distributed --tp 2 --dp 2 --layers 8 --steps 5
 """
 
 from __future__ import annotations
@@ -38,16 +41,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 def spec_from_flags(args: argparse.Namespace, world: int) -> RunSpec:
     """Every flag checked, before this rank joins the others."""
+    tp, dp = args.tp or 1, args.dp or 1
     require(
-        args.stages in (None, world),
-        f"--stages {args.stages} but torchrun started {world} ranks (--nproc-per-node x --nnodes); "
-        "leave --stages out: under torchrun the ranks are the stages",
+        world % (tp * dp) == 0,
+        f"torchrun started {world} ranks (--nproc-per-node x --nnodes), which --tp {tp} x --dp {dp} = "
+        f"{tp * dp} does not divide; start t x p x d ranks",
     )
-    pipe = flags.PipelineFlags.from_args(args, stages=world)
+    stages = world // (tp * dp)
+    require(
+        args.stages in (None, stages),
+        f"--stages {args.stages} but torchrun started {world} ranks (--nproc-per-node x --nnodes)"
+        + (f" = --tp {tp} x --dp {dp} x {stages} stages" if tp * dp > 1 else "")
+        + "; leave --stages out: under torchrun the ranks (divided by --tp x --dp) are the stages",
+    )
+    pipe = flags.PipelineFlags.from_args(args, stages=stages)
     return make_spec(
-        flags.config_from_flags(args), pipe.schedule, world, virtual=pipe.virtual, checkpoint=pipe.checkpoint,
-        links=pipe.links, timeout_s=pipe.timeout, threads=args.threads,
-        local_ranks=int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+        flags.config_from_flags(args), pipe.schedule, stages, virtual=pipe.virtual,
+        checkpoint=pipe.checkpoint, links=pipe.links, timeout_s=pipe.timeout, threads=args.threads,
+        local_ranks=int(os.environ.get("LOCAL_WORLD_SIZE", world)), tp=tp, dp=dp,
     )  # fmt: skip
 
 
@@ -76,8 +87,9 @@ def _main(argv: list[str] | None) -> int:
     if args.json:
         flags.print_json(result.to_json())
     else:
+        mesh = f" x tp {result.tp} x dp {result.dp}" if result.tp * result.dp > 1 else ""
         print(
-            f"{result.schedule}: {result.ranks} ranks, {len(result.losses)} steps, "
+            f"{result.schedule}: {result.ranks} ranks{mesh}, {len(result.losses)} steps, "
             f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}; "
             f"median step {result.step_time_s * 1000:.1f} ms, bubble {result.bubble_fraction:.1%} (measured)"
         )

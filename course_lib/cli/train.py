@@ -5,17 +5,22 @@
     python -m course_lib train --engine local --schedule 1f1b --stages 4 --microbatches 8 --gantt 1f1b.png
     python -m course_lib train --engine distributed --schedule gpipe --stages 2 --latency 0.01 --json
     python -m course_lib train --engine local --schedule zb-h1 --stages 4 --steps 2 --check-reference --json
+    python -m course_lib train --engine distributed --tp 2 --stages 2 --dp 2 --layers 4 --batch-size 8 \
+        --microbatches 2 --steps 2 --check-reference --json           # TP x PP x DP: 8 ranks
 
 Engines: ``reference`` (one device, gradient accumulation: the ground truth), ``local`` (one process
 runs every stage in the schedule's order; its timeline is *measured compute + simulated links*) and
-``distributed`` (one process per stage, real sends and receives; its timeline is *measured*).
+``distributed`` (one process per stage, real sends and receives; its timeline is *measured*; with
+``--tp T`` and ``--dp D``, t x p x d processes: each stage split across T ranks, D replicas whose
+gradients are averaged once per step; the timeline is rank 0's pipeline).
 
 Every flag is checked before any work starts; a bad value is refused with a message that names it
 and says what is allowed. So is a flag the engine would not read: pipeline and link flags with the
-reference engine, ``--timeout`` with any engine but the distributed one. Each process uses one CPU
-thread, as the lessons do (``--threads N`` for more; distributed ranks share the cores by default).
-``--json`` prints one JSON object on stdout (the progress bar goes to stderr), so the output can be
-piped into other tools. For the pipeline engines it adds ``bubble_fraction`` and ``timeline_source``,
+reference engine, ``--timeout``, ``--tp`` and ``--dp`` with any engine but the distributed one. Each
+process uses one CPU thread, as the lessons do (``--threads N`` for more; distributed ranks share
+the cores by default). ``--json`` prints one JSON object on stdout (the progress bar goes to stderr),
+so the output can be piped into other tools; it says ``tp`` and ``dp`` (1 but for the distributed
+engine). For the pipeline engines it adds ``bubble_fraction`` and ``timeline_source``,
 and ``max_grad_diff_vs_reference`` with ``--check-reference`` (largest gradient difference against
 the reference trainer on the first batch).
 """
@@ -39,7 +44,7 @@ PIPELINE_ENGINES = ("local", "distributed")
 USED_BY: dict[str, tuple[str, ...]] = dict.fromkeys(
     ("--schedule", "--stages", "--virtual", "--checkpoint", "--latency", "--bandwidth", "--gantt",
      "--check-reference"), PIPELINE_ENGINES,
-) | {"--timeout": ("distributed",)}  # fmt: skip
+) | dict.fromkeys(("--timeout", "--tp", "--dp"), ("distributed",))  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -84,6 +89,7 @@ def _run_distributed(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Names
     options = dict(
         virtual=pipe.virtual, checkpoint=pipe.checkpoint, links=pipe.links, timeout_s=pipe.timeout,
         threads=args.threads,  # None: the engine shares the cores among the ranks
+        tp=pipe.tp, dp=pipe.dp,  # t x p x d ranks (course_lib/tp/mesh.py)
     )  # fmt: skip
     spec = distributed.make_spec(cfg, pipe.schedule, pipe.stages, **options)
     if not args.check_reference:
@@ -118,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
         }
         if diff is not None:
             out["max_grad_diff_vs_reference"] = diff
+    out = {"tp": 1, "dp": 1} | out  # one process or one pipeline: no tensor or data parallelism
     if args.json:
         flags.print_json(out)  # a diverged loss is null
     else:
@@ -141,6 +148,11 @@ def _print_summary(cfg: TrainConfig, args, out: dict, timeline, diff: float | No
         print(
             f"schedule {timeline.schedule_name}, {timeline.n_devices} devices: "
             f"bubble {timeline.bubble_fraction:.1%} of the step ({timeline.source})"
+        )
+    if out["tp"] * out["dp"] > 1:
+        print(
+            f"t x p x d = {out['tp']} x {out['ranks']} x {out['dp']} = {out['world']} ranks; the timeline is "
+            "rank 0's pipeline (replica 0, TP rank 0 of every stage)"
         )
     if diff is not None:
         print(f"largest gradient difference against the reference trainer: {diff:.2e}")

@@ -42,11 +42,17 @@ def message_tag(msg: Message, schedule: Schedule, step: int) -> int:
     return key * 2 + msg.direction
 
 
-def direction_groups(schedule: Schedule) -> dict[tuple[int, int], object]:
-    """One process group per (sender, receiver) pair that exchanges messages. Every rank must call
-    this (in the same order), members or not: that is how torch.distributed creates groups."""
+def direction_groups(
+    schedule: Schedule, pipelines: Sequence[Sequence[int]] | None = None, mine: int = 0
+) -> dict[tuple[int, int], object]:
+    """One process group per (sender, receiver) pair that exchanges messages, keyed by the pair's
+    stages. `pipelines`: the global ranks of each pipeline's stages (default: one pipeline, rank =
+    stage); the groups of pipeline `mine` are returned. Every rank must call this (in the same
+    order), members or not: that is how torch.distributed creates groups."""
     pairs = sorted({(m.src, m.dst) for m in messages(schedule)})
-    return {pair: dist.new_group(list(pair)) for pair in pairs}
+    pipelines = pipelines or [range(schedule.n_devices)]
+    made = [{(a, b): dist.new_group([ranks[a], ranks[b]]) for a, b in pairs} for ranks in pipelines]
+    return made[mine]
 
 
 @dataclass
@@ -90,6 +96,9 @@ class RankComm:
     t0: float  # the rank's aligned clock origin
     links: Sequence[Link] | None = None  # one per stage boundary, delivering as over it (None: at once)
     groups: dict[tuple[int, int], object] | None = None  # from direction_groups (NCCL), or None
+    # TP x PP x DP (tp/mesh.py): the global rank of each stage of this pipeline, and its group
+    peers: Sequence[int] | None = None  # None: rank = stage
+    pipeline_group: object = None  # None: the default group
 
     def __post_init__(self) -> None:
         self.sender = InjectedLinks() if self.links is not None else None
@@ -105,10 +114,15 @@ class RankComm:
         for msg in incoming_messages(self.schedule, self.rank):
             buf = torch.empty(self.shape, dtype=torch.float32, device=self.torch_device)
             tag = message_tag(msg, self.schedule, step)
-            self.pending[msg.producer] = (buf, dist.irecv(buf, src=msg.src, group=self._group(msg), tag=tag))
+            work = dist.irecv(buf, src=self._global(msg.src), group=self._group(msg), tag=tag)
+            self.pending[msg.producer] = (buf, work)
 
     def _group(self, msg: Message):
-        return None if self.groups is None else self.groups[(msg.src, msg.dst)]
+        return self.pipeline_group if self.groups is None else self.groups[(msg.src, msg.dst)]
+
+    def _global(self, stage_rank: int) -> int:
+        """The process-group rank of a pipeline rank (they differ with TP or DP)."""
+        return stage_rank if self.peers is None else self.peers[stage_rank]
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -133,11 +147,12 @@ class RankComm:
         tensor = tensor.detach().contiguous()
         tag = message_tag(msg, self.schedule, self.step)
         nbytes, handoff, deliver_at = tensor.nbytes, self.now(), None
+        dst = self._global(msg.dst)
         if self.sender is not None:
             link = self.links[msg.boundary]
-            deliver_at = self.sender.enqueue(tensor, msg.dst, tag, nbytes, link, self._group(msg)) - self.t0
+            deliver_at = self.sender.enqueue(tensor, dst, tag, nbytes, link, self._group(msg)) - self.t0
         else:
-            self.handles.append(dist.isend(tensor, dst=msg.dst, group=self._group(msg), tag=tag))
+            self.handles.append(dist.isend(tensor, dst=dst, group=self._group(msg), tag=tag))
         self.send_events.append(SendEvent(msg.producer, msg.dst, handoff, deliver_at, nbytes))
 
     def finish(self) -> None:

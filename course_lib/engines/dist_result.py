@@ -20,6 +20,7 @@ import torch
 
 from course_lib.schedules.ir import Schedule
 from course_lib.timeline import MEASURED, Span, Timeline, Transfer
+from course_lib.tp.shard import assemble_gradients
 
 _WAITED = 1e-4  # a wait longer than this means the data was not there yet
 
@@ -56,7 +57,9 @@ def merge_step(records: list[dict], step: int, schedule: Schedule) -> Timeline:
 
 @dataclass
 class DistributedResult:
-    """The outcome of ``run_distributed`` (or of rank 0 under torchrun)."""
+    """The outcome of ``run_distributed`` (or of rank 0 under torchrun). With TP and DP, the timeline
+    is that of rank 0's pipeline (replica 0, TP rank 0 of every stage); gradients and weights are
+    replica 0's, glued back into the full model's tensors and names."""
 
     schedule: str
     ranks: int
@@ -68,6 +71,10 @@ class DistributedResult:
     params: dict[str, torch.Tensor] | None = None  # weights after the last step (return_grads=True)
     config: dict = field(default_factory=dict)
     n_params: int = 0  # parameters of the whole model (every rank's stages)
+    tp: int = 1  # tensor-parallel ranks per stage
+    dp: int = 1  # data-parallel replicas (step_times_s and peak_saved_bytes: one entry per rank of all)
+    replica_weight_diff: float | None = None  # largest weight difference between replicas (return_grads)
+    grad_sync_s: list[float] = field(default_factory=list)  # per step, the slowest rank's DP all-reduce
 
     @property
     def timeline(self) -> Timeline:
@@ -95,22 +102,49 @@ class DistributedResult:
             "n_params": self.n_params, "step_time_s": self.step_time_s, "step_times_s": self.step_times_s,
             "bubble_fraction": self.bubble_fraction, "timeline_source": self.timeline.source,
             "peak_saved_bytes": [max(p) if p else 0 for p in self.peak_saved_bytes], "config": self.config,
+            "tp": self.tp, "dp": self.dp, "world": self.tp * self.ranks * self.dp,
+            "grad_sync_s": self.grad_sync_s,
         }  # fmt: skip
 
 
+def _whole_model(records: list[dict], key: str) -> dict[str, torch.Tensor]:
+    """Replica 0's tensors (`key`: "grads" or "params") under the full model's names: each stage's
+    TP slices glued back together (``tp.shard.assemble_gradients``)."""
+    replica = [r for r in records if r.get("dp", 0) == 0]
+    whole: dict[str, torch.Tensor] = {}
+    for stage in sorted({r["rank"] for r in replica}):
+        slices = [r[key] for r in sorted(replica, key=lambda r: r.get("tp", 0)) if r["rank"] == stage]
+        whole |= assemble_gradients(slices) if len(slices) > 1 else slices[0]
+    return whole
+
+
+def _replica_diff(records: list[dict]) -> float:
+    """Largest |difference| between any replica's weights and replica 0's, slice by slice."""
+    first = {(r["rank"], r.get("tp", 0)): r["params"] for r in records if r.get("dp", 0) == 0}
+    diffs = [
+        (w - first[(r["rank"], r.get("tp", 0))][name]).abs().max().item()
+        for r in records if r.get("dp", 0) > 0 for name, w in r["params"].items()
+    ]  # fmt: skip
+    return max(diffs, default=0.0)
+
+
 def build_result(records: list[dict], schedule: Schedule, config: dict) -> DistributedResult:
-    """Rank 0's merge of every rank's record."""
-    records = sorted(records, key=lambda r: r["rank"])
+    """Rank 0's merge of every rank's record (by global rank; one pipeline's make the timelines)."""
+    records = sorted(records, key=lambda r: r.get("global_rank", r["rank"]))
+    pipeline = [r for r in records if r.get("dp", 0) == 0 and r.get("tp", 0) == 0]
     n_steps = len(records[0]["steps"])
     losses = next((r["losses"] for r in records if r["losses"]), [])
-    grads = params = None
+    grads = params = diff = None
     if all("grads" in r for r in records):
-        grads = {k: v for r in records for k, v in r["grads"].items()}
-        params = {k: v for r in records for k, v in r["params"].items()}
+        grads, params = _whole_model(records, "grads"), _whole_model(records, "params")
+        diff = _replica_diff(records)
     return DistributedResult(
         schedule=schedule.name, ranks=schedule.n_devices, losses=losses,
         step_times_s=[[st["end"] - st["start"] for st in r["steps"]] for r in records],
-        timelines=[merge_step(records, k, schedule) for k in range(n_steps)],
+        timelines=[merge_step(pipeline, k, schedule) for k in range(n_steps)],
         peak_saved_bytes=[[st["peak_saved_bytes"] for st in r["steps"]] for r in records],
         grads=grads, params=params, config=config, n_params=sum(r["n_params"] for r in records),
+        tp=1 + max(r.get("tp", 0) for r in records), dp=1 + max(r.get("dp", 0) for r in records),
+        replica_weight_diff=diff,
+        grad_sync_s=[max(r["steps"][k].get("grad_sync_s", 0.0) for r in records) for k in range(n_steps)],
     )  # fmt: skip

@@ -38,14 +38,18 @@ from course_lib.partition import Partition, stage_modules
 from course_lib.reference import TrainConfig, make_optimizer, setup, train_batches
 from course_lib.schedules.ir import Action, Kind, Schedule
 from course_lib.schedules.messages import input_message, local_producer, message_of
+from course_lib.tp.comm import CommLog, DistComm
+from course_lib.tp.distributed import tp_layers
+from course_lib.tp.mesh import Mesh, MeshGroups, average_gradients, average_loss, build_groups, replica_share
+from course_lib.tp.shard import is_slice
 
 FAULT_KINDS = ("raise", "exit", "kill", "hang")
 
 
 @dataclass(frozen=True)
 class Fault:
-    """Make rank `rank` fail on purpose, before its action number `after_actions` of step `step`:
-    ``raise`` an exception, ``exit`` (os._exit), ``kill`` (SIGKILL itself) or ``hang`` (sleep)."""
+    """Make rank `rank` (of all t x p x d) fail on purpose, before its action number `after_actions` of
+    step `step`: ``raise`` an exception, ``exit`` (os._exit), ``kill`` (SIGKILL itself) or ``hang``."""
 
     rank: int
     how: str = "raise"
@@ -60,7 +64,7 @@ class RunSpec:
     cfg: TrainConfig
     schedule: Schedule  # built and validated (plain data: it pickles)
     partition: Partition  # layers per stage
-    ranks: int  # p: pipeline ranks (processes)
+    ranks: int  # p: pipeline ranks (the processes in all: `world`, t x p x d)
     virtual: int = 1  # stages per rank
     links: tuple[Link, ...] | None = None  # one per stage boundary; None: no injected delay
     checkpoint: str = "never"
@@ -71,6 +75,17 @@ class RunSpec:
     threads: int = 1  # torch threads per rank
     direction_groups: bool = False  # one process group per direction of a pair (NCCL needs it)
     track_memory: bool = True  # measure bytes saved for backward (costs ~10% CPU on the toy model)
+    tp: int = 1  # tensor-parallel ranks per stage (tp/mesh.py: TP x PP x DP)
+    dp: int = 1  # data-parallel replicas, each on its share of every micro-batch
+
+    @property
+    def mesh(self) -> Mesh:
+        return Mesh(t=self.tp, p=self.ranks, d=self.dp)
+
+    @property
+    def world(self) -> int:
+        """Processes in all: t x p x d."""
+        return self.mesh.world
 
 
 def _inject(fault: Fault, rank: int) -> None:
@@ -109,12 +124,24 @@ class Rank:
         return None if last is None else last.loss()
 
 
-def build_rank(spec: RunSpec, index: int, torch_device: torch.device) -> tuple[Corpus, Rank]:
-    """The data, and the stages the schedule places on rank `index`, from the seeded model."""
+def _layers(model: nn.Module, groups: MeshGroups | None) -> nn.ModuleList:
+    """The model's layers as this rank holds them: whole, or its TP slice of every block."""
+    if groups is None or groups.mesh.t == 1:
+        return model.layers
+    comm = DistComm(groups.mesh.t, CommLog(enabled=False), group=groups.tp)
+    return tp_layers(model.layers, groups.mesh.t, groups.coords.tp, comm)
+
+
+def build_rank(
+    spec: RunSpec, index: int, torch_device: torch.device, groups: MeshGroups | None = None
+) -> tuple[Corpus, Rank]:
+    """The data, and the stages the schedule places on pipeline rank `index`, from the seeded model
+    (with TP, this rank's slice of them: `groups` say which, and over which group f and g talk)."""
     cfg = spec.cfg
     corpus, model = setup(replace(cfg, device="cpu"))  # same weights on every rank, from the seed
     schedule = spec.schedule
-    modules = stage_modules(model.layers, spec.partition)
+    layers = _layers(model, groups)
+    modules = stage_modules(layers, spec.partition)
     mine = schedule.stages_of(index)
     stages = {
         s: StageRuntime(
@@ -124,7 +151,7 @@ def build_rank(spec: RunSpec, index: int, torch_device: torch.device) -> tuple[C
         for s in mine
     }  # fmt: skip
     owned = {id(p) for s in mine for p in modules[s].parameters()}
-    params = {name: p for name, p in model.named_parameters() if id(p) in owned}
+    params = {name: p for name, p in layers.named_parameters(prefix="layers") if id(p) in owned}
     optimizer = make_optimizer(nn.ModuleList([modules[s] for s in mine]), cfg)
     return corpus, Rank(index, schedule, stages, params, optimizer)
 
@@ -178,36 +205,51 @@ class StepRecorder:
         self.spans.append((action, self._start, self.now()))
 
 
-def run_rank(
-    spec: RunSpec, rank: int, torch_device: torch.device, on_loss: Callable[[float], None] | None = None
-) -> dict:
-    """Train `spec.cfg.steps` batches as pipeline rank `rank`; return what this rank measured.
-    On the rank that holds the last stage, `on_loss(loss)` follows every optimizer step."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(spec.threads)  # p ranks share the machine's cores
-    corpus, me = build_rank(spec, rank, torch_device)
+def _rank_comm(spec: RunSpec, schedule: Schedule, groups: MeshGroups, torch_device: torch.device) -> RankComm:
+    """This rank's sends and receives, to the matching TP rank of each neighbouring stage."""
     # gloo tells messages apart by tag; NCCL needs one group per direction (see comm.py)
-    groups = direction_groups(me.schedule) if spec.direction_groups else None
+    pipes = spec.mesh.pipelines()
+    mine = pipes.index(groups.peers)
+    directions = direction_groups(schedule, pipes, mine) if spec.direction_groups else None
     t0 = _common_clock()
     cfg = spec.cfg
-    shape = (cfg.batch_size // cfg.microbatches, cfg.seq_len, cfg.d_model)  # every message's
-    comm = RankComm(me.schedule, rank, shape, torch_device, t0, spec.links, groups)
+    shape = (cfg.batch_size // cfg.microbatches // spec.dp, cfg.seq_len, cfg.d_model)  # every message's
+    stage = groups.coords.stage
+    return RankComm(schedule, stage, shape, torch_device, t0, spec.links, directions, groups.peers, groups.pp)
+
+
+def run_rank(
+    spec: RunSpec, rank: int, torch_device: torch.device, on_loss: Callable[[float], None] | None = None,
+    groups: MeshGroups | None = None,
+) -> dict:  # fmt: skip
+    """Train `spec.cfg.steps` batches as rank `rank` (of t x p x d, ``tp/mesh.py``); return what this
+    rank measured. On one rank that holds the last stage, `on_loss(loss)` follows every optimizer
+    step. `groups`: this rank's TP, PP and DP groups (built here if not given)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(spec.threads)  # the ranks share the machine's cores
+    groups = groups or build_groups(spec.mesh, rank)
+    where = groups.coords
+    corpus, me = build_rank(spec, where.stage, torch_device, groups)
+    comm = _rank_comm(spec, me.schedule, groups, torch_device)
     recorder = StepRecorder(rank, spec.fault, comm.now, torch_device)
-    steps, losses = [], []
+    cfg, steps, losses = spec.cfg, [], []
     try:
         for step, (x, y) in enumerate(train_batches(corpus, cfg)):
-            steps.append(_train_step(me, step, split_microbatches(x, y, cfg.microbatches), comm, recorder))
+            batch = replica_share(split_microbatches(x, y, cfg.microbatches), where.dp, spec.dp)
+            steps.append(_train_step(me, step, batch, comm, recorder, groups))
             if (loss := me.loss()) is not None:  # this rank holds the last stage
-                losses.append(loss)
-                if on_loss is not None:
-                    on_loss(loss)
+                losses.append(average_loss(loss, groups.dp, spec.dp, torch_device))
+                if on_loss is not None and where.dp == where.tp == 0:
+                    on_loss(losses[-1])
     finally:
         comm.close()
         for stage in me.stages.values():
             stage.close()
         torch.set_num_threads(threads)
-    n_params = sum(p.numel() for p in me.params.values())
-    record = dict(rank=rank, steps=steps, losses=losses, n_params=n_params)
+    # the whole model's parameters, each counted once: replica 0's, its replicated ones on TP rank 0
+    n_params = sum(p.numel() for n, p in me.params.items() if where.tp == 0 or is_slice(n))
+    record = dict(rank=where.stage, global_rank=rank, dp=where.dp, tp=where.tp, steps=steps, losses=losses,
+                  n_params=n_params if where.dp == 0 else 0)  # fmt: skip
     if spec.return_grads:
         record["grads"] = {
             n: None if p.grad is None else p.grad.detach().cpu().clone() for n, p in me.params.items()
@@ -217,9 +259,11 @@ def run_rank(
 
 
 def _train_step(
-    me: Rank, step: int, batch: list[tuple[Tensor, Tensor]], comm: RankComm, recorder: StepRecorder
-) -> dict:
-    """One batch: every action of this rank, then one optimizer step after the flush; its record."""
+    me: Rank, step: int, batch: list[tuple[Tensor, Tensor]], comm: RankComm, recorder: StepRecorder,
+    groups: MeshGroups,
+) -> dict:  # fmt: skip
+    """One batch: every action of this rank, gradients averaged over the replicas, then one optimizer
+    step after the flush; its record."""
     start = comm.now()
     for stage in me.stages.values():
         stage.start_batch()
@@ -228,7 +272,10 @@ def _train_step(
     recorder.begin_step(step)
     run_schedule(me, batch, comm, recorder)
     comm.finish()
+    sync_start = comm.now()
+    average_gradients(list(me.params.values()), groups.dp, groups.mesh.d)
+    sync_s = comm.now() - sync_start if groups.mesh.d > 1 else 0.0  # (one replica: nothing was sent)
     me.optimizer.step()
     peak = sum(stage.peak_saved_bytes for stage in me.stages.values())
     return dict(start=start, end=comm.now(), spans=recorder.spans, peak_saved_bytes=peak,
-                sends=comm.send_events, recvs=comm.recv_events)  # fmt: skip
+                sends=comm.send_events, recvs=comm.recv_events, grad_sync_s=sync_s)  # fmt: skip

@@ -17,6 +17,13 @@ warm-up to hide a slow link (``course_lib/schedules/latency_aware.py``)::
     r = run_distributed(TrainConfig(n_layers=8, steps=5, batch_size=8, microbatches=8),
                         latency_aware_1f1b(2, 8, extra_per_link=3), links=Link(latency_s=0.03))
 
+TP x PP x DP (Megatron's layout, ``course_lib/tp/mesh.py``): t * p * d processes; each pipeline
+stage split across t ranks (``course_lib/tp/shard.py``), d replicas each on its share of every
+micro-batch, gradients averaged over the replicas once per step::
+
+    r = run_distributed(TrainConfig(n_layers=4, steps=2, batch_size=8), "1f1b", stages=2, tp=2, dp=2)
+    r.losses, r.timeline          # the timeline of rank 0's pipeline (replica 0, TP rank 0)
+
 From the shell, with torchrun (one process per rank; rank 0 prints the summary)::
 
     torchrun --nproc-per-node 2 -m course_lib.engines.distributed --schedule 1f1b --layers 8 --steps 5
@@ -57,8 +64,13 @@ from course_lib.errors import require
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
 from course_lib.schedules.ir import Schedule
+from course_lib.tp.mesh import Mesh, build_groups
+from course_lib.tp.shard import check_divisible
 
 __all__ = ["DistributedError", "DistributedResult", "Fault", "launch", "make_spec", "run_distributed"]
+
+# Each rank is a whole Python process with torch loaded (about 300 MB): 64 of them fill a laptop's memory
+MAX_LOCAL_RANKS = 64
 
 
 def _backend_device(device: str, local_ranks: int) -> str:
@@ -81,6 +93,7 @@ def make_spec(
     links: Link | list[Link] | None = None, checkpoint: str = "never", timeout_s: float = 60.0,
     fault: Fault | None = None, return_grads: bool = False, threads: int | None = None,
     local_ranks: int | None = None, direction_groups: bool | None = None, track_memory: bool = True,
+    tp: int = 1, dp: int = 1,
 ) -> RunSpec:  # fmt: skip
     """Check every input and build the spec; raises CourseError before any process starts.
 
@@ -88,13 +101,17 @@ def make_spec(
     ``latency_aware_1f1b(2, 8, extra_per_link=3)``, which says how many ranks and stages per rank.
     The plan (schedule, `partition`: layers per stage with embedding and head, `links`: a Link or one
     per stage boundary, `checkpoint`) is the local engine's (``engines.plan.make_plan``). `timeout_s`:
-    how long a rank waits for a silent peer; `fault`: a Fault, to watch a failure; `threads`: torch
-    threads per rank; ``track_memory=False`` skips measuring bytes saved for backward (for timing)."""
+    how long a rank waits for a silent peer; `fault`: a Fault (its rank of all t x p x d), to watch a
+    failure; `threads`: torch threads per rank; ``track_memory=False`` skips measuring bytes saved for
+    backward (for timing). `tp`: ranks each stage is split across; `dp`: data-parallel replicas."""
     if stages is None and not isinstance(schedule, Schedule):
         stages = 2
-    _check_data(cfg)
     plan = make_plan(cfg, schedule, stages, virtual, partition, checkpoint, links)
     sched, ranks = plan.schedule, plan.schedule.n_devices
+    mesh = Mesh(t=tp, p=ranks, d=dp)
+    local_ranks = local_ranks or mesh.world  # ranks on this machine (torchrun: LOCAL_WORLD_SIZE)
+    _check_mesh(cfg, mesh, local_ranks)
+    _check_data(cfg)
     require(
         sched.n_stages == ranks * sched.stages_per_device,
         f"schedule {sched.name!r} puts {sched.n_stages} stages on {ranks} devices; the distributed engine "
@@ -103,8 +120,7 @@ def make_spec(
     require(timeout_s > 0, f"timeout_s must be > 0 seconds, got {timeout_s!r}")
     if fault is not None:
         require(fault.how in FAULT_KINDS, f"fault.how must be one of {FAULT_KINDS}, got {fault.how!r}")
-        require(0 <= fault.rank < ranks, f"fault.rank must be in 0..{ranks - 1}, got {fault.rank}")
-    local_ranks = local_ranks or ranks  # ranks on this machine (torchrun: LOCAL_WORLD_SIZE)
+        require(0 <= fault.rank < mesh.world, f"fault.rank must be in 0..{mesh.world - 1}, got {fault.rank}")
     device = _backend_device(cfg.device, local_ranks)
     return RunSpec(
         cfg=replace(cfg, device=device), schedule=sched, partition=plan.partition, ranks=ranks,
@@ -113,8 +129,27 @@ def make_spec(
         # NCCL needs them (see comm.py); with gloo they are optional (the tests use them there)
         direction_groups=device == "cuda" if direction_groups is None else direction_groups,
         track_memory=track_memory, fault=fault, return_grads=return_grads,
-        threads=threads or max(1, (os.cpu_count() or 1) // local_ranks),
+        threads=threads or max(1, (os.cpu_count() or 1) // local_ranks), tp=tp, dp=dp,
     )  # fmt: skip
+
+
+def _check_mesh(cfg: TrainConfig, mesh: Mesh, local_ranks: int) -> None:
+    """TP must split the heads and the width (and so the MLP's 4x width) evenly; DP must split every
+    micro-batch evenly; and this machine must not be asked for more processes than MAX_LOCAL_RANKS."""
+    check_divisible(cfg.model_config(vocab_size=2), mesh.t)
+    per_mb = cfg.batch_size // cfg.microbatches
+    require(
+        per_mb % mesh.d == 0,
+        f"dp={mesh.d} replicas cannot share a micro-batch of {per_mb} samples (batch_size {cfg.batch_size} / "
+        f"{cfg.microbatches} micro-batches) evenly; choose dp among the divisors of {per_mb}: "
+        f"{', '.join(str(k) for k in range(1, per_mb + 1) if per_mb % k == 0)}",
+    )
+    require(
+        local_ranks <= MAX_LOCAL_RANKS,
+        f"t x p x d = {mesh.t} x {mesh.p} x {mesh.d} = {mesh.world} ranks would start {local_ranks} "
+        f"processes on this machine, over the limit of {MAX_LOCAL_RANKS} "
+        "(course_lib.engines.distributed.MAX_LOCAL_RANKS)",
+    )
 
 
 def _check_data(cfg: TrainConfig) -> None:
@@ -138,7 +173,7 @@ def init_rank(spec: RunSpec, rank: int, world: int) -> torch.device:
 
 def gather_and_merge(spec: RunSpec, rank: int, record: dict) -> DistributedResult | None:
     """Every rank's record to rank 0, which merges them into one result (None on the other ranks)."""
-    records = [None] * spec.ranks if rank == 0 else None
+    records = [None] * spec.world if rank == 0 else None
     dist.gather_object(record, records, dst=0)
     if rank != 0:
         return None
@@ -146,8 +181,12 @@ def gather_and_merge(spec: RunSpec, rank: int, record: dict) -> DistributedResul
 
 
 def _run_specs(ctx: RankContext, specs: list[RunSpec]) -> list[DistributedResult] | None:
-    """One spawned rank: every spec in turn, in one process group; rank 0 returns the results."""
-    merged = [gather_and_merge(s, ctx.rank, run_rank(s, ctx.rank, ctx.device, ctx.progress)) for s in specs]
+    """One spawned rank: every spec in turn, in one process group (TP, PP, DP groups built once);
+    rank 0 returns the results."""
+    groups = build_groups(specs[0].mesh, ctx.rank)
+    merged = [
+        gather_and_merge(s, ctx.rank, run_rank(s, ctx.rank, ctx.device, ctx.progress, groups)) for s in specs
+    ]
     return merged if ctx.rank == 0 else None
 
 
@@ -155,11 +194,12 @@ def launch(specs: list[RunSpec], progress: bool = False) -> list[DistributedResu
     """Spawn the ranks once and run every spec (all with the same ranks and backend) in turn.
     Starting processes is the slow part on a laptop, so the tests group several runs this way."""
     require(len(specs) >= 1, "launch needs at least one spec (from make_spec)")
-    ranks, backend = specs[0].ranks, specs[0].backend
+    mesh, backend = specs[0].mesh, specs[0].backend
     require(
-        all(s.ranks == ranks and s.backend == backend for s in specs),
-        "every spec of one launch needs the same number of ranks and the same device",
+        all(s.mesh == mesh and s.backend == backend for s in specs),
+        "every spec of one launch needs the same ranks (tp, stages, dp) and the same device",
     )
+    ranks = mesh.world
     timeout_s = max(s.timeout_s for s in specs)
     steps = sum(s.cfg.steps for s in specs)
     with tqdm(total=steps, desc=f"distributed, {ranks} ranks", disable=not progress) as bar:

@@ -125,20 +125,22 @@ def spin(seconds: float) -> None:
 
 @dataclass
 class DistComm:
-    """All-reduce over the default process group, logged, with an optional injected delay per call.
+    """All-reduce over the tensor-parallel group, logged, with an optional injected delay per call.
 
+    `group`: the t ranks of one TP group (None: the default group, when TP is all there is).
     `delay_s` is added before every all-reduce, the stand-in for the latency term 2(t-1)*alpha of a ring
     all-reduce over a slower link than the one this machine really has."""
 
     world_size: int
     log: CommLog = field(default_factory=CommLog)
     delay_s: float = 0.0
+    group: object = None
 
     def all_reduce(self, tensor: torch.Tensor, phase: str) -> torch.Tensor:
         if self.world_size == 1:
             return tensor
         spin(self.delay_s)
-        dist.all_reduce(tensor)
+        dist.all_reduce(tensor, group=self.group)
         self.log.record("all_reduce", phase, tensor)
         return tensor
 

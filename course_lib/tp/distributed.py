@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,7 +32,7 @@ from course_lib.errors import require
 from course_lib.model import Block, ModelConfig, build_model
 from course_lib.reference import accumulate_gradients
 from course_lib.tp.comm import CommLog, DistComm, copy_to_ranks, reduce_from_ranks
-from course_lib.tp.shard import assemble_gradients, check_divisible, shard_block
+from course_lib.tp.shard import Bias, assemble_gradients, check_divisible, shard_block
 
 
 class RankBlock(nn.Module):
@@ -43,24 +44,33 @@ class RankBlock(nn.Module):
         self.norm1 = copy.deepcopy(block.norm1)
         self.norm2 = copy.deepcopy(block.norm2)
         self.shard = shard_block(block, t, rank)
-        self.proj_bias = nn.Parameter(block.attn.proj.bias.detach().clone())
-        self.down_bias = nn.Parameter(block.mlp.down.bias.detach().clone())
+        self.proj_bias = Bias(block.attn.proj.bias)
+        self.down_bias = Bias(block.mlp.down.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = copy_to_ranks(self.norm1(x), self.comm)
-        x = x + reduce_from_ranks(self.shard.attention(h), self.comm) + self.proj_bias
+        x = x + self.proj_bias(reduce_from_ranks(self.shard.attention(h), self.comm))
         h = copy_to_ranks(self.norm2(x), self.comm)
-        return x + reduce_from_ranks(self.shard.mlp(h), self.comm) + self.down_bias
+        return x + self.down_bias(reduce_from_ranks(self.shard.mlp(h), self.comm))
+
+
+def tp_layers(layers: Sequence[nn.Module], t: int, rank: int, comm: DistComm) -> nn.ModuleList:
+    """The model's flat list of layers as rank `rank` of t holds it: every Block split (``RankBlock``,
+    talking over `comm`), the rest (embedding, head) replicated. The TP-only runs here and the
+    distributed pipeline engine (one pipeline stage = a slice of this list) both build it."""
+    split = [RankBlock(x, t, rank, comm) if isinstance(x, Block) else copy.deepcopy(x) for x in layers]
+    return nn.ModuleList(split)
 
 
 class RankModel(nn.Module):
     def __init__(self, cfg: ModelConfig, t: int, rank: int, seed: int, comm: DistComm):
         super().__init__()
-        first, *blocks, last = build_model(cfg, seed).layers
-        self.layers = nn.Sequential(first, *(RankBlock(b, t, rank, comm) for b in blocks), last)
+        self.layers = tp_layers(build_model(cfg, seed).layers, t, rank, comm)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        return self.layers(idx)
+        for layer in self.layers:
+            idx = layer(idx)
+        return idx
 
 
 @dataclass

@@ -51,7 +51,11 @@ def _qkv_rows(d: int, t: int, rank: int) -> list[slice]:
 
 
 class BlockShard(nn.Module):
-    """One rank's slices of a block's four matrices; computes partial sums, never communicates."""
+    """One rank's slices of a block's four matrices; computes partial sums, never communicates.
+
+    Each slice is an ``nn.Linear`` (the row-split ones without a bias: theirs is added once, after
+    the all-reduce, by ``Bias``), so whatever treats a stage's Linear layers specially (a zero-bubble
+    engine computing weight gradients later) treats a sharded stage the same way."""
 
     def __init__(self, block: Block, t: int, rank: int):
         super().__init__()
@@ -61,22 +65,41 @@ class BlockShard(nn.Module):
         rows = _qkv_rows(d, t, rank)
         cols = slice(rank * d // t, (rank + 1) * d // t)
         units = slice(rank * hidden // t, (rank + 1) * hidden // t)
-        with torch.no_grad():  # clones: each shard owns its parameters, as on a separate GPU
-            self.qkv_weight = nn.Parameter(torch.cat([block.attn.qkv.weight[r] for r in rows]).clone())
-            self.qkv_bias = nn.Parameter(torch.cat([block.attn.qkv.bias[r] for r in rows]).clone())
-            self.proj_weight = nn.Parameter(block.attn.proj.weight[:, cols].clone())
-            self.up_weight = nn.Parameter(block.mlp.up.weight[units].clone())
-            self.up_bias = nn.Parameter(block.mlp.up.bias[units].clone())
-            self.down_weight = nn.Parameter(block.mlp.down.weight[:, units].clone())
+        self.qkv = _linear(torch.cat([block.attn.qkv.weight[r] for r in rows]),
+                           torch.cat([block.attn.qkv.bias[r] for r in rows]))  # fmt: skip
+        self.proj = _linear(block.attn.proj.weight[:, cols])
+        self.up = _linear(block.mlp.up.weight[units], block.mlp.up.bias[units])
+        self.down = _linear(block.mlp.down.weight[:, units])
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
         """This rank's heads -> a partial (b, s, d) output; the sum over ranks is the full projection."""
-        heads_out = causal_attention(F.linear(x, self.qkv_weight, self.qkv_bias), self.heads)
-        return F.linear(heads_out, self.proj_weight)  # bias after the sum
+        return self.proj(causal_attention(self.qkv(x), self.heads))  # bias after the sum
 
     def mlp(self, x: torch.Tensor) -> torch.Tensor:
         """This rank's hidden units -> a partial (b, s, d) output."""
-        return F.linear(F.gelu(F.linear(x, self.up_weight, self.up_bias)), self.down_weight)
+        return self.down(F.gelu(self.up(x)))
+
+
+def _linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> nn.Linear:
+    """An nn.Linear holding clones of `weight` (out, in) and `bias`: each shard owns its parameters,
+    as on a separate GPU."""
+    layer = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+    with torch.no_grad():
+        layer.weight.copy_(weight)
+        if bias is not None:
+            layer.bias.copy_(bias)
+    return layer
+
+
+class Bias(nn.Module):
+    """A row-split layer's bias, added once to the all-reduced sum (replicated on every rank)."""
+
+    def __init__(self, bias: torch.Tensor):
+        super().__init__()
+        self.bias = nn.Parameter(bias.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.bias
 
 
 def shard_block(block: Block, t: int, rank: int) -> BlockShard:
@@ -85,10 +108,10 @@ def shard_block(block: Block, t: int, rank: int) -> BlockShard:
 
 
 def assemble_block_grads(shard_grads: list[dict[str, torch.Tensor]], prefix: str) -> dict[str, torch.Tensor]:
-    """Glue t shards' gradients (``{"qkv_weight": ..., ...}`` per rank) back into full-model tensors.
+    """Glue t shards' gradients (``{"qkv.weight": ..., ...}`` per rank) back into full-model tensors.
 
     `prefix` is the block's name in the full model, e.g. ``"layers.1"``."""
-    width = shard_grads[0]["proj_weight"].shape[1]  # d / t: each rank's slice of q, of k, of v
+    width = shard_grads[0]["proj.weight"].shape[1]  # d / t: each rank's slice of q, of k, of v
 
     def qkv(name: str) -> torch.Tensor:  # each rank holds (q_r, k_r, v_r); full is (q_0..q_t, k.., v..)
         return torch.cat(
@@ -99,28 +122,42 @@ def assemble_block_grads(shard_grads: list[dict[str, torch.Tensor]], prefix: str
         return torch.cat([g[name] for g in shard_grads], dim=dim)
 
     return {
-        f"{prefix}.attn.qkv.weight": qkv("qkv_weight"),
-        f"{prefix}.attn.qkv.bias": qkv("qkv_bias"),
-        f"{prefix}.attn.proj.weight": cat("proj_weight", 1),
-        f"{prefix}.mlp.up.weight": cat("up_weight", 0),
-        f"{prefix}.mlp.up.bias": cat("up_bias", 0),
-        f"{prefix}.mlp.down.weight": cat("down_weight", 1),
+        f"{prefix}.attn.qkv.weight": qkv("qkv.weight"),
+        f"{prefix}.attn.qkv.bias": qkv("qkv.bias"),
+        f"{prefix}.attn.proj.weight": cat("proj.weight", 1),
+        f"{prefix}.mlp.up.weight": cat("up.weight", 0),
+        f"{prefix}.mlp.up.bias": cat("up.bias", 0),
+        f"{prefix}.mlp.down.weight": cat("down.weight", 1),
     }
 
 
 # Replicated parameters that live under another name in the TP models than in the full model.
-_RENAMES = {"proj_bias": "attn.proj.bias", "down_bias": "mlp.down.bias"}
+_RENAMES = {"proj_bias.bias": "attn.proj.bias", "down_bias.bias": "mlp.down.bias"}
+
+
+def _full_name(name: str) -> str:
+    """A replicated parameter's full-model name: ``layers.1.proj_bias.bias`` -> ``layers.1.attn.proj.bias``"""
+    for tp_name, full_name in _RENAMES.items():
+        if name.endswith("." + tp_name):
+            return name[: -len(tp_name)] + full_name
+    return name
+
+
+def is_slice(name: str) -> bool:
+    """Is the parameter `name` (of a TP model) one rank's slice, rather than a replicated whole?"""
+    return ".shard." in name
 
 
 def assemble_gradients(rank_grads: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """Per-rank gradients of a TP model -> gradients named like the full model's parameters.
+    (Any per-parameter tensors glue the same way: the weights after a step, for instance.)
 
     Rank dicts use the TP models' naming: ``layers.<i>.shard.<name>`` for a rank's slice, anything
     else for a replicated parameter (taken from rank 0: all ranks hold the same value)."""
     full: dict[str, torch.Tensor] = {}
     blocks: dict[str, list[dict[str, torch.Tensor]]] = {}
     for name, grad in rank_grads[0].items():
-        if ".shard." in name:
+        if is_slice(name):
             prefix = name.split(".shard.")[0]
             if prefix not in blocks:
                 blocks[prefix] = [
@@ -128,8 +165,7 @@ def assemble_gradients(rank_grads: list[dict[str, torch.Tensor]]) -> dict[str, t
                     for rg in rank_grads
                 ]
             continue
-        prefix, _, leaf = name.rpartition(".")
-        full[f"{prefix}.{_RENAMES.get(leaf, leaf)}"] = grad
+        full[_full_name(name)] = grad
     for prefix, shard_grads in blocks.items():
         full.update(assemble_block_grads(shard_grads, prefix))
     return full

@@ -22,7 +22,7 @@ from torch import nn
 
 from course_lib.model import Block, ModelConfig, ToyGPT, build_model
 from course_lib.tp.comm import CommLog, copy_to_shards, reduce_from_shards
-from course_lib.tp.shard import assemble_gradients, check_divisible, shard_block
+from course_lib.tp.shard import Bias, assemble_gradients, check_divisible, shard_block
 
 
 class SimulatedTPBlock(nn.Module):
@@ -34,16 +34,16 @@ class SimulatedTPBlock(nn.Module):
         self.norm1 = copy.deepcopy(block.norm1)
         self.norm2 = copy.deepcopy(block.norm2)
         self.shards = nn.ModuleList(shard_block(block, t, r) for r in range(t))
-        self.proj_bias = nn.Parameter(block.attn.proj.bias.detach().clone())
-        self.down_bias = nn.Parameter(block.mlp.down.bias.detach().clone())
+        self.proj_bias = Bias(block.attn.proj.bias)
+        self.down_bias = Bias(block.mlp.down.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         inputs = copy_to_shards(self.norm1(x), self.t, self.log)
         parts = [shard.attention(h) for shard, h in zip(self.shards, inputs, strict=True)]
-        x = x + reduce_from_shards(parts, self.log) + self.proj_bias
+        x = x + self.proj_bias(reduce_from_shards(parts, self.log))
         inputs = copy_to_shards(self.norm2(x), self.t, self.log)
         parts = [shard.mlp(h) for shard, h in zip(self.shards, inputs, strict=True)]
-        return x + reduce_from_shards(parts, self.log) + self.down_bias
+        return x + self.down_bias(reduce_from_shards(parts, self.log))
 
 
 class SimulatedTP(nn.Module):
