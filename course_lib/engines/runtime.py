@@ -109,7 +109,7 @@ class StageRuntime:
         self.split_backward = split_backward
         self._recorder = LayerCallRecorder(self.module) if split_backward else None
         # parameters no layer rule covers: I computes their gradients (weight_grad.py says why)
-        self._params_in_i = self._recorder.params_without_rule(self.module) if split_backward else []
+        self._params_in_i = self._recorder.params_done_in_i(self.module) if split_backward else []
 
     # ---- bookkeeping ---------------------------------------------------------------------------
     def _checkpointed_inputs(self) -> int:

@@ -1,50 +1,43 @@
-"""Weight gradients from what each layer saw and what came back to it: the W of zero-bubble schedules.
+"""Weight gradients from what each linear layer saw and what came back to it: the W of zero-bubble schedules.
 
 For a linear layer y = x Wᵀ + b, the weight gradient needs only the layer's input x and the gradient
 dy of its output: dW = dyᵀ x and db = dy summed, over batch and sequence. So a zero-bubble stage splits
 its backward the way the Zero Bubble paper does (Qi et al. 2024, arXiv 2401.10241, section 2):
 
-- during the forward, each layer with a rule below notes its input x (a reference: autograd saves x
-  for the backward anyway, so this costs no memory);
+- during the forward, every ``nn.Linear`` notes its input x (a reference: autograd saves x for the
+  backward anyway, so this costs no memory);
 - I (``input_grads``) runs autograd for the *input* gradients only (``torch.autograd.grad`` with the
-  stage input and the layers' outputs as its inputs, never a weight), which gives each layer's dy on
-  the way; the graph is then freed, and only x and dy per layer stay (``PendingWeightGrads``);
-- W (``PendingWeightGrads.apply``) does the weight work: one matmul per linear layer, no autograd call.
+  stage input and the linear layers' outputs as its inputs, never their weights), which gives each
+  layer's dy on the way; the graph is then freed, and only x and dy per layer stay
+  (``PendingWeightGrads``);
+- W (``PendingWeightGrads.apply``) does the weight work: one matmul per linear layer, the very matmul
+  autograd would run (so the gradients are equal bit for bit), and no autograd call.
 
-Rules, by layer type (``has_rule``):
-
-- ``nn.Linear``: dW = dyᵀ x, db = sum of dy (the same matmul autograd runs: the result is bit for bit);
-- ``nn.Embedding`` (plain: no padding index, max norm or sparse gradient): dy's rows added at the ids;
-- ``nn.LayerNorm``: its forward again on the saved input, and one autograd call for all of a
-  micro-batch's LayerNorms together (each on its own detached input, so no path crosses another
-  layer): cheap, and equal to autograd's own gradients bit for bit.
-
-Any other parameter of the stage (a module without a rule, or a weight used outside a module call, as
+Every other parameter of the stage (LayerNorms, embeddings, or a weight used outside a module call, as
 a tensor-parallel shard's ``F.linear`` weights are) gets its gradient from I's own autograd call, held
-until W adds it in: exact for every module, only that part of the work happens in I.
-Assumption: a parameter of a layer with a rule is used only by that layer (no weight tying).
+until W adds it in: exact for any module. For LayerNorms and embeddings that is the cheaper choice
+(measured: keeping their inputs and output gradients for W held more bytes between I and W, and W
+then needed an autograd call of its own for them); for a shard it puts its weight work in I.
+Assumption: a linear layer's parameters are used by that layer only (no weight tying).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
 
-def has_rule(layer: nn.Module) -> bool:
+def defers_weight_grad(layer: nn.Module) -> bool:
     """Does W compute this layer's weight gradients from its saved input and output gradient?"""
-    if isinstance(layer, nn.Embedding):
-        plain = layer.padding_idx is None and layer.max_norm is None
-        return plain and not layer.scale_grad_by_freq and not layer.sparse
-    return isinstance(layer, (nn.Linear, nn.LayerNorm))
+    return isinstance(layer, nn.Linear)
 
 
 @dataclass
 class LayerCall:
-    """One call of a layer with a rule, during a forward that keeps its graph."""
+    """One call of a linear layer, during a forward that keeps its graph."""
 
     layer: nn.Module
     inp: Tensor  # the input, detached (autograd saved it anyway)
@@ -52,11 +45,11 @@ class LayerCall:
 
 
 class LayerCallRecorder:
-    """Forward hooks on every layer with a rule in `module`; notes each call into the list given to
+    """Forward hooks on every linear layer in `module`; notes each call into the list given to
     ``start`` (the micro-batch's), until ``stop``."""
 
     def __init__(self, module: nn.Module):
-        self.layers = [m for m in module.modules() if has_rule(m)]
+        self.layers = [m for m in module.modules() if defers_weight_grad(m)]
         self._into: list[LayerCall] | None = None
         self._hooks = [m.register_forward_hook(self._note) for m in self.layers]
 
@@ -70,8 +63,8 @@ class LayerCallRecorder:
     def stop(self) -> None:
         self._into = None
 
-    def params_without_rule(self, module: nn.Module) -> list[nn.Parameter]:
-        """`module`'s trainable parameters that no layer with a rule owns: I computes their gradients."""
+    def params_done_in_i(self, module: nn.Module) -> list[nn.Parameter]:
+        """`module`'s trainable parameters outside its linear layers: I computes their gradients."""
         ruled = {id(p) for layer in self.layers for p in layer.parameters(recurse=False)}
         return [p for p in module.parameters() if p.requires_grad and id(p) not in ruled]
 
@@ -101,14 +94,12 @@ class PendingWeightGrads:
         """W: add every weight gradient into ``.grad``."""
         for param, grad in self.ready:
             accumulate(param, grad)
-        norms = []
         for layer, x, dy in self.calls:
-            if isinstance(layer, nn.LayerNorm):
-                norms.append((layer, x, dy))
-            else:
-                for param, grad in _direct_weight_grads(layer, x, dy):
-                    accumulate(param, grad)
-        _layer_norm_grads(norms)
+            dy2 = dy.reshape(-1, dy.shape[-1])  # (batch * sequence, out)
+            if layer.weight.requires_grad:
+                accumulate(layer.weight, dy2.t().mm(x.reshape(-1, x.shape[-1])))
+            if layer.bias is not None and layer.bias.requires_grad:
+                accumulate(layer.bias, dy2.sum(0))
 
     def drop(self) -> None:
         """Let go of everything (and of the bytes counted for it)."""
@@ -122,41 +113,12 @@ def accumulate(param: nn.Parameter, grad: Tensor) -> None:
     param.grad = grad if param.grad is None else param.grad.add_(grad)
 
 
-def _direct_weight_grads(layer: nn.Module, x: Tensor, dy: Tensor) -> Iterable[tuple[nn.Parameter, Tensor]]:
-    """Weight gradients of a linear layer or an embedding, from its input and output gradient."""
-    dy2 = dy.reshape(-1, dy.shape[-1])  # (batch * sequence, out)
-    if isinstance(layer, nn.Embedding):
-        if layer.weight.requires_grad:
-            yield layer.weight, torch.zeros_like(layer.weight).index_add_(0, x.reshape(-1), dy2)
-        return
-    if layer.weight.requires_grad:
-        yield layer.weight, dy2.t().mm(x.reshape(-1, x.shape[-1]))
-    if layer.bias is not None and layer.bias.requires_grad:
-        yield layer.bias, dy2.sum(0)
-
-
-def _layer_norm_grads(norms: list[tuple[nn.Module, Tensor, Tensor]]) -> None:
-    """Every LayerNorm's weight gradients, in one autograd call over their forwards run again."""
-    outs, grads, params = [], [], []
-    for layer, x, dy in norms:
-        own = [p for p in layer.parameters(recurse=False) if p.requires_grad]
-        if own:
-            with torch.enable_grad():
-                outs.append(layer(x))
-            grads.append(dy)
-            params += own
-    if not params:
-        return
-    for param, grad in zip(params, torch.autograd.grad(outs, params, grads), strict=True):
-        accumulate(param, grad)
-
-
 def input_grads(
     root: Tensor, seed: Tensor | None, calls: list[LayerCall], others: list[nn.Parameter],
     stage_input: Tensor | None,
 ) -> tuple[Tensor | None, PendingWeightGrads]:  # fmt: skip
     """I: one autograd call for the stage input's gradient (returned; None when `stage_input` is None),
-    every layer call's output gradient and the gradients of `others` (parameters without a rule); the
+    every linear layer call's output gradient and the gradients of `others` (the other parameters); the
     graph is freed. Returns what W needs."""
     want = [c.out for c in calls] + others + ([] if stage_input is None else [stage_input])
     if not want:
