@@ -23,10 +23,11 @@ What a stage keeps between a micro-batch's forward and its backward (the "stash"
 
 Zero-bubble split (``weight_grad.py``): ``backward_input`` (I) computes the gradient for the stage
 input, which the previous stage is waiting for, and on the way the gradient dy at the output of every
-linear (embedding, LayerNorm) layer; then it frees the graph and keeps, per layer, only its input x and
-dy. ``backward_weight`` (W) later turns those into weight gradients (dW = dyᵀ x: one matmul per
-layer), so W does only the weight work and never repeats I's. The sum is exactly what a full backward
-computes (the tests check it). Between I and W the stage holds those x and dy: they count as held bytes.
+``nn.Linear`` (and the small gradients of LayerNorms and embeddings); then it frees the graph and keeps,
+per linear layer, only its input x and dy. ``backward_weight`` (W) later turns those into weight
+gradients (dW = dyᵀ x: one matmul per layer), so W does only the weight work and never repeats I's.
+The sum is exactly what a full backward computes (the tests check it). Between I and W the stage holds
+those x and dy: they count as held bytes (on the toy model about as many as the forward stashed).
 
 Memory is *measured*, not modelled (``saved_memory.py``); ``track_memory=False`` skips that for
 like-for-like timing (then only checkpointed inputs are counted).
