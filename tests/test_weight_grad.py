@@ -114,11 +114,10 @@ def test_between_i_and_w_the_stage_holds_exactly_the_saved_inputs_and_output_gra
     held = unique_bytes(pending.tensors())
     # each linear layer's input and output gradient, and the LayerNorms' gradients: nothing else
     assert len(pending.calls) == 2 * 4 and len(pending.ready) == 2 * 2 * 2
-    assert stage.saved_bytes() == held and 0 < held < after_f
+    assert stage.saved_bytes() == held > 0
     assert stage.inflight() == 1  # the micro-batch is not done until its W
-    # for an instant, at the end of I, the stage held the graph and the output gradients together
-    dy_bytes = unique_bytes(dy for _, _, dy in pending.calls)
-    assert stage.peak_saved_bytes >= after_f + dy_bytes
+    # I trades the graph for W's tensors, layer by layer: the peak is the larger of the two
+    assert stage.peak_saved_bytes == max(after_f, held)
     stage.backward_weight(0)
     assert (stage.saved_bytes(), stage.inflight()) == (0, 0)
 

@@ -232,12 +232,14 @@ class StageRuntime:
         grad_input, pending = input_grads(
             stash.out, self._grad_seed(grad_output), stash.calls, self._params_in_i, stage_input
         )
-        if self.track_memory:  # counted before the graph goes: for an instant the stage holds both
+        # autograd frees each layer's saved tensors as I passes it, while the output gradients W needs
+        # appear: the count goes from the graph to W's tensors (transients are not counted, as in B)
+        stash.free()
+        if self.track_memory:
             for tensor in pending.tensors():
                 self._bytes.pack(tensor, pending.holders)
+        stash.pending, stash.inp = pending, None  # the stage input is no longer needed either
         self._note_peak()
-        stash.free()  # the graph; and the stage input is no longer needed either
-        stash.pending, stash.inp = pending, None
         return grad_input
 
     def backward_weight(self, mb: int) -> None:
