@@ -34,11 +34,23 @@ class ShardLike(nn.Module):
         return F.linear(F.gelu(x), self.weight, self.bias)
 
 
+class KeywordCall(nn.Module):
+    """Calls its linear layer with a keyword argument (the hook must still see the input)."""
+
+    def __init__(self, d_in: int, d_out: int):
+        super().__init__()
+        self.inner = nn.Linear(d_in, d_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(input=x)
+
+
 def every_kind_of_layer() -> nn.Sequential:
     torch.manual_seed(0)
     return nn.Sequential(
         nn.Embedding(VOCAB, WIDTH), nn.LayerNorm(WIDTH), nn.Linear(WIDTH, 2 * WIDTH), nn.GELU(),
-        ShardLike(2 * WIDTH, WIDTH), nn.LayerNorm(WIDTH), nn.Linear(WIDTH, VOCAB, bias=False),
+        ShardLike(2 * WIDTH, WIDTH), nn.LayerNorm(WIDTH), KeywordCall(WIDTH, WIDTH),
+        nn.Linear(WIDTH, VOCAB, bias=False),
     )  # fmt: skip
 
 
@@ -65,7 +77,7 @@ def test_i_and_w_equal_the_full_backward_bit_for_bit_for_every_layer_kind():
     module = every_kind_of_layer()
     full, split = grads_of(module, split=False), grads_of(module, split=True)
     names = [n for n, _ in module.named_parameters()]
-    assert len(full) == len(split) == 10
+    assert len(full) == len(split) == 12
     for name, a, b in zip(names, full, split, strict=True):
         assert torch.equal(a, b), name
 
@@ -73,7 +85,7 @@ def test_i_and_w_equal_the_full_backward_bit_for_bit_for_every_layer_kind():
 def test_linear_layers_leave_their_weights_to_w_everything_else_to_i():
     module = every_kind_of_layer()
     recorder = weight_grad.LayerCallRecorder(module)
-    assert recorder.layers == [module[2], module[6]]
+    assert recorder.layers == [module[2], module[6].inner, module[7]]
     in_i = [p for i in (0, 1, 4, 5) for p in module[i].parameters()]
     assert recorder.params_done_in_i(module) == in_i
     recorder.close()

@@ -51,11 +51,12 @@ class LayerCallRecorder:
     def __init__(self, module: nn.Module):
         self.layers = [m for m in module.modules() if defers_weight_grad(m)]
         self._into: list[LayerCall] | None = None
-        self._hooks = [m.register_forward_hook(self._note) for m in self.layers]
+        self._hooks = [m.register_forward_hook(self._note, with_kwargs=True) for m in self.layers]
 
-    def _note(self, layer: nn.Module, inputs: tuple, output: object) -> None:
+    def _note(self, layer: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
         if self._into is not None and isinstance(output, Tensor) and output.requires_grad:
-            self._into.append(LayerCall(layer, inputs[0].detach(), output))
+            x = args[0] if args else kwargs["input"]  # nn.Linear.forward(input)
+            self._into.append(LayerCall(layer, x.detach(), output))
 
     def start(self, into: list[LayerCall]) -> None:
         self._into = into
