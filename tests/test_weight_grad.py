@@ -82,6 +82,25 @@ def test_i_and_w_equal_the_full_backward_bit_for_bit_for_every_layer_kind():
         assert torch.equal(a, b), name
 
 
+class Twice(nn.Module):
+    """One linear layer called twice in a forward: W adds both calls' gradients."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.inner = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(F.gelu(self.inner(x)))
+
+
+def test_a_linear_layer_called_twice_gets_both_gradients():
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Embedding(VOCAB, WIDTH), Twice(WIDTH), nn.Linear(WIDTH, VOCAB))
+    full, split = grads_of(module, split=False), grads_of(module, split=True)
+    for a, b in zip(full, split, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-8)  # only the order of the sums differs
+
+
 def test_linear_layers_leave_their_weights_to_w_everything_else_to_i():
     module = every_kind_of_layer()
     recorder = weight_grad.LayerCallRecorder(module)

@@ -91,16 +91,17 @@ class PendingWeightGrads:
         for _, grad in self.ready:
             yield grad
 
+    @torch.no_grad()
     def apply(self) -> None:
-        """W: add every weight gradient into ``.grad``."""
-        for param, grad in self.ready:
-            accumulate(param, grad)
+        """W: every weight gradient, added into ``.grad``."""
+        grads = list(self.ready)
         for layer, x, dy in self.calls:
             dy2 = dy.reshape(-1, dy.shape[-1])  # (batch * sequence, out)
             if layer.weight.requires_grad:
-                accumulate(layer.weight, dy2.t().mm(x.reshape(-1, x.shape[-1])))
+                grads.append((layer.weight, dy2.t().mm(x.reshape(-1, x.shape[-1]))))
             if layer.bias is not None and layer.bias.requires_grad:
-                accumulate(layer.bias, dy2.sum(0))
+                grads.append((layer.bias, dy2.sum(0)))
+        accumulate(grads)
 
     def drop(self) -> None:
         """Let go of everything (and of the bytes counted for it)."""
@@ -109,9 +110,21 @@ class PendingWeightGrads:
         self.calls, self.ready, self.holders = [], [], []
 
 
-def accumulate(param: nn.Parameter, grad: Tensor) -> None:
-    """Add `grad` into ``param.grad``, as autograd accumulates it."""
-    param.grad = grad if param.grad is None else param.grad.add_(grad)
+def accumulate(grads: list[tuple[nn.Parameter, Tensor]]) -> None:
+    """Add each gradient into its parameter's ``.grad``, as autograd does (the first one is kept as
+    it is); the additions in one ``_foreach_add_`` call, which saves a Python call per tensor."""
+    into, added, seen = [], [], set()
+    for param, grad in grads:
+        if param.grad is None:
+            param.grad = grad
+        elif id(param) in seen:  # a layer called twice: one foreach call must not add twice to a tensor
+            param.grad.add_(grad)
+        else:
+            seen.add(id(param))
+            into.append(param.grad)
+            added.append(grad)
+    if into:
+        torch._foreach_add_(into, added)
 
 
 def input_grads(
