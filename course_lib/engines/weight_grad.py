@@ -11,14 +11,16 @@ its backward the way the Zero Bubble paper does (Qi et al. 2024, arXiv 2401.1024
   layer's dy on the way; the graph is then freed, and only x and dy per layer stay
   (``PendingWeightGrads``);
 - W (``PendingWeightGrads.apply``) does the weight work: one matmul per linear layer, the very matmul
-  autograd would run (so the gradients are equal bit for bit), and no autograd call.
+  autograd would run (on the CPU the gradients equal a full backward's bit for bit: the tests check
+  it), and no autograd call.
 
 Every other parameter of the stage (LayerNorms, embeddings, or a weight used outside a module call, as
 a tensor-parallel shard's ``F.linear`` weights are) gets its gradient from I's own autograd call, held
 until W adds it in: exact for any module. For LayerNorms and embeddings that is the cheaper choice
 (measured: keeping their inputs and output gradients for W held more bytes between I and W, and W
 then needed an autograd call of its own for them); for a shard it puts its weight work in I.
-Assumption: a linear layer's parameters are used by that layer only (no weight tying).
+Assumption: a linear layer's parameters are used only through calls of linear layers (a weight tied
+to an embedding, say, would lose the embedding's share).
 """
 
 from __future__ import annotations
