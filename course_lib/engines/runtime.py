@@ -21,11 +21,13 @@ What a stage keeps between a micro-batch's forward and its backward (the "stash"
   ``"always"`` checkpoints every micro-batch, ``"except_last"`` all but the last one (its backward
   comes right after its forward in GPipe, so recomputing it would buy no memory).
 
-Zero-bubble split: ``backward_input`` (I) computes the gradient for the stage input, which the
-previous stage is waiting for, plus the gradient at the output of every layer that owns weights,
-and keeps the graph. ``backward_weight`` (W) later turns those saved output gradients into weight
-gradients, one layer at a time, so W does only the weight work and never repeats I's. The sum is
-exactly what a full backward computes (the tests check it).
+Zero-bubble split (``weight_grad.py``): ``backward_input`` (I) computes the gradient for the stage
+input, which the previous stage is waiting for, and on the way the gradient dy at the output of every
+``nn.Linear`` (and the small gradients of LayerNorms and embeddings); then it frees the graph and keeps,
+per linear layer, only its input x and dy. ``backward_weight`` (W) later turns those into weight
+gradients (dW = dyᵀ x: one matmul per layer), so W does only the weight work and never repeats I's.
+The sum is exactly what a full backward computes (the tests check it). Between I and W the stage holds
+those x and dy: they count as held bytes (on the toy model about as many as the forward stashed).
 
 Memory is *measured*, not modelled (``saved_memory.py``); ``track_memory=False`` skips that for
 like-for-like timing (then only checkpointed inputs are counted).
@@ -40,6 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from course_lib.engines.saved_memory import SavedBytes, SavedTensor
+from course_lib.engines.weight_grad import LayerCall, LayerCallRecorder, PendingWeightGrads, input_grads
 from course_lib.errors import require
 from course_lib.model import lm_loss
 from course_lib.schedules.ir import Action, Kind
@@ -64,11 +67,11 @@ def checkpointed(mode: str, mb: int, n_microbatches: int) -> bool:
 class _Stash:
     """What one micro-batch leaves on a stage between its forward and its (last) backward."""
 
-    inp: Tensor  # the stage input (a leaf that requires grad, except token ids on stage 0)
+    inp: Tensor | None  # the stage input (a leaf that requires grad, except token ids on stage 0)
     target: Tensor | None
     out: Tensor | None = None  # stage output, or the loss on the last stage; None while checkpointed
-    layer_outputs: list[tuple[nn.Module, Tensor]] = field(default_factory=list)
-    layer_grads: list[Tensor | None] | None = None  # set by I, used by W
+    calls: list[LayerCall] = field(default_factory=list)  # split backward: what I and W need per layer
+    pending: PendingWeightGrads | None = None  # set by I (which frees the rest), used by W
     # what autograd saved; a saved tensor that is its own op's output would otherwise keep the
     # retained graph alive in a reference cycle until the garbage collector runs
     holders: list[SavedTensor] = field(default_factory=list)
@@ -76,7 +79,10 @@ class _Stash:
     def free(self) -> None:
         for holder in self.holders:
             holder.drop()
-        self.holders, self.out, self.layer_outputs = [], None, []
+        self.holders, self.out, self.calls = [], None, []
+        if self.pending is not None:
+            self.pending.drop()
+            self.pending = None
 
 
 class StageRuntime:
@@ -99,22 +105,16 @@ class StageRuntime:
         self._bytes = SavedBytes({p.untyped_storage().data_ptr() for p in self.module.parameters()})
         self.peak_saved_bytes = 0  # most bytes held for backward at once since start_batch()
         self.peak_inflight = 0  # most micro-batches stashed at once since start_batch()
-        # layers that own weights directly: W computes their gradients from their output gradients
-        self._weight_layers = [m for m in self.module.modules() if any(True for _ in m.parameters(False))]
-        self._recording: list[tuple[nn.Module, Tensor]] | None = None
-        # I/W needs every weight layer's output; a schedule with full backwards does not, and skips
-        # the hooks (one Python call per layer per micro-batch)
+        # I/W needs every linear layer's input and output; a schedule with full backwards does not,
+        # and skips the hooks (one Python call per layer per micro-batch)
         self.split_backward = split_backward
-        hooked = self._weight_layers if split_backward else []
-        self._hooks = [layer.register_forward_hook(self._record_output) for layer in hooked]
+        self._recorder = LayerCallRecorder(self.module) if split_backward else None
+        # parameters no layer rule covers: I computes their gradients (weight_grad.py says why)
+        self._params_in_i = self._recorder.params_done_in_i(self.module) if split_backward else []
 
     # ---- bookkeeping ---------------------------------------------------------------------------
-    def _record_output(self, layer: nn.Module, _inputs, output) -> None:
-        if self._recording is not None and isinstance(output, Tensor) and output.requires_grad:
-            self._recording.append((layer, output))
-
     def _checkpointed_inputs(self) -> int:
-        return sum(s.inp.nbytes for s in self._stash.values() if s.out is None)
+        return sum(s.inp.nbytes for s in self._stash.values() if s.out is None and s.pending is None)
 
     def saved_bytes(self) -> int:
         """Bytes held right now for backward: tensors autograd saved, plus checkpointed inputs."""
@@ -125,20 +125,22 @@ class StageRuntime:
         self.peak_inflight = max(self.peak_inflight, len(self._stash))
 
     def inflight(self) -> int:
-        """Micro-batches whose forward ran and whose backward has not finished."""
+        """Micro-batches whose forward ran and whose backward has not finished (W included)."""
         return len(self._stash)
 
     # ---- forward -------------------------------------------------------------------------------
     def _run_forward(self, stash: _Stash) -> Tensor:
         """Forward with the graph recorded (and measured); returns the output (or the loss)."""
-        self._recording = stash.layer_outputs = []
-        stash.holders = []
+        stash.calls, stash.holders = [], []
         counting = self._bytes.counting(stash.holders) if self.track_memory else nullcontext()
+        if self._recorder is not None:
+            self._recorder.start(stash.calls)
         try:
             with counting:
                 return self._forward_and_loss(stash)
         finally:
-            self._recording = None
+            if self._recorder is not None:
+                self._recorder.stop()
 
     def _forward_and_loss(self, stash: _Stash) -> Tensor:
         out = self.module(stash.inp)
@@ -194,6 +196,7 @@ class StageRuntime:
             mb in self._stash, f"stage {self.stage} has no forward of micro-batch {mb} to go back through"
         )
         stash = self._stash[mb]
+        require(stash.pending is None, f"stage {self.stage} already ran the I of micro-batch {mb}")
         if stash.out is None:  # checkpointed: re-materialise the graph now
             stash.out = self._run_forward(stash)
             self._note_peak()
@@ -217,39 +220,36 @@ class StageRuntime:
         return None if self.is_first else stash.inp.grad
 
     def backward_input(self, mb: int, grad_output: Tensor | None) -> Tensor | None:
-        """I: the gradient for the stage input (returned; None on stage 0) and for the output of every
-        layer with weights (kept for W). The graph stays alive until W."""
+        """I: the gradient for the stage input (returned; None on stage 0), and on the way every linear
+        layer's output gradient, kept with its input for W; the rest of the graph is freed."""
         require(
             self.split_backward,
             f"stage {self.stage} was built with split_backward=False, so it cannot run I (input-gradient "
             "backward); build it with split_backward=True for zero-bubble schedules",
         )
         stash = self._ready_for_backward(mb)
-        want = [t for _, t in stash.layer_outputs]
-        if not self.is_first:
-            want.append(stash.inp)
-        grads = torch.autograd.grad(
-            stash.out, want, self._grad_seed(grad_output), retain_graph=True, allow_unused=True
+        stage_input = None if self.is_first else stash.inp
+        grad_input, pending = input_grads(
+            stash.out, self._grad_seed(grad_output), stash.calls, self._params_in_i, stage_input
         )
-        stash.layer_grads = list(grads[: len(stash.layer_outputs)])
-        return None if self.is_first else grads[-1]
+        # autograd frees each layer's saved tensors as I passes it, while the output gradients W needs
+        # appear: the count goes from the graph to W's tensors (transients are not counted, as in B)
+        stash.free()
+        if self.track_memory:
+            for tensor in pending.tensors():
+                self._bytes.pack(tensor, pending.holders)
+        stash.pending, stash.inp = pending, None  # the stage input is no longer needed either
+        self._note_peak()
+        return grad_input
 
     def backward_weight(self, mb: int) -> None:
-        """W: weight gradients from I's saved output gradients, into ``.grad``; frees the stash."""
+        """W: weight gradients from I's saved layer inputs and output gradients, into ``.grad``."""
         require(
-            mb in self._stash and self._stash[mb].layer_grads is not None,
+            mb in self._stash and self._stash[mb].pending is not None,
             f"stage {self.stage} runs W for micro-batch {mb} before its I (input gradient)",
         )
         stash = self._stash.pop(mb)
-        for (layer, out), grad in zip(stash.layer_outputs, stash.layer_grads, strict=True):
-            if grad is None:
-                continue
-            params = [p for p in layer.parameters(False) if p.requires_grad]
-            # the graph from a layer's output to its own weights is one op: nothing of I is repeated
-            weight_grads = torch.autograd.grad(out, params, grad, retain_graph=True, allow_unused=True)
-            for p, g in zip(params, weight_grads, strict=True):
-                if g is not None:
-                    p.grad = g if p.grad is None else p.grad.add_(g)
+        stash.pending.apply()
         stash.free()
 
     # ---- after the flush -----------------------------------------------------------------------
@@ -269,6 +269,5 @@ class StageRuntime:
 
     def close(self) -> None:
         """Take the forward hooks off the module (it may be reused by another runtime)."""
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks = []
+        if self._recorder is not None:
+            self._recorder.close()

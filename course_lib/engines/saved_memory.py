@@ -3,8 +3,10 @@
 A saved-tensors hook (``torch.autograd.graph.saved_tensors_hooks``) sees each tensor autograd keeps
 for backward. ``SavedBytes`` counts its storage (weights excluded, a storage saved twice counted
 once) and hands autograd a ``SavedTensor`` holder instead; the stage that ran the forward keeps the
-holders with the micro-batch and drops them when its backward is done. The hook costs about 10% of
-a step on the toy CPU model, which is why ``StageRuntime(track_memory=False)`` can skip it.
+holders with the micro-batch and drops them when its backward is done. What a split backward keeps
+between I and W (each linear layer's input and output gradient, ``weight_grad.py``) is counted the
+same way (``pack``), until W. The hook costs about 10% of a step on the toy CPU model, which is why
+``StageRuntime(track_memory=False)`` can skip it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,148 @@
+"""Weight gradients from what each linear layer saw and what came back to it: the W of zero-bubble schedules.
+
+For a linear layer y = x Wᵀ + b, the weight gradient needs only the layer's input x and the gradient
+dy of its output: dW = dyᵀ x and db = dy summed, over batch and sequence. So a zero-bubble stage splits
+its backward the way the Zero Bubble paper does (Qi et al. 2024, arXiv 2401.10241, section 2):
+
+- during the forward, every ``nn.Linear`` notes its input x (a reference: autograd saves x for the
+  backward anyway, so this costs no memory);
+- I (``input_grads``) runs autograd for the *input* gradients only (``torch.autograd.grad`` with the
+  stage input and the linear layers' outputs as its inputs, never their weights), which gives each
+  layer's dy on the way; the graph is then freed, and only x and dy per layer stay
+  (``PendingWeightGrads``);
+- W (``PendingWeightGrads.apply``) does the weight work: one matmul per linear layer, the very matmul
+  autograd would run (on the CPU the gradients equal a full backward's bit for bit: the tests check
+  it), and no autograd call.
+
+Every other parameter of the stage (LayerNorms, embeddings, or a weight used outside a module call, as
+a tensor-parallel shard's ``F.linear`` weights are) gets its gradient from I's own autograd call, held
+until W adds it in: exact for any module. For LayerNorms and embeddings that is the cheaper choice
+(measured: keeping their inputs and output gradients for W held more bytes between I and W, and W
+then needed an autograd call of its own for them); for a shard it puts its weight work in I.
+Assumption: a linear layer's parameters are used only through calls of linear layers (a weight tied
+to an embedding, say, would lose the embedding's share).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+
+def defers_weight_grad(layer: nn.Module) -> bool:
+    """Does W compute this layer's weight gradients from its saved input and output gradient?"""
+    return isinstance(layer, nn.Linear)
+
+
+@dataclass
+class LayerCall:
+    """One call of a linear layer, during a forward that keeps its graph."""
+
+    layer: nn.Module
+    inp: Tensor  # the input, detached (autograd saved it anyway)
+    out: Tensor  # the output, with its graph: I asks autograd for the gradient here
+
+
+class LayerCallRecorder:
+    """Forward hooks on every linear layer in `module`; notes each call into the list given to
+    ``start`` (the micro-batch's), until ``stop``."""
+
+    def __init__(self, module: nn.Module):
+        self.layers = [m for m in module.modules() if defers_weight_grad(m)]
+        self._into: list[LayerCall] | None = None
+        self._hooks = [m.register_forward_hook(self._note, with_kwargs=True) for m in self.layers]
+
+    def _note(self, layer: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
+        if self._into is not None and isinstance(output, Tensor) and output.requires_grad:
+            x = args[0] if args else kwargs["input"]  # nn.Linear.forward(input)
+            self._into.append(LayerCall(layer, x.detach(), output))
+
+    def start(self, into: list[LayerCall]) -> None:
+        self._into = into
+
+    def stop(self) -> None:
+        self._into = None
+
+    def params_done_in_i(self, module: nn.Module) -> list[nn.Parameter]:
+        """`module`'s trainable parameters outside its linear layers: I computes their gradients."""
+        ruled = {id(p) for layer in self.layers for p in layer.parameters(recurse=False)}
+        return [p for p in module.parameters() if p.requires_grad and id(p) not in ruled]
+
+    def close(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+
+
+@dataclass
+class PendingWeightGrads:
+    """What I leaves for W: (layer, input, output gradient) per layer call, and gradients I computed."""
+
+    calls: list[tuple[nn.Module, Tensor, Tensor]] = field(default_factory=list)
+    ready: list[tuple[nn.Parameter, Tensor]] = field(default_factory=list)
+    holders: list = field(default_factory=list)  # memory-accounting holders (saved_memory.SavedTensor)
+
+    def tensors(self) -> Iterator[Tensor]:
+        """Every tensor held until W (for the memory count)."""
+        for _, x, dy in self.calls:
+            yield x
+            yield dy
+        for _, grad in self.ready:
+            yield grad
+
+    @torch.no_grad()
+    def apply(self) -> None:
+        """W: every weight gradient, added into ``.grad``."""
+        grads = list(self.ready)
+        for layer, x, dy in self.calls:
+            dy2 = dy.reshape(-1, dy.shape[-1])  # (batch * sequence, out)
+            if layer.weight.requires_grad:
+                grads.append((layer.weight, dy2.t().mm(x.reshape(-1, x.shape[-1]))))
+            if layer.bias is not None and layer.bias.requires_grad:
+                grads.append((layer.bias, dy2.sum(0)))
+        accumulate(grads)
+
+    def drop(self) -> None:
+        """Let go of everything (and of the bytes counted for it)."""
+        for holder in self.holders:
+            holder.drop()
+        self.calls, self.ready, self.holders = [], [], []
+
+
+def accumulate(grads: list[tuple[nn.Parameter, Tensor]]) -> None:
+    """Add each gradient into its parameter's ``.grad``, as autograd does (the first one is kept as
+    it is); the additions in one ``_foreach_add_`` call, which saves a Python call per tensor."""
+    into, added, seen = [], [], set()
+    for param, grad in grads:
+        if param.grad is None:
+            param.grad = grad
+        elif id(param) in seen:  # a layer called twice: one foreach call must not add twice to a tensor
+            param.grad.add_(grad)
+        else:
+            seen.add(id(param))
+            into.append(param.grad)
+            added.append(grad)
+    if into:
+        torch._foreach_add_(into, added)
+
+
+def input_grads(
+    root: Tensor, seed: Tensor | None, calls: list[LayerCall], others: list[nn.Parameter],
+    stage_input: Tensor | None,
+) -> tuple[Tensor | None, PendingWeightGrads]:  # fmt: skip
+    """I: one autograd call for the stage input's gradient (returned; None when `stage_input` is None),
+    every linear layer call's output gradient and the gradients of `others` (the other parameters); the
+    graph is freed. Returns what W needs."""
+    want = [c.out for c in calls] + others + ([] if stage_input is None else [stage_input])
+    if not want:
+        return None, PendingWeightGrads()
+    got = torch.autograd.grad(root, want, seed, allow_unused=True)
+    n = len(calls)
+    pending = PendingWeightGrads(
+        calls=[(c.layer, c.inp, g) for c, g in zip(calls, got[:n], strict=True) if g is not None],
+        ready=[(p, g) for p, g in zip(others, got[n : n + len(others)], strict=True) if g is not None],
+    )
+    return (None if stage_input is None else got[-1]), pending
