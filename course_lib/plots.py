@@ -193,7 +193,7 @@ def save_timeline_png(tl: Timeline, path: str, show_transfers: bool = False, dpi
 
 def plot_bubble_vs_m(
     ps: Sequence[int] = (2, 4, 8), ms: Sequence[int] = tuple(range(1, 33)), schedule: str = "1f1b",
-    virtual: int = 1, convention: str = "gpipe", costs=None, ax: Axes | None = None,
+    virtual: int | None = None, convention: str = "gpipe", costs=None, ax: Axes | None = None,
 ) -> Axes:  # fmt: skip
     """Simulated bubble for several p over m (points), with the closed form drawn over them (lines).
 
@@ -206,6 +206,7 @@ def plot_bubble_vs_m(
         convention in ("gpipe", "megatron"), f"convention must be 'gpipe' or 'megatron', got {convention!r}"
     )
     name = resolve_name(schedule)
+    virtual = SCHEDULES[name].default_virtual if virtual is None else virtual  # V shapes take v = 2 only
     ax = _new_axes(ax, (8.0, 4.5))
     form = SCHEDULES[name].bubble  # the schedule's closed form, drawn where it holds
     everywhere = True  # does it hold at every m plotted?

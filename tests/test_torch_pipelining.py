@@ -1,6 +1,6 @@
 """The course's model on torch.distributed.pipelining gives the reference trainer's losses.
 
-One launch (two spawned gloo processes) runs torch's own ScheduleGPipe and our 1F1B and ZB-H1
+One launch (two spawned gloo processes) runs torch's own ScheduleGPipe and our 1F1B, ZB-H1 and ZB-V
 exported as PyTorch CSV through torch's generic runtime; spawning is the slow part, so it is shared.
 """
 
@@ -26,6 +26,7 @@ def test_torch_runtimes_match_the_reference_loss():
         tp.make_spec(CFG, "gpipe", 2),
         tp.make_spec(CFG, "1f1b", 2, from_csv=True),
         tp.make_spec(CFG, "zb-h1", 2, from_csv=True),
+        tp.make_spec(CFG, "zb-v", 2, from_csv=True),  # a V: stages 0 and 3 on rank 0, 1 and 2 on rank 1
     ]
     results = tp.launch(specs)
     reference = train(CFG, progress=False).losses
@@ -33,7 +34,9 @@ def test_torch_runtimes_match_the_reference_loss():
         "ScheduleGPipe",
         "_PipelineScheduleRuntime + our CSV",
         "_PipelineScheduleRuntime + our CSV",
+        "_PipelineScheduleRuntime + our CSV",
     ]
+    assert specs[3].placement == (0, 1, 1, 0)
     for r in results:
         assert len(r.losses) == CFG.steps
         assert r.losses == pytest.approx(reference, abs=1e-5), r.schedule

@@ -16,7 +16,8 @@ Try it::
     theirs.losses     # per step: equal (to float rounding) to the reference trainer's
 
 Both sides compute the same thing: each rank builds the model from the seed, keeps its stages
-(stage s on rank s % p, torch's and Megatron's placement), sees the reference trainer's batches in
+(where our schedule puts them: stage s on rank s % p, torch's and Megatron's placement for
+interleaving, or a V for ZB-V and DualPipeV), sees the reference trainer's batches in
 its order, and steps AdamW once per batch; torch divides the summed micro-batch gradients by m
 (``scale_grads=True``), as our reference does with its 1/m.
 """
@@ -57,6 +58,7 @@ class TorchRunSpec:
     virtual: int = 1
     from_csv: bool = False
     threads: int = 1
+    placement: tuple[int, ...] = ()  # rank of each stage, from our schedule (loop, or a V for ZB-V)
 
 
 @dataclass
@@ -70,8 +72,8 @@ class TorchPipelineResult:
 
 
 def make_spec(
-    cfg: TrainConfig, schedule: str = "gpipe", stages: int = 2, *, virtual: int = 1, from_csv: bool = False,
-    threads: int = 1,
+    cfg: TrainConfig, schedule: str = "gpipe", stages: int = 2, *, virtual: int | None = None,
+    from_csv: bool = False, threads: int = 1,
 ) -> TorchRunSpec:  # fmt: skip
     """Check everything before any process starts (bad input: a CourseError naming the value)."""
     cfg.check()
@@ -85,8 +87,9 @@ def make_spec(
         name != "1f1b" or from_csv or cfg.microbatches >= stages,
         f"torch's Schedule1F1B needs m >= p (micro-batches >= ranks): m={cfg.microbatches}, p={stages}",
     )
-    resolve_schedule(cfg, name, stages, virtual)  # the engines' checks: p, m, v, layers; validated
-    return TorchRunSpec(cfg, name, stages, virtual, from_csv, threads)
+    built = resolve_schedule(cfg, name, stages, virtual)  # the engines' checks: p, m, v, layers; validated
+    placement = tuple(built.stage_to_device)
+    return TorchRunSpec(cfg, name, stages, built.stages_per_device, from_csv, threads, placement)
 
 
 def _torch_schedule(spec: TorchRunSpec, stages: list, csv_text: str | None):
@@ -113,7 +116,7 @@ def _run_rank(spec: TorchRunSpec, rank: int, device: torch.device, csv_text: str
     corpus, model = setup(replace(cfg, device="cpu"))  # same weights on every rank, from the seed
     n_stages = spec.ranks * spec.virtual
     modules = stage_modules(model.layers, uniform(len(model.layers), n_stages))
-    mine = [s for s in range(n_stages) if s % spec.ranks == rank]
+    mine = [s for s in range(n_stages) if spec.placement[s] == rank]
     stages = [PipelineStage(modules[s].to(device), s, n_stages, device) for s in mine]
     schedule = _torch_schedule(spec, stages, csv_text)
     optimizer = make_optimizer(nn.ModuleList([modules[s] for s in mine]), cfg)
@@ -154,7 +157,7 @@ def launch(specs: list[TorchRunSpec], timeout_s: float = 120.0) -> list[TorchPip
     records = spawn(_run_specs, world, (specs, texts), backend=backend, timeout_s=timeout_s)
     out = []
     for i, spec in enumerate(specs):
-        last = records[(world * spec.virtual - 1) % world][i]  # the rank holding the last stage
+        last = records[spec.placement[-1]][i]  # the rank holding the last stage
         runner = (
             "_PipelineScheduleRuntime + our CSV" if spec.from_csv else SCHEDULES[spec.schedule].torch_class
         )
