@@ -65,7 +65,7 @@ def bench_gantt(repeats: int, name: str = "1f1b", virtual: int = 1, build: bool 
 
 
 # issue 13's schedules, with the stages per device the CLI gives them by default
-FAMILY = (("looped-bfs", 2), ("interleaved-zb", 2), ("zb-h2", 1))
+FAMILY = (("looped-bfs", 2), ("interleaved-zb", 2), ("zb-h2", 1), ("zb-v", 2), ("dualpipe-v", 2))
 
 
 def bench_family(repeats: int) -> None:
