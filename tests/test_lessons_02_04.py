@@ -63,6 +63,18 @@ def test_costs_from_a_run_set_the_sliders_time_scale():
     assert again.timeline.makespan == pytest.approx(3 * (costs.f + costs.i + costs.w))
 
 
+def test_after_a_run_the_dashboard_and_the_run_show_one_simulated_bubble():
+    """Fails before: after training 1f1b, p=8, m=16 on the transatlantic link, the chart above said 92.4%
+    and the run's own simulated chart 85.7% (the sliders kept another p's costs)."""
+    dash = training_dashboard("1f1b", p=4, m=4, link="transatlantic", settings=TINY)
+    dash.p_slider.value = 3
+    run = dash.train()
+    assert dash.timeline.source == SIMULATED
+    assert dash.timeline.bubble_fraction == pytest.approx(run.simulated.bubble_fraction)
+    assert dash.timeline.makespan == pytest.approx(run.simulated.makespan)
+    assert f"{run.simulated.bubble_fraction:.1%}" in dash.summary_text.splitlines()[0]
+
+
 def wait_until(condition, what: str, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
