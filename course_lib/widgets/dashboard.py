@@ -57,13 +57,21 @@ def link_presets() -> dict[str, Link]:
     return {"free": FREE, **{name: preset.link for name, preset in PRESETS.items()}}
 
 
+def slider_size(n_values: int) -> dict:
+    """Style and layout that give a slider's track SLIDER_PX_PER_VALUE pixels per value (at least
+    240 px); pass them to any ipywidgets slider: ``IntSlider(..., **slider_size(32))``."""
+    track = max(240, SLIDER_PX_PER_VALUE * n_values)
+    return {
+        "style": {"description_width": f"{DESCRIPTION_PX}px"},
+        "layout": widgets.Layout(width=f"{DESCRIPTION_PX + track + READOUT_PX}px"),
+    }
+
+
 def wide_slider(value: int, lowest: int, highest: int, description: str) -> widgets.IntSlider:
-    """An IntSlider whose track gives each value SLIDER_PX_PER_VALUE pixels (at least 240 px)."""
-    track = max(240, SLIDER_PX_PER_VALUE * (highest - lowest + 1))
+    """An IntSlider from `lowest` to `highest` that a mouse can set to each value (slider_size)."""
     return widgets.IntSlider(
         value=value, min=lowest, max=highest, description=description, continuous_update=False,
-        style={"description_width": f"{DESCRIPTION_PX}px"},
-        layout=widgets.Layout(width=f"{DESCRIPTION_PX + track + READOUT_PX}px"),
+        **slider_size(highest - lowest + 1),
     )  # fmt: skip
 
 
