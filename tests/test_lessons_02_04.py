@@ -185,3 +185,19 @@ def test_torch_order_names_what_it_cannot_build():
         torch_order("ScheduleNope", 2, 2)
     with pytest.raises(CourseError, match="refuses p=4, m=3"):
         torch_order("Schedule1F1B", 4, 3)
+
+
+def test_the_pipeline_picture_names_workers_arrows_and_gantt_boxes():
+    import matplotlib.pyplot as plt
+
+    from course_lib.widgets.pipeline_picture import pipeline_picture
+
+    fig = pipeline_picture(p=4)
+    workers, gantt = fig.axes
+    texts = " ".join(t.get_text() for t in workers.texts)
+    assert all(f"device {d}" in texts for d in range(4)) and "layers 0-20" in texts and "layers 62-81" in texts
+    assert "activations" in texts and "gradient" in texts
+    notes = " ".join(t.get_text() for t in gantt.texts)
+    assert "runs F" in notes and "backward" in notes and "idle" in notes
+    assert "bubble 75.0%" in gantt.get_title()  # one micro-batch through 4 stages: (p-1)/p idle
+    plt.close(fig)
