@@ -120,7 +120,7 @@ class PipelineDashboard(widgets.VBox):
         self.summary_text = ""
         self.timeline: Timeline | None = None
         self._cache: OrderedDict[tuple, tuple[Timeline, bytes, str]] = OrderedDict()
-        self._figure: Figure | None = None
+        self._figure_of_size: dict[tuple[float, float], Figure] = {}  # one Figure per chart height, reused
 
         style = {"description_width": "initial"}
         self.schedule_dropdown = widgets.Dropdown(
@@ -227,11 +227,11 @@ class PipelineDashboard(widgets.VBox):
         self.summary.value = f"<pre style='{style}'>" + html.escape(text) + "</pre>"
 
     def _png(self, tl: Timeline) -> bytes:
-        """The Gantt chart as PNG; one Figure is kept and cleared (building a new one costs more)."""
+        """The Gantt chart as PNG; a Figure per size is kept and cleared (building a new one costs more)."""
         size = gantt_figsize(tl.n_devices)
-        if self._figure is None or tuple(self._figure.get_size_inches()) != size:
-            self._figure = Figure(figsize=size, dpi=80)
-        fig = self._figure
+        if size not in self._figure_of_size:
+            self._figure_of_size[size] = Figure(figsize=size, dpi=80)
+        fig = self._figure_of_size[size]
         fig.clear()
         labels = len(tl.spans) if len(tl.spans) <= LABELLED_ACTIONS else 0  # all or none, never half a chart
         plot_timeline(tl, ax=fig.add_axes((0.12, 0.14, 0.6, 0.7)), max_labels=labels)
