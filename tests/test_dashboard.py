@@ -158,3 +158,11 @@ def test_byte_labels_keep_number_and_unit_together():
     held = next(line for line in dash.summary_text.splitlines() if line.startswith("peak boundary"))
     assert "\u00a0MiB" in held and " MiB" not in held
     assert "word-break:normal" in dash.summary.value
+
+
+def test_the_chart_title_and_colour_key_sit_under_the_chart_as_html():
+    dash = pipeline_dashboard("zb-h1", p=4, m=8)
+    assert "chart: zb-h1: p=4, m=8, source: simulated" in dash.summary.value
+    assert all(label in dash.summary.value for label in ("F: forward", "I: backward", "W: backward", "idle"))
+    assert "B: backward" not in dash.summary.value  # only the kinds the chart shows
+    assert dash.summary_text.startswith("bubble:")  # the figures come first, as before

@@ -195,7 +195,8 @@ def test_the_pipeline_picture_names_workers_arrows_and_gantt_boxes():
     fig = pipeline_picture(p=4)
     workers, gantt = fig.axes
     texts = " ".join(t.get_text() for t in workers.texts)
-    assert all(f"device {d}" in texts for d in range(4)) and "layers 0-20" in texts and "layers 62-81" in texts
+    assert all(f"device {d}" in texts for d in range(4))
+    assert "layers 0-20" in texts and "layers 62-81" in texts
     assert "activations" in texts and "gradient" in texts
     notes = " ".join(t.get_text() for t in gantt.texts)
     assert "runs F" in notes and "backward" in notes and "idle" in notes
