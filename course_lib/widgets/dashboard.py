@@ -135,7 +135,7 @@ class PipelineDashboard(widgets.VBox):
             description="link", style=style,
         )  # fmt: skip
         self.fixed_model_checkbox = widgets.Checkbox(
-            value=fixed_model, description="same model as p grows (each device: 1/p of it)", indent=False
+            value=fixed_model, description="same model as p grows", indent=False
         )
         self.image = widgets.Image(format="png")
         self.summary = widgets.HTML()
