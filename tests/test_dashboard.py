@@ -9,7 +9,8 @@ from course_lib.links import Link
 from course_lib.network import PRESETS
 from course_lib.simulator import StageCosts
 from course_lib.timeline import MEASURED, Timeline
-from course_lib.widgets.dashboard import DESCRIPTION_PX, READOUT_PX, PipelineDashboard, pipeline_dashboard
+from course_lib.widgets.controls import DESCRIPTION_PX, READOUT_PX
+from course_lib.widgets.dashboard import PipelineDashboard, pipeline_dashboard
 
 
 def _bubble_line(dash: PipelineDashboard) -> str:

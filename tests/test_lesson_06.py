@@ -129,7 +129,7 @@ def test_latency_map_uses_the_boundary_bytes_and_the_bandwidth():
 
 
 def test_latency_map_sliders_leave_room_to_pick_each_value():
-    from course_lib.widgets.dashboard import DESCRIPTION_PX, READOUT_PX
+    from course_lib.widgets.controls import DESCRIPTION_PX, READOUT_PX
     from course_lib.widgets.latency_map import latency_map
 
     box = latency_map(PLACES)

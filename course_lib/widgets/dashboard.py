@@ -8,7 +8,7 @@ The model is held fixed as p grows (the checkbox "same model as p grows"): the c
 device's share of the model at ``costs_p`` devices (by default the starting p), so at p devices each
 costs ``costs_p / p`` of that, the way lesson 02 cuts one model over more devices. Unticked, every
 device keeps that share, so p = 8 simulates twice the model of p = 4. Every slider is wide enough to
-pick each of its values with a mouse (``SLIDER_PX_PER_VALUE``).
+pick each of its values with a mouse (``course_lib/widgets/controls.py``).
 
 Try it, in a notebook cell::
 
@@ -44,10 +44,8 @@ from course_lib.schedules.closed_forms import Case
 from course_lib.schedules.ir import Kind
 from course_lib.simulator import StageCosts, simulate
 from course_lib.timeline import Timeline
+from course_lib.widgets.controls import wide_slider
 
-SLIDER_PX_PER_VALUE = 10  # a mouse picks values about this far apart on a slider's track
-DESCRIPTION_PX = 150  # the width of every slider's description ("m (micro-batches)")
-READOUT_PX = 60  # the number shown right of the track, with its margins
 NBSP = "\u00a0"  # a non-breaking space: number and unit stay on one line
 LABELLED_ACTIONS = 64  # micro-batch numbers in the boxes up to this many actions (each costs ~0.5 ms)
 CACHE_SIZE = 64  # settings kept (timeline, PNG, figures): moving back to one is instant
@@ -56,24 +54,6 @@ CACHE_SIZE = 64  # settings kept (timeline, PNG, figures): moving back to one is
 def link_presets() -> dict[str, Link]:
     """The link choices: "free", then the course's network presets (course_lib.network.PRESETS)."""
     return {"free": FREE, **{name: preset.link for name, preset in PRESETS.items()}}
-
-
-def slider_size(n_values: int) -> dict:
-    """Style and layout that give a slider's track SLIDER_PX_PER_VALUE pixels per value (at least
-    240 px); pass them to any ipywidgets slider: ``IntSlider(..., **slider_size(32))``."""
-    track = max(240, SLIDER_PX_PER_VALUE * n_values)
-    return {
-        "style": {"description_width": f"{DESCRIPTION_PX}px"},
-        "layout": widgets.Layout(width=f"{DESCRIPTION_PX + track + READOUT_PX}px"),
-    }
-
-
-def wide_slider(value: int, lowest: int, highest: int, description: str) -> widgets.IntSlider:
-    """An IntSlider from `lowest` to `highest` that a mouse can set to each value (slider_size)."""
-    return widgets.IntSlider(
-        value=value, min=lowest, max=highest, description=description, continuous_update=False,
-        **slider_size(highest - lowest + 1),
-    )  # fmt: skip
 
 
 def scaled(costs: StageCosts, factor: float) -> StageCosts:

@@ -42,7 +42,7 @@ from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.latency_aware import extra_in_flight, flush_bound, latency_aware_1f1b
 from course_lib.simulator import StageCosts, simulate
 from course_lib.timeline import Timeline
-from course_lib.widgets.dashboard import slider_size
+from course_lib.widgets.controls import slider_size
 
 SCHEDULE_CHOICES = ("1f1b", "latency-aware-1f1b")
 
