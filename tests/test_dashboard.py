@@ -9,6 +9,7 @@ from course_lib.links import Link
 from course_lib.network import PRESETS
 from course_lib.simulator import StageCosts
 from course_lib.timeline import MEASURED, Timeline
+from course_lib.widgets.controls import DESCRIPTION_PX, READOUT_PX
 from course_lib.widgets.dashboard import PipelineDashboard, pipeline_dashboard
 
 
@@ -82,7 +83,7 @@ def test_extra_controls_and_train_hook():
         return Timeline(MEASURED, 1, list(dash.timeline.spans[:0]), schedule_name="measured run")
 
     dash = pipeline_dashboard("1f1b", p=2, m=4, extra_controls=[extra], on_train=on_train)
-    assert extra in dash.children[1].children
+    assert extra in dash.children[1].children and dash.train_button in dash.children[1].children
     assert dash.train_button.description == "train for real"
     dash.train_button.click()
     assert seen[0].schedule == "1f1b" and (seen[0].p, seen[0].m, seen[0].v) == (2, 4, 1)
@@ -115,3 +116,54 @@ def test_the_printed_formula_belongs_to_the_schedule_shown():
     )
     dash = pipeline_dashboard("1f1b", p=2, m=4, costs=StageCosts([0.01, 0.03], [0.02, 0.02], [0.0, 0.0]))
     assert "formula (p-1)/(m+p-1) does not apply here" in _bubble_line(dash)  # unequal stages
+
+
+def _px_per_value(slider: widgets.IntSlider) -> float:
+    """Pixels of track between neighbouring values, from the slider's own layout."""
+    width, description = (
+        int(x.removesuffix("px")) for x in (slider.layout.width, slider.style.description_width)
+    )
+    return (width - description - READOUT_PX) / (slider.max - slider.min + 1)
+
+
+def test_every_slider_leaves_room_to_pick_each_value_with_a_mouse():
+    """Fails before sliders had a layout width: lesson 04's m slider was 63 px for 32 values."""
+    dash = pipeline_dashboard("1f1b", p=4, m=8, max_p=16, max_m=64)
+    for slider in (dash.p_slider, dash.m_slider, dash.v_slider):
+        assert slider.style.description_width == f"{DESCRIPTION_PX}px"
+        assert _px_per_value(slider) >= 8, slider.description
+
+
+def test_the_model_is_held_fixed_as_p_grows_unless_unticked():
+    """Fails before: each device kept the starting p's share, so p = 8 simulated twice the model."""
+    dash = pipeline_dashboard("naive", p=4, m=2, costs=StageCosts.fused(f=0.01, b=0.02))
+    one_model = 2 * 4 * 0.03  # naive: m micro-batches, each through the whole model, one stage at a time
+    assert dash.timeline.makespan == pytest.approx(one_model)
+    dash.p_slider.value = 8
+    assert dash.config().costs.f == pytest.approx(0.005)  # a device now holds 1/8 of the model
+    assert dash.timeline.makespan == pytest.approx(one_model)  # the same model: the same naive step
+    dash.fixed_model_checkbox.value = False
+    assert dash.timeline.makespan == pytest.approx(2 * one_model)  # 8 quarters: twice the model
+
+
+def test_a_setting_seen_before_comes_from_the_cache():
+    dash = pipeline_dashboard("1f1b", p=4, m=8)
+    first, png = dash.timeline, dash.image.value
+    dash.m_slider.value = 16
+    dash.m_slider.value = 8
+    assert dash.timeline is first and dash.image.value == png
+
+
+def test_byte_labels_keep_number_and_unit_together():
+    dash = pipeline_dashboard("1f1b", p=4, m=8)
+    held = next(line for line in dash.summary_text.splitlines() if line.startswith("peak boundary"))
+    assert "\u00a0MiB" in held and " MiB" not in held
+    assert "word-break:normal" in dash.summary.value
+
+
+def test_the_chart_title_and_colour_key_sit_under_the_chart_as_html():
+    dash = pipeline_dashboard("zb-h1", p=4, m=8)
+    assert "chart: zb-h1: p=4, m=8, source: simulated" in dash.summary.value
+    assert all(label in dash.summary.value for label in ("F: forward", "I: backward", "W: backward", "idle"))
+    assert "B: backward" not in dash.summary.value  # only the kinds the chart shows
+    assert dash.summary_text.startswith("bubble:")  # the figures come first, as before

@@ -86,3 +86,53 @@ def test_the_flush_1f1b_pays_shrinks_with_interleaving_and_a_split_backward():
     assert worst["1f1b"] == pytest.approx((P - 1) * (T_F + T_B))
     assert worst["interleaved"] == pytest.approx((P - 1) * (T_F + T_B) / 2)
     assert worst["zb-h1"] == pytest.approx((P - 1) * (T_F + T_B / 2 - T_B / 2))
+
+
+# ---- the latency map widget --------------------------------------------------------------------------
+PLACES = ["Ashburn VA", "Dublin", "Frankfurt", "Singapore"]
+
+
+def _pngs(box) -> list[str]:
+    return [o["data"]["image/png"] for o in box.output.outputs if "image/png" in o.get("data", {})]
+
+
+def test_latency_map_shows_exactly_one_chart_per_redraw_and_prints_nothing(capsys):
+    """Fails before: it printed and called plt.show() inside `with output:`; from a slider's callback
+    some of that reached JupyterLab's Log Console, and plt.show() showed every open pyplot figure."""
+    import matplotlib.pyplot as plt
+
+    from course_lib.widgets.latency_map import latency_map
+
+    plt.figure()  # a figure some other cell left open must not be shown by the map
+    box = latency_map(PLACES, microbatches=8)
+    for m in (4, 16, 32):
+        box.m_slider.value = m
+        assert len(_pngs(box)) == 1 and len(box.output.outputs) == 3
+    assert capsys.readouterr().out == ""  # everything went into the Output widget's own content
+    plt.close("all")
+
+
+def test_latency_map_uses_the_boundary_bytes_and_the_bandwidth():
+    from course_lib.widgets.latency_map import latency_map, simulate_placement
+
+    box = latency_map(PLACES, microbatches=16, nbytes=BOUNDARY, bandwidth_Gbps=100)
+    expected = simulate_placement(PLACES, 16, 0.01, 0.02, bandwidth_Bps=100 * Gbit, nbytes=BOUNDARY)
+    assert box.timeline.makespan == pytest.approx(expected.makespan)
+    at_100 = box.timeline.makespan
+    box.gbps_slider.value = 1.0  # the 1 Gb/s of geo-distributed research: the wire sets the pace
+    assert box.timeline.makespan > 5 * at_100
+    table = box.output.outputs[0]["data"]["text/html"]
+    assert "message arrives after, ms" in table  # latency + bytes / bandwidth
+    assert "<td>50.29</td><td>1</td><td>587.16</td>" in table  # Frankfurt-Singapore: 50.29 + 536.87 ms
+    box.mib_box.value = -1.0
+    assert box.timeline is None and box.text.startswith("cannot simulate this placement: MiB per message")
+
+
+def test_latency_map_sliders_leave_room_to_pick_each_value():
+    from course_lib.widgets.controls import DESCRIPTION_PX, READOUT_PX
+    from course_lib.widgets.latency_map import latency_map
+
+    box = latency_map(PLACES)
+    for slider, n_values in ((box.m_slider, 64), (box.route, 21), (box.gbps_slider, 31)):
+        width = int(slider.layout.width.removesuffix("px"))
+        assert (width - DESCRIPTION_PX - READOUT_PX) / n_values >= 8, slider.description

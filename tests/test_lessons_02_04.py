@@ -63,6 +63,18 @@ def test_costs_from_a_run_set_the_sliders_time_scale():
     assert again.timeline.makespan == pytest.approx(3 * (costs.f + costs.i + costs.w))
 
 
+def test_after_a_run_the_dashboard_and_the_run_show_one_simulated_bubble():
+    """Fails before: after training 1f1b, p=8, m=16 on the transatlantic link, the chart above said 92.4%
+    and the run's own simulated chart 85.7% (the sliders kept another p's costs)."""
+    dash = training_dashboard("1f1b", p=4, m=4, link="transatlantic", settings=TINY)
+    dash.p_slider.value = 3
+    run = dash.train()
+    assert dash.timeline.source == SIMULATED
+    assert dash.timeline.bubble_fraction == pytest.approx(run.simulated.bubble_fraction)
+    assert dash.timeline.makespan == pytest.approx(run.simulated.makespan)
+    assert f"{run.simulated.bubble_fraction:.1%}" in dash.summary_text.splitlines()[0]
+
+
 def wait_until(condition, what: str, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -173,3 +185,20 @@ def test_torch_order_names_what_it_cannot_build():
         torch_order("ScheduleNope", 2, 2)
     with pytest.raises(CourseError, match="refuses p=4, m=3"):
         torch_order("Schedule1F1B", 4, 3)
+
+
+def test_the_pipeline_picture_names_workers_arrows_and_gantt_boxes():
+    import matplotlib.pyplot as plt
+
+    from course_lib.widgets.pipeline_picture import pipeline_picture
+
+    fig = pipeline_picture(p=4)
+    workers, gantt = fig.axes
+    texts = " ".join(t.get_text() for t in workers.texts)
+    assert all(f"device {d}" in texts for d in range(4))
+    assert "layers 0-20" in texts and "layers 62-81" in texts
+    assert "activations" in texts and "gradient" in texts
+    notes = " ".join(t.get_text() for t in gantt.texts)
+    assert "runs F" in notes and "backward" in notes and "idle" in notes
+    assert "bubble 75.0%" in gantt.get_title()  # one micro-batch through 4 stages: (p-1)/p idle
+    plt.close(fig)

@@ -1,7 +1,14 @@
 """An ipywidgets dashboard: pick a schedule, p, m (and v), a link; see the Gantt chart and the bubble.
 
-Every change re-simulates and redraws (well under a second for p <= 8, m <= 32). A size the
-schedule cannot take shows the reason in words instead of a chart, never a traceback.
+Every change re-simulates and redraws; a setting seen before comes back from a cache at once
+(``bench/bench_dashboard.py`` times it). A size the schedule cannot take shows the reason in words
+instead of a chart, never a traceback.
+
+The model is held fixed as p grows (the checkbox "same model as p grows"): the costs given are a
+device's share of the model at ``costs_p`` devices (by default the starting p), so at p devices each
+costs ``costs_p / p`` of that, the way lesson 02 cuts one model over more devices. Unticked, every
+device keeps that share, so p = 8 simulates twice the model of p = 4. Every slider is wide enough to
+pick each of its values with a mouse (``course_lib/widgets/controls.py``).
 
 Try it, in a notebook cell::
 
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import html
 import io
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -30,16 +38,31 @@ from matplotlib.figure import Figure
 
 from course_lib.links import FREE, Link
 from course_lib.network import PRESETS
-from course_lib.plots import format_bytes, gantt_figsize, plot_timeline
+from course_lib.plots import COLORS, IDLE_COLOR, LABELS, format_bytes, gantt_figsize, plot_timeline
 from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
 from course_lib.schedules.closed_forms import Case
+from course_lib.schedules.ir import Kind
 from course_lib.simulator import StageCosts, simulate
 from course_lib.timeline import Timeline
+from course_lib.widgets.controls import wide_slider
+
+NBSP = "\u00a0"  # a non-breaking space: number and unit stay on one line
+LABELLED_ACTIONS = 64  # micro-batch numbers in the boxes up to this many actions (each costs ~0.5 ms)
+CACHE_SIZE = 64  # settings kept (timeline, PNG, figures): moving back to one is instant
 
 
 def link_presets() -> dict[str, Link]:
     """The link choices: "free", then the course's network presets (course_lib.network.PRESETS)."""
     return {"free": FREE, **{name: preset.link for name, preset in PRESETS.items()}}
+
+
+def scaled(costs: StageCosts, factor: float) -> StageCosts:
+    """`costs` times `factor` (one number each, or one per stage)."""
+
+    def times(value):
+        return value * factor if isinstance(value, (int, float)) else [x * factor for x in value]
+
+    return StageCosts(times(costs.f), times(costs.i), times(costs.w))
 
 
 @dataclass(frozen=True)
@@ -52,61 +75,78 @@ class DashboardConfig:
     v: int
     link_name: str
     link: Link
-    costs: StageCosts
+    costs: StageCosts  # a device's share of the model at this p (what is simulated)
     boundary_bytes: int  # one micro-batch's message across every stage boundary
 
 
 class PipelineDashboard(widgets.VBox):
     """The widget box; controls are attributes (p_slider, m_slider, v_slider, schedule_dropdown,
-    link_dropdown), the chart is ``image`` (PNG), the figures ``summary`` (HTML) and ``summary_text``."""
+    link_dropdown, fixed_model_checkbox), the chart is ``image`` (PNG), the figures ``summary`` (HTML)
+    and ``summary_text``."""
 
     def __init__(
         self, schedule: str = "1f1b", p: int = 4, m: int = 8, v: int = 2, link: str = "free",
         costs: StageCosts | None = None, boundary_bytes: int = 64 * 2**20, max_p: int = 16, max_m: int = 64,
         links: dict[str, Link] | None = None, extra_controls: Sequence[widgets.Widget] = (),
         on_train: Callable[[DashboardConfig], Timeline | None] | None = None,
-        on_stop: Callable[[], None] | None = None,
+        on_stop: Callable[[], None] | None = None, costs_p: int | None = None, fixed_model: bool = True,
     ):  # fmt: skip
         # default costs: 20 ms for each of F, I (input grad), W per device's share of the model,
         # so that link presets from NVLink to an ocean show their real weight
         self.costs = costs if costs is not None else StageCosts(f=0.02, i=0.02, w=0.02)
+        self.costs_p = costs_p if costs_p is not None else p  # the p at which `costs` is a device's share
         self.boundary_bytes = boundary_bytes
         self.links = links if links is not None else link_presets()
         self.on_train = on_train
         self.summary_text = ""
         self.timeline: Timeline | None = None
+        self._cache: OrderedDict[tuple, tuple[Timeline, bytes, str]] = OrderedDict()
+        self._figure_of_size: dict[tuple[float, float], Figure] = {}  # one Figure per chart height, reused
 
         style = {"description_width": "initial"}
         self.schedule_dropdown = widgets.Dropdown(
             options=list(SCHEDULES), value=resolve_name(schedule), description="schedule", style=style
         )
-        slider = dict(min=1, continuous_update=False, style=style)
-        self.p_slider = widgets.IntSlider(value=p, max=max_p, description="p (devices)", **slider)
-        self.m_slider = widgets.IntSlider(value=m, max=max_m, description="m (micro-batches)", **slider)
-        self.v_slider = widgets.IntSlider(value=v, max=4, description="v (stages per device)", **slider)
+        self.p_slider = wide_slider(p, 1, max_p, "p (devices)")
+        self.m_slider = wide_slider(m, 1, max_m, "m (micro-batches)")
+        self.v_slider = wide_slider(v, 1, 4, "v (stages per device)")
         self.link_dropdown = widgets.Dropdown(
             options=list(self.links), value=link if link in self.links else next(iter(self.links)),
             description="link", style=style,
         )  # fmt: skip
+        self.fixed_model_checkbox = widgets.Checkbox(
+            value=fixed_model, description="same model as p grows", indent=False
+        )
         self.image = widgets.Image(format="png")
         self.summary = widgets.HTML()
         self.output = widgets.Output()  # for messages from extra controls / on_train
-        own = [self.schedule_dropdown, self.p_slider, self.m_slider, self.v_slider, self.link_dropdown]
-        controls = own + list(extra_controls)
+        own = [self.schedule_dropdown, self.p_slider, self.m_slider, self.v_slider, self.link_dropdown,
+               self.fixed_model_checkbox]  # fmt: skip
+        buttons = list(extra_controls)
         self.train_button = self.stop_button = None
         if on_train is not None:
             self.train_button = widgets.Button(description="train for real", button_style="success")
             self.train_button.on_click(lambda _: self._train())
-            controls.append(self.train_button)
+            buttons.append(self.train_button)
         if on_stop is not None:
             self.stop_button = widgets.Button(description="stop", button_style="danger", disabled=True)
             self.stop_button.on_click(lambda _: on_stop())
-            controls.append(self.stop_button)
+            buttons.append(self.stop_button)
+        top = widgets.HBox([self.schedule_dropdown, self.link_dropdown, self.fixed_model_checkbox])
         super().__init__(
-            [widgets.HBox(controls[:3]), widgets.HBox(controls[3:]), self.image, self.summary, self.output]
-        )
+            [top, widgets.HBox(buttons), self.p_slider, self.m_slider, self.v_slider, self.image,
+             self.summary, self.output]
+        )  # fmt: skip
         for control in own:
             control.observe(lambda _change: self.redraw(), names="value")
+        self.redraw()
+
+    def use_costs(self, costs: StageCosts, costs_p: int, boundary_bytes: int | None = None) -> None:
+        """Simulate from now on with `costs` (a device's share at `costs_p` devices) and redraw."""
+        self.costs, self.costs_p = costs, costs_p
+        if boundary_bytes is not None:
+            self.boundary_bytes = boundary_bytes
+        self._cache.clear()
         self.redraw()
 
     # ---- reading the controls ----------------------------------------------------------------
@@ -114,11 +154,19 @@ class PipelineDashboard(widgets.VBox):
         name = self.schedule_dropdown.value
         info = SCHEDULES[name]  # V shapes take one v only (2): the slider is then off
         v = info.fixed_virtual or (self.v_slider.value if info.uses_virtual else 1)
-        link_name = self.link_dropdown.value
+        link_name, p = self.link_dropdown.value, self.p_slider.value
         return DashboardConfig(
-            name, self.p_slider.value, self.m_slider.value, v, link_name, self.links[link_name], self.costs,
+            name, p, self.m_slider.value, v, link_name, self.links[link_name], self.device_costs(p),
             self.boundary_bytes,
         )  # fmt: skip
+
+    def device_costs(self, p: int) -> StageCosts:
+        """A device's share of the model at p devices: `costs` scaled by costs_p / p when the model is
+        held fixed (per-stage lists describe one p only, so they are never scaled)."""
+        scalar = all(isinstance(x, (int, float)) for x in (self.costs.f, self.costs.i, self.costs.w))
+        if self.fixed_model_checkbox.value and scalar:
+            return scaled(self.costs, self.costs_p / p)
+        return self.costs
 
     def simulate(self) -> Timeline:
         """Simulate what the controls say (per-stage costs are 1/v of a device's share)."""
@@ -129,27 +177,54 @@ class PipelineDashboard(widgets.VBox):
 
     # ---- drawing -----------------------------------------------------------------------------
     def redraw(self) -> None:
-        """Re-simulate and redraw; any problem becomes a message in the box, not a traceback."""
+        """Re-simulate and redraw (or take both from the cache); any problem becomes a message in the
+        box, not a traceback."""
         info = SCHEDULES[self.schedule_dropdown.value]
         self.v_slider.disabled = not info.uses_virtual or info.fixed_virtual is not None
+        c = self.config()
+        key = (c.schedule, c.p, c.m, c.v, c.link_name, repr(c.costs), self.boundary_bytes)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            self._display(*self._cache[key])
+            return
         try:
             tl = self.simulate()
         except Exception as err:  # noqa: BLE001  (a student's slider move must never show a traceback)
             self._show_problem(err)
             return
-        self.show(tl)
+        self._cache[key] = (tl, self._png(tl), self._figures(tl))
+        if len(self._cache) > CACHE_SIZE:
+            self._cache.popitem(last=False)
+        self._display(*self._cache[key])
 
     def show(self, tl: Timeline) -> None:
         """Draw `tl` (simulated here, or measured by an engine) and print its figures."""
+        self._display(tl, self._png(tl), self._figures(tl))
+
+    def _display(self, tl: Timeline, png: bytes, text: str) -> None:
         self.timeline = tl
-        fig = Figure(figsize=gantt_figsize(tl.n_devices), dpi=80)
-        ax = fig.add_axes((0.12, 0.14, 0.6, 0.7))
-        plot_timeline(tl, ax=ax)
+        self.image.value = png
+        self.summary_text = text
+        # pre-wrap lets a long line wrap in a narrow page, but only between words: never in "5.1 MiB"
+        style = "white-space:pre-wrap; word-break:normal; overflow-wrap:normal"
+        self.summary.value = f"<pre style='{style}'>" + html.escape(text) + "</pre>" + _key_html(tl)
+
+    def _png(self, tl: Timeline) -> bytes:
+        """The Gantt chart as PNG. Its title and legend go under it as HTML (_key_html), a third of the
+        drawing time saved; a Figure per size is kept and cleared (building a new one costs more)."""
+        size = gantt_figsize(tl.n_devices)
+        if size not in self._figure_of_size:
+            self._figure_of_size[size] = Figure(figsize=size, dpi=80)
+        fig = self._figure_of_size[size]
+        fig.clear()
+        ax = fig.add_axes((0.1, 0.17, 0.87, 0.78))
+        labels = len(tl.spans) if len(tl.spans) <= LABELLED_ACTIONS else 0  # all or none, never half a chart
+        plot_timeline(tl, ax=ax, max_labels=labels)
+        ax.get_legend().remove()
+        ax.set_title("")
         buffer = io.BytesIO()
-        fig.savefig(buffer, format="png")
-        self.image.value = buffer.getvalue()
-        self.summary_text = self._figures(tl)
-        self.summary.value = "<pre>" + html.escape(self.summary_text) + "</pre>"
+        fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})  # fast; size barely grows
+        return buffer.getvalue()
 
     def _figures(self, tl: Timeline) -> str:
         c = self.config()
@@ -161,7 +236,7 @@ class PipelineDashboard(widgets.VBox):
                  f"peak micro-batches in flight per device: {inflight}"]  # fmt: skip
         nbytes = [tl.peak_stash_bytes(d) for d in range(tl.n_devices)]
         if any(nbytes):
-            held = ", ".join(format_bytes(b or 0) for b in nbytes)
+            held = ", ".join(format_bytes(b or 0).replace(" ", NBSP) for b in nbytes)  # a unit stays whole
             lines.append(f"peak boundary activations held: {held} (boundary tensors only: a lower bound)")
         return "\n".join(lines)
 
@@ -181,6 +256,20 @@ class PipelineDashboard(widgets.VBox):
             return
         if isinstance(result, Timeline):
             self.show(result)
+
+
+def _key_html(tl: Timeline) -> str:
+    """The chart's title and colour key, as one line of HTML under the figures."""
+    kinds = [k for k in (Kind.F, Kind.B, Kind.I, Kind.W) if any(s.action.kind is k for s in tl.spans)]
+    swatches = [(COLORS[k], LABELS[k]) for k in kinds] + [(IDLE_COLOR, "idle (bubble)")]
+    key = " ".join(
+        f"<span style='white-space:nowrap'><span style='background:{color}; border:1px solid #999; "
+        f"display:inline-block; width:0.9em; height:0.9em'></span> {html.escape(label)}</span>"
+        for color, label in swatches
+    )
+    name = tl.schedule_name or "schedule"
+    what = f"{name}: p={tl.n_devices}" + (f", m={tl.n_microbatches}" if tl.n_microbatches is not None else "")
+    return f"<div>chart: {html.escape(what)}, source: {tl.source} &nbsp; {key}</div>"
 
 
 def pipeline_dashboard(

@@ -37,7 +37,7 @@ from matplotlib.figure import Figure
 from course_lib.costs import StageCosts, costs_from
 from course_lib.errors import CourseError, require
 from course_lib.lessons.runs import LessonRun, train_pipeline
-from course_lib.widgets.dashboard import DashboardConfig, PipelineDashboard
+from course_lib.widgets.dashboard import DashboardConfig, PipelineDashboard, scaled
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,8 @@ def run_summary(run: LessonRun, config: DashboardConfig | None = None) -> str:
     return (
         f"trained {what} on {run.result.n_layers} blocks: loss per step {losses}\n"
         f"bubble: {run.measured.bubble_fraction:.1%} ({run.measured.source}) vs "
-        f"{run.simulated.bubble_fraction:.1%} ({run.simulated.source}, equal stages)\n"
+        f"{run.simulated.bubble_fraction:.1%} ({run.simulated.source}, every stage at this run's mean "
+        "measured cost; the chart above now simulates with the same costs)\n"
         f"median step {run.result.step_time_s * 1e3:.0f} ms on this machine, all stages in one process"
     )
 
@@ -161,6 +162,9 @@ class TrainingDashboard(PipelineDashboard):
             self._say(f"the run failed: {type(err).__name__}: {err}")
             return None
         self.last_run = run
+        # One setting, one simulated number: the sliders' chart adopts this run's measured costs (a
+        # device's share is v stages' worth), so it shows the bubble the run's own simulated chart shows.
+        self.use_costs(scaled(_slider_costs(run), c.v), c.p, max(run.measured.boundary_bytes, default=0))
         self._say(run_summary(run, c), run.plot(pyplot=False))
         return run
 
@@ -183,9 +187,10 @@ def training_dashboard(
     run: LessonRun | None = None, **kwargs,
 ) -> TrainingDashboard:  # fmt: skip
     """Build the dashboard; `run` (a lesson's real run) sets the sliders' costs to its measured mean
-    over every stage, so the simulated chart is in this machine's milliseconds. Other keywords go to
-    PipelineDashboard."""
+    over every stage (a device's share at the run's p; the model is held fixed as p moves), so the
+    simulated chart is in this machine's milliseconds. Other keywords go to PipelineDashboard."""
     if run is not None:
         kwargs.setdefault("costs", _slider_costs(run))
+        kwargs.setdefault("costs_p", run.measured.n_devices)
         kwargs.setdefault("boundary_bytes", max(run.measured.boundary_bytes, default=0))  # one size for all
     return TrainingDashboard(settings=settings, schedule=schedule, p=p, m=m, v=v, **kwargs)
