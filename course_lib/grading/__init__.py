@@ -10,6 +10,12 @@ validator's sentences). Lessons use ``course_lib.exercises.check`` instead, whic
     grading.schedule_valid(my_schedule, p=4, m=8)       # raises, listing every problem in words
     value = grading.call("idle_fraction", idle_fraction, 4, 8, hint="...")  # unwritten -> message
 
+The assignments' visible checks live in ``course_lib.grading.checks``: they compute the right answer
+from the library's primitives and say only how far off a student is, never the answer itself.
+``course_lib.grading.feedback`` is the nbgrader preprocessor that keeps the hidden tests out of the
+feedback students get. ``course_lib.grading.guard.without`` switches off a library function while a
+student's function runs (so "write 1F1B yourself" cannot be answered by calling the library's).
+
 Try it: ``grading.number("x", None, 1.0, hint="h")`` raises "x: no answer yet ... Hint: h".
 """
 
@@ -152,10 +158,7 @@ def schedule_equals(schedule: Schedule, expected: Schedule, hint: str = "") -> N
     for d, (got, want) in enumerate(zip(schedule.orders, expected.orders, strict=True)):
         for i, (a, b) in enumerate(zip(got, want, strict=False)):
             if a != b:
-                fail(
-                    f"device {d}, position {i}: you run {a}, {expected.name} runs {b} there "
-                    f"(device {d}'s order should start {' '.join(map(str, want[: i + 1]))}).{_hint(hint)}"
-                )
+                fail(f"device {d}, position {i}: you run {a}, {expected.name} runs {b} there.{_hint(hint)}")
         if len(got) != len(want):
             fail(f"device {d} runs {len(got)} actions, {expected.name} runs {len(want)}.{_hint(hint)}")
 
@@ -191,12 +194,13 @@ def partition_fits(sizes: object, profile, schedule: str, m: int, budget_bytes: 
 def close_to_best(
     name: str, value: float, best: float, within: float, higher_is_better: bool, hint: str = ""
 ):
-    """Fail unless `value` is within a fraction `within` of the best known `best`."""
+    """Fail unless `value` is within a fraction `within` of the best known `best` (which the message
+    does not give away: only how far from it the student is)."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
     ratio = value / best if higher_is_better else best / value
     if ratio < 1 - within:
         better = "higher" if higher_is_better else "lower"
         fail(
-            f"{name}: yours is {value:.4g}; a plan with {better} {name} ({best:.4g}) exists, and you need "
-            f"within {within:.0%} of it (you are at {ratio:.0%}).{_hint(hint)}"
+            f"{name}: yours is {value:.4g}; a {better} one exists, and you need to be within {within:.0%} "
+            f"of the best (you are at {ratio:.0%} of it).{_hint(hint)}"
         )
