@@ -237,7 +237,7 @@ def test_feedback_cuts_hidden_tests_and_tracebacks_and_wraps():
         traceback=["\x1b[31m----> 1 1 / 0\x1b[0m"],
     )]  # fmt: skip
     nb = nbformat.v4.new_notebook(cells=[test_cell, student_cell])
-    nb, _ = StudentFeedback().preprocess(nb, {})
+    nb, _ = StudentFeedback()(nb, {})  # as nbconvert calls it (only if enabled)
     shown = nb.cells[0].outputs[0]["text"]
     assert "118" not in nb.cells[0].source + shown and "Traceback" not in shown
     assert shown.startswith("AssertionError: x: too high by 38%") and max(map(len, shown.splitlines())) <= 100

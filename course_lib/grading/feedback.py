@@ -19,7 +19,7 @@ import textwrap
 
 from nbconvert.preprocessors import Preprocessor
 from nbformat import from_dict
-from traitlets import Int
+from traitlets import Bool, Int
 
 HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.S | re.M)
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -47,6 +47,9 @@ class StudentFeedback(Preprocessor):
     """Cut hidden tests and their tracebacks from the feedback; wrap long lines."""
 
     width = Int(100, help="wrap every output line at this many characters").tag(config=True)
+    # nbconvert runs a preprocessor only when it is enabled; listing it in GenerateFeedback.preprocessors
+    # is the instructor's choice to use it
+    enabled = Bool(True).tag(config=True)
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type != "code":
