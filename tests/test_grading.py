@@ -164,7 +164,7 @@ def test_a_long_problem_list_is_capped():
     s.orders = [[] for _ in s.orders]  # every one of the 1024 actions is missing
     msg = raised(grading.schedule_valid, s, p=8, m=64)
     assert msg.startswith(
-        "your schedule (p=8, m=64) cannot run; 1024 problem(s):\n  - 0F0 (stage 0's forward"
+        "your schedule (p=8, m=64) cannot run. 1024 problem(s):\n  - 0F0 (stage 0's forward"
     )
     assert len(msg.splitlines()) == MAX_LINES + 1 and msg.endswith(" characters cut]")
 

@@ -132,22 +132,24 @@ def numbers(name: str, answer: object, expected: Sequence[float], hint: str = ""
 
 
 @_graded
-def schedule_valid(schedule: object, p: int | None = None, m: int | None = None, name: str = "") -> None:
+def schedule_valid(
+    schedule: object, p: int | None = None, m: int | None = None, name: str = "", hint: str = ""
+) -> None:
     """Fail unless `schedule` is a Schedule of p devices and m micro-batches that can run: every
     action once, on the right device, and no deadlock (the validator's sentences, first few)."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
-    label = name or "your schedule"
-    answered(label, schedule, "build a course_lib.schedules.ir.Schedule")
+    label, tip = name or "your schedule", _hint(hint)
+    answered(label, schedule, hint or "build a course_lib.schedules.ir.Schedule")
     if not isinstance(schedule, Schedule):
-        fail(f"{label}: expected a Schedule (course_lib.schedules.ir), got {type(schedule).__name__}")
+        fail(f"{label}: expected a Schedule (course_lib.schedules.ir), got {type(schedule).__name__}.{tip}")
     if p is not None and schedule.n_devices != p:
-        fail(f"{label}: expected {p} devices (one order per device), got {schedule.n_devices} orders")
+        fail(f"{label}: expected {p} devices (one order per device), got {schedule.n_devices} orders.{tip}")
     if m is not None and schedule.n_microbatches != m:
-        fail(f"{label}: expected n_microbatches={m}, got {schedule.n_microbatches}")
+        fail(f"{label}: expected n_microbatches={m}, got {schedule.n_microbatches}.{tip}")
     if problems := check(schedule):  # fail caps the list: a student fixes the first few and runs again
         fail(
-            f"{label} (p={schedule.n_devices}, m={schedule.n_microbatches}) cannot run; "
-            f"{len(problems)} problem(s):\n  - " + "\n  - ".join(problems)
+            f"{label} (p={schedule.n_devices}, m={schedule.n_microbatches}) cannot run.{tip} "
+            f"{len(problems)} problem(s):\n  - " + "\n  - ".join(problems)  # hint first: the list gets capped
         )
 
 

@@ -85,7 +85,7 @@ def _students_schedule(fn: Callable, name: str, library_fn: Callable, p: int, m:
     __tracebackhide__ = True
     with without(library_fn, why=f"this task asks you to build the schedule yourself, in {name}"):
         schedule = grading.call(name, fn, p, m, hint=hint)
-    grading.schedule_valid(schedule, p=p, m=m, name=f"{name}({p}, {m})")
+    grading.schedule_valid(schedule, p=p, m=m, name=f"{name}({p}, {m})", hint=hint)
     return schedule
 
 
