@@ -282,7 +282,8 @@ def test_feedback_shows_teaching_messages_not_hidden_tests_and_wraps(graded):
             (page,) = folder.glob("*.html")
             text = visible_text(page.read_text())
             assert "HIDDEN TESTS" not in text, (name, student)
-            hidden = [line for line in solution_secrets(name, solution=False) if line in text]
+            lines = {line.strip() for line in text.splitlines()}
+            hidden = [line for line in solution_secrets(name, solution=False) if line in lines]
             assert not hidden, f"{name}: hidden test lines in {student}'s feedback: {hidden[:3]}"
             shown = outputs_text(page.read_text())
             assert "AssertionError: " in shown and ("Hint:" in shown or "not written yet" in shown)
