@@ -169,6 +169,15 @@ def test_calling_the_library_builder_is_refused_while_graded():
     assert build_schedule("1f1b", 2, 2).n_devices == 2  # and it is back afterwards
 
 
+def test_the_library_closed_form_does_not_answer_the_derivation():
+    shortcut = (
+        "from course_lib.schedules.closed_forms import gpipe_bubble\n"
+        "idle_fraction = lambda p, m: gpipe_bubble(p, m)"
+    )
+    message = run_test_cell("a1_bubble", "a1_test_idle_fraction", shortcut)
+    assert "gpipe_bubble is switched off while your code is graded: derive the formula yourself" in message
+
+
 def test_1f1b_that_holds_too_much_is_told_where():
     gpipe_in_disguise = """
 def my_1f1b(p, m):

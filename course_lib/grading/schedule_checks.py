@@ -18,7 +18,7 @@ from fractions import Fraction
 from course_lib import grading
 from course_lib.balance import inflight_per_stage
 from course_lib.grading.guard import without
-from course_lib.schedules import builders
+from course_lib.schedules import builders, closed_forms
 from course_lib.simulator import StageCosts, simulate
 
 Case = tuple[int, int]  # (p, m)
@@ -36,11 +36,18 @@ def _gpipe_idle(p: int, m: int) -> float:
     return _simulated(builders.build_schedule("gpipe", p, m))
 
 
+def _derived(name: str, fn: Callable, *args, hint: str = ""):
+    """The student's formula at `args`, with the library's closed forms of GPipe's bubble switched off."""
+    __tracebackhide__ = True
+    with without(closed_forms.gpipe_bubble, closed_forms.megatron, why="derive the formula yourself"):
+        return grading.call(name, fn, *args, hint=hint)
+
+
 def idle_fraction(fn: Callable, cases: Sequence[Case] = VISIBLE, hint: str = "") -> None:
     """`fn(p, m)` must give the share of a GPipe step a device is idle."""
     __tracebackhide__ = True
     for p, m in cases:
-        got = grading.call("idle_fraction", fn, p, m, hint=hint)
+        got = _derived("idle_fraction", fn, p, m, hint=hint)
         grading.number(f"idle_fraction({p}, {m})", got, _gpipe_idle(p, m), hint)
 
 
@@ -49,7 +56,7 @@ def bubble_over_ideal(fn: Callable, cases: Sequence[Case] = VISIBLE, hint: str =
     __tracebackhide__ = True
     for p, m in cases:
         idle = _gpipe_idle(p, m)  # idle share of the step: idle / (idle + busy)
-        got = grading.call("bubble_over_ideal", fn, p, m, hint=hint)
+        got = _derived("bubble_over_ideal", fn, p, m, hint=hint)
         grading.number(f"bubble_over_ideal({p}, {m})", got, idle / (1 - idle), hint)
 
 
@@ -57,7 +64,7 @@ def smallest_m(fn: Callable, cases: Sequence[tuple[int, float]] = ((4, 0.025),),
     """`fn(p, limit)` must give the smallest whole m whose GPipe idle share is below `limit`."""
     __tracebackhide__ = True
     for p, limit in cases:
-        got = grading.call("smallest_m", fn, p, limit, hint=hint)
+        got = _derived("smallest_m", fn, p, limit, hint=hint)
         grading.answered(f"smallest_m({p}, {limit})", got, hint)
         want = _smallest_m(p, limit)
         grading.number(f"smallest_m({p}, {limit})", got, want, hint, rel_tol=0)
