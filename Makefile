@@ -1,6 +1,8 @@
 # The course's two commands (see README.md):
 #   make lab    - set everything up (once) and open the course in JupyterLab
 #   make test   - set everything up (once) and run the whole test suite: lint, unit tests, notebooks
+# and one for instructors:
+#   make instructor - JupyterLab in notebooks/assignments with nbgrader's menu and formgrader (see its README)
 # Everything lives in .venv; delete it to start over. PYTHON picks the interpreter that makes it.
 
 PYTHON ?= python3
@@ -20,7 +22,7 @@ LAB_ARGS ?=
 # Jupyter refuses to run as root unless told; containers and cloud notebooks often are root
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test lint unit notebooks setup clean gpu-check
+.PHONY: lab instructor test lint unit notebooks setup clean gpu-check
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,10 +36,27 @@ $(KERNEL_SPEC): $(STAMP)
 
 setup: $(SETUP)
 
+# Students' JupyterLab leaves nbgrader out (its menu, the Create Assignment panel, formgrader): a Jupyter
+# config dir, put first on JUPYTER_CONFIG_PATH, switches its lab and server extensions off for this run only.
+STUDENT_CONFIG := $(VENV)/student-jupyter-config
+NBGRADER_OFF := "nbgrader.server_extensions.formgrader": false, "nbgrader.server_extensions.assignment_list": false, \
+  "nbgrader.server_extensions.course_list": false, "nbgrader.server_extensions.validate_assignment": false
+$(STUDENT_CONFIG)/jupyter_server_config.json: $(STAMP)
+	@mkdir -p $(STUDENT_CONFIG)/labconfig
+	@echo '{"disabledExtensions": {"@jupyter/nbgrader": true}}' > $(STUDENT_CONFIG)/labconfig/page_config.json
+	@echo '{"ServerApp": {"jpserver_extensions": {$(NBGRADER_OFF)}}}' > $@
+
 # JUPYTER_PREFER_ENV_PATH: this .venv's kernel wins over one of the same name in ~/.local (older
 # checkouts installed theirs there)
-lab: $(SETUP)
-	JUPYTER_PREFER_ENV_PATH=1 $(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
+lab: $(SETUP) $(STUDENT_CONFIG)/jupyter_server_config.json
+	JUPYTER_CONFIG_PATH=$(abspath $(STUDENT_CONFIG)) JUPYTER_PREFER_ENV_PATH=1 \
+	  $(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
+
+# Instructors: nbgrader on, served from the course directory (nbgrader reads nbgrader_config.py there),
+# with .venv/bin on PATH (nbgrader runs `alembic` to set up its gradebook).
+instructor: $(SETUP)
+	cd notebooks/assignments && PATH="$(abspath $(BIN)):$$PATH" JUPYTER_PREFER_ENV_PATH=1 \
+	  $(abspath $(BIN))/jupyter lab --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
 
 lint: $(SETUP)
 	$(BIN)/ruff check course_lib tests bench data

@@ -7,7 +7,8 @@ import pytest
 from course_lib import grading
 from course_lib.balance import LayerProfile
 from course_lib.errors import MAX_CHARS, MAX_LINES
-from course_lib.lessons.wan_plan import WanPlan, WanProblem, best_plan, check_plan, throughput
+from course_lib.grading.wan_checks import strongest_throughput
+from course_lib.lessons.wan_plan import WanPlan, WanProblem, check_plan, throughput
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Schedule
 
@@ -96,8 +97,9 @@ def test_wan_plan_problems_and_the_best_plan():
     assert any("equal micro-batches" in s for s in check_plan(problem, WanPlan(8, 7, "1f1b", (10,) * 8)))
     assert any("out of memory" in s for s in check_plan(problem, WanPlan(2, 8, "gpipe", (40, 40))))
     plain = throughput(problem, WanPlan(8, 64, "1f1b", (10,) * 8))
-    plan, best = best_plan(problem)
-    assert plan.schedule == "latency-aware-1f1b" and plan.p == 8
+    best = strongest_throughput(problem)
+    la = WanPlan(8, 64, "latency-aware-1f1b", (10,) * 8, (0, 0, 0, 7, 0, 0, 0))
+    assert throughput(problem, la) == pytest.approx(best)  # the ocean link hidden: the strongest plan
     assert best > 3 * plain  # the ocean's latency costs plain 1F1B most of its throughput
     # the flush bound predicts the latency-aware step: m(t_f+t_b) + (p-1)(t_f+t_b) + 2 x (ocean link)
     t = 10 * 1.5e-3  # one sequence through 10 blocks, forward + backward
@@ -162,6 +164,81 @@ def test_a_long_problem_list_is_capped():
     s.orders = [[] for _ in s.orders]  # every one of the 1024 actions is missing
     msg = raised(grading.schedule_valid, s, p=8, m=64)
     assert msg.startswith(
-        "your schedule (p=8, m=64) cannot run; 1024 problem(s):\n  - 0F0 (stage 0's forward"
+        "your schedule (p=8, m=64) cannot run. 1024 problem(s):\n  - 0F0 (stage 0's forward"
     )
     assert len(msg.splitlines()) == MAX_LINES + 1 and msg.endswith(" characters cut]")
+
+
+def test_without_switches_a_library_function_off_and_back_on():
+    from course_lib.grading.guard import without
+    from course_lib.schedules import builders
+
+    alias = builders.one_f_one_b  # a name a student imported before the check ran
+    with without(builders.one_f_one_b, why="write it yourself"):
+        with pytest.raises(AssertionError, match="one_f_one_b is switched off .*: write it yourself"):
+            alias(2, 2)
+        with pytest.raises(AssertionError, match="switched off"):
+            build_schedule("1f1b", 2, 2)  # the registry holds the same function
+    assert alias(2, 2).n_devices == 2 and build_schedule("1f1b", 2, 2).n_devices == 2
+
+    def closure():
+        return alias
+
+    with pytest.raises(Exception, match="only plain module-level functions"):
+        with without(closure, why="x"):
+            pass
+
+
+def test_checks_say_what_is_wrong_without_the_value():
+    from course_lib.grading import memory_checks, schedule_checks, wan_checks
+
+    msg = raised(schedule_checks.idle_fraction, lambda p, m: 0.5)
+    assert "too high by" in msg and "between 0.1 and 1" in msg and "0.27" not in msg
+    schedule_checks.idle_fraction(lambda p, m: (p - 1) / (m + p - 1), [(1, 1), (8, 32)])
+    schedule_checks.smallest_m(lambda p, limit: 118)  # 3/120 is not below 0.025: 118, not 117
+    assert "too low" in raised(schedule_checks.smallest_m, lambda p, limit: 117)
+    msg = raised(memory_checks.held, lambda s: [1] * s.n_stages, [("gpipe", 3, 5)])
+    assert "held(gpipe with p=3, m=5)[0]: you gave 1, which is too low" in msg
+    memory_checks.held(_peaks, [("1f1b", 4, 8), ("gpipe", 2, 3)])
+    problem = WanProblem()
+    msg = raised(wan_checks.predict_throughput, lambda pr, plan: throughput(pr, plan),
+                 [(problem, WanPlan(2, 64, "1f1b", (40, 40)))])  # fmt: skip
+    assert "switched off while your code is graded" in msg
+    msg = raised(wan_checks.choose_plan, lambda pr: WanPlan(8, 64, "1f1b", (10,) * 8), [problem])
+    assert "a higher one exists" in msg and "you are at 29% of it" in msg
+
+
+def _peaks(schedule):
+    """Each stage's peak micro-batches in flight, counted here (inflight_per_stage is switched off)."""
+    peak, now = [0] * schedule.n_stages, [0] * schedule.n_stages
+    for order in schedule.orders:
+        for a in order:
+            now[a.stage] += 1 if a.kind.name == "F" else -1
+            peak[a.stage] = max(peak[a.stage], now[a.stage])
+    return peak
+
+
+def test_feedback_cuts_hidden_tests_and_tracebacks_and_wraps():
+    import nbformat
+
+    from course_lib.grading.feedback import StudentFeedback, without_hidden_tests, wrapped
+
+    source = "check(1)\n### BEGIN HIDDEN TESTS\ncheck(118)\n### END HIDDEN TESTS\nprint('after')"
+    assert without_hidden_tests(source) == "check(1)\nprint('after')"
+    assert all(len(line) <= 100 for line in wrapped("word " * 100).splitlines())
+    test_cell = nbformat.v4.new_code_cell(source, metadata={"nbgrader": {"grade": True, "solution": False}})
+    test_cell.outputs = [nbformat.v4.new_output(
+        "error", ename="AssertionError", evalue="x: too high by 38%. Hint: " + "think " * 40,
+        traceback=["\x1b[31mTraceback\x1b[0m", "----> 3 check(118)"],
+    )]  # fmt: skip
+    student_cell = nbformat.v4.new_code_cell("1 / 0")
+    student_cell.outputs = [nbformat.v4.new_output(
+        "error", ename="ZeroDivisionError", evalue="division by zero",
+        traceback=["\x1b[31m----> 1 1 / 0\x1b[0m"],
+    )]  # fmt: skip
+    nb = nbformat.v4.new_notebook(cells=[test_cell, student_cell])
+    nb, _ = StudentFeedback()(nb, {})  # as nbconvert calls it (only if enabled)
+    shown = nb.cells[0].outputs[0]["text"]
+    assert "118" not in nb.cells[0].source + shown and "Traceback" not in shown
+    assert shown.startswith("AssertionError: x: too high by 38%") and max(map(len, shown.splitlines())) <= 100
+    assert nb.cells[1].outputs[0]["text"] == "----> 1 1 / 0\n"  # the student's own traceback stays

@@ -140,24 +140,3 @@ def throughput(problem: WanProblem, plan: WanPlan) -> float:
 
 def even_sizes(n_blocks: int, p: int) -> tuple[int, ...]:
     return uniform(n_blocks, p).sizes
-
-
-def best_plan(problem: WanProblem) -> tuple[WanPlan, float]:
-    """A strong plan by brute force over p, m, schedule and extra micro-batches on the ocean link
-    (even cuts; every block costs the same). Used to set the bar an assignment's plan must reach."""
-    best: tuple[WanPlan, float] | None = None
-    for p in range(2, 2 * problem.devices_per_site + 1, 2):
-        sizes = even_sizes(problem.n_blocks, p)
-        for m in (d for d in range(1, problem.batch + 1) if problem.batch % d == 0):
-            candidates = [WanPlan(p, m, "gpipe", sizes), WanPlan(p, m, "1f1b", sizes)]
-            for k in range(1, 9):  # extra in flight on the ocean link only
-                extra = tuple(k if link == p // 2 - 1 else 0 for link in range(p - 1))
-                candidates.append(WanPlan(p, m, "latency-aware-1f1b", sizes, extra))
-            for plan in candidates:
-                if check_plan(problem, plan):
-                    continue
-                value = throughput(problem, plan)
-                if best is None or value > best[1]:
-                    best = (plan, value)
-    require(best is not None, "no plan fits this problem's memory budget")
-    return best  # type: ignore[return-value]

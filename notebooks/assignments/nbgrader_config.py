@@ -1,8 +1,11 @@
 """nbgrader configuration for the course's assignments (see README.md in this folder).
 
-Run nbgrader commands from this folder: it is the course directory (source/, release/, submitted/,
-autograded/, feedback/ and gradebook.db live here; everything except source/ is git-ignored).
+nbgrader reads this file from the folder it runs in: run its commands here (this folder is the course
+directory: source/, release/, submitted/, autograded/, feedback/ and gradebook.db live here; everything
+except source/ is git-ignored).
 """
+
+import warnings
 
 c = get_config()  # noqa: F821  (nbgrader provides get_config when it reads this file)
 
@@ -14,3 +17,15 @@ c.CourseDirectory.source_directory = "source"
 c.Execute.timeout = 600
 # Same kernel the lessons use; a student's notebook says "python3".
 c.Execute.kernel_name = "python3"
+
+# The feedback students get shows each failed test's teaching message, wrapped to the page, but not the
+# hidden tests' code, their tracebacks or their expected values (course_lib/grading/feedback.py).
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+    "course_lib.grading.feedback.StudentFeedback",
+]
+
+# nbgrader 0.9's gradebook trips SQLAlchemy 2's "Object of type ... not in session" warning on every
+# autograde; it is harmless (the rows are saved), so it is not printed.
+warnings.filterwarnings("ignore", message="Object of type .* not in session")

@@ -10,6 +10,12 @@ validator's sentences). Lessons use ``course_lib.exercises.check`` instead, whic
     grading.schedule_valid(my_schedule, p=4, m=8)       # raises, listing every problem in words
     value = grading.call("idle_fraction", idle_fraction, 4, 8, hint="...")  # unwritten -> message
 
+The assignments' visible checks live in ``course_lib.grading.checks``: they compute the right answer
+from the library's primitives and say only how far off a student is, never the answer itself.
+``course_lib.grading.feedback`` is the nbgrader preprocessor that keeps the hidden tests out of the
+feedback students get. ``course_lib.grading.guard.without`` switches off a library function while a
+student's function runs (so "write 1F1B yourself" cannot be answered by calling the library's).
+
 Try it: ``grading.number("x", None, 1.0, hint="h")`` raises "x: no answer yet ... Hint: h".
 """
 
@@ -126,22 +132,24 @@ def numbers(name: str, answer: object, expected: Sequence[float], hint: str = ""
 
 
 @_graded
-def schedule_valid(schedule: object, p: int | None = None, m: int | None = None, name: str = "") -> None:
+def schedule_valid(
+    schedule: object, p: int | None = None, m: int | None = None, name: str = "", hint: str = ""
+) -> None:
     """Fail unless `schedule` is a Schedule of p devices and m micro-batches that can run: every
     action once, on the right device, and no deadlock (the validator's sentences, first few)."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
-    label = name or "your schedule"
-    answered(label, schedule, "build a course_lib.schedules.ir.Schedule")
+    label, tip = name or "your schedule", _hint(hint)
+    answered(label, schedule, hint or "build a course_lib.schedules.ir.Schedule")
     if not isinstance(schedule, Schedule):
-        fail(f"{label}: expected a Schedule (course_lib.schedules.ir), got {type(schedule).__name__}")
+        fail(f"{label}: expected a Schedule (course_lib.schedules.ir), got {type(schedule).__name__}.{tip}")
     if p is not None and schedule.n_devices != p:
-        fail(f"{label}: expected {p} devices (one order per device), got {schedule.n_devices} orders")
+        fail(f"{label}: expected {p} devices (one order per device), got {schedule.n_devices} orders.{tip}")
     if m is not None and schedule.n_microbatches != m:
-        fail(f"{label}: expected n_microbatches={m}, got {schedule.n_microbatches}")
+        fail(f"{label}: expected n_microbatches={m}, got {schedule.n_microbatches}.{tip}")
     if problems := check(schedule):  # fail caps the list: a student fixes the first few and runs again
         fail(
-            f"{label} (p={schedule.n_devices}, m={schedule.n_microbatches}) cannot run; "
-            f"{len(problems)} problem(s):\n  - " + "\n  - ".join(problems)
+            f"{label} (p={schedule.n_devices}, m={schedule.n_microbatches}) cannot run.{tip} "
+            f"{len(problems)} problem(s):\n  - " + "\n  - ".join(problems)  # hint first: the list gets capped
         )
 
 
@@ -152,10 +160,7 @@ def schedule_equals(schedule: Schedule, expected: Schedule, hint: str = "") -> N
     for d, (got, want) in enumerate(zip(schedule.orders, expected.orders, strict=True)):
         for i, (a, b) in enumerate(zip(got, want, strict=False)):
             if a != b:
-                fail(
-                    f"device {d}, position {i}: you run {a}, {expected.name} runs {b} there "
-                    f"(device {d}'s order should start {' '.join(map(str, want[: i + 1]))}).{_hint(hint)}"
-                )
+                fail(f"device {d}, position {i}: you run {a}, {expected.name} runs {b} there.{_hint(hint)}")
         if len(got) != len(want):
             fail(f"device {d} runs {len(got)} actions, {expected.name} runs {len(want)}.{_hint(hint)}")
 
@@ -191,12 +196,13 @@ def partition_fits(sizes: object, profile, schedule: str, m: int, budget_bytes: 
 def close_to_best(
     name: str, value: float, best: float, within: float, higher_is_better: bool, hint: str = ""
 ):
-    """Fail unless `value` is within a fraction `within` of the best known `best`."""
+    """Fail unless `value` is within a fraction `within` of the best known `best` (which the message
+    does not give away: only how far from it the student is)."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
     ratio = value / best if higher_is_better else best / value
     if ratio < 1 - within:
         better = "higher" if higher_is_better else "lower"
         fail(
-            f"{name}: yours is {value:.4g}; a plan with {better} {name} ({best:.4g}) exists, and you need "
-            f"within {within:.0%} of it (you are at {ratio:.0%}).{_hint(hint)}"
+            f"{name}: yours is {value:.4g}; a {better} one exists, and you need to be within {within:.0%} "
+            f"of the best (you are at {ratio:.0%} of it).{_hint(hint)}"
         )

@@ -1,0 +1,190 @@
+"""The assignments' checks on single wrong answers, in-process (fast), and the parts test_assignments.py
+shares: the solution text a student must never see, and the "hard-coded" submissions.
+
+A hard-coded submission is what a student looking for a shortcut writes: the visible checks' answers and
+the solution's printed outputs copied in as constants (a function that returns the one visible value, a
+schedule written out for the one visible p and m). The hidden tests try other sizes, so it must score
+at most 30% (test_assignments.py grades it with nbgrader).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+from course_lib.balance import inflight_per_stage
+from course_lib.schedules.builders import build_schedule
+
+COURSE = Path(__file__).resolve().parent.parent / "notebooks" / "assignments"
+ASSIGNMENTS = sorted(p.parent.name for p in (COURSE / "source").glob("*/*.ipynb"))
+REGION = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", re.S)
+
+
+def cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["cells"]
+
+
+def grade_info(cell: dict) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def errors(cell: dict) -> list[dict]:
+    return [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+
+
+def solution_secrets(name: str, solution: bool = True, hidden: bool = True) -> list[str]:
+    """The distinctive lines of an assignment's solution (and/or hidden-test) regions: stripped, at
+    least 12 characters, and not also written outside the regions (a closing bracket gives nothing away)."""
+    (source,) = (COURSE / "source" / name).glob("*.ipynb")
+    text = "\n".join("".join(c["source"]) for c in cells(source))
+    outside = {line.strip() for line in REGION.sub("", text).splitlines()}
+    wanted = {kind for kind, on in (("SOLUTION", solution), ("HIDDEN TESTS", hidden)) if on}
+    secrets = [
+        line.strip()
+        for kind, body in REGION.findall(text) if kind in wanted
+        for line in body.splitlines() if len(line.strip()) >= 12 and line.strip() not in outside
+    ]  # fmt: skip
+    assert secrets or not solution, f"{name}: no solution regions found"
+    return secrets
+
+
+def literal_schedule(name: str, p: int, m: int) -> str:
+    """Python source that builds the library's schedule `name` for (p, m) action by action: a copy."""
+    schedule = build_schedule(name, p, m)
+    orders = [
+        "[" + ", ".join(f"Action({a.stage}, Kind.{a.kind.name}, {a.microbatch})" for a in order) + "]"
+        for order in schedule.orders
+    ]
+    return f"Schedule({name!r}, {p}, {m}, [{', '.join(orders)}], {list(range(p))})"
+
+
+HARD_CODED: dict[str, dict[str, str]] = {  # assignment -> answer cell's grade_id -> what replaces it
+    "a1_bubble": {
+        "a1_idle_fraction": "def idle_fraction(p, m):\n    return 3 / 11\n\n\n"
+        "def bubble_over_ideal(p, m):\n    return 3 / 8",
+        "a1_claim": "def smallest_m(p, limit):\n    return 118",
+        "a1_my_gpipe": f"def my_gpipe(p, m):\n    return {literal_schedule('gpipe', 4, 8)}",
+        "a1_simulated": "simulated_bubble = 0.2727272727",
+    },
+    "a2_one_f_one_b": {
+        "a2_my_1f1b": f"def my_1f1b(p, m):\n    return {literal_schedule('1f1b', 4, 8)}",
+        "a2_peak": "peak_stage0_1f1b = 4\npeak_stage0_gpipe = 8",
+    },
+    "a3_memory_budget": {
+        "a3_stage_bytes": "def stage_bytes(profile, start, end, inflight):\n    return 25436160",
+        "a3_inflight": "def held(schedule):\n"
+        f"    return {inflight_per_stage(build_schedule('gpipe', 4, 8))} if schedule.name == 'gpipe' "
+        f"else {inflight_per_stage(build_schedule('1f1b', 4, 8))}",
+        "a3_fit_partition": "def fit_partition(profile, p, m, budget, schedule='1f1b'):\n"
+        "    return [14, 16, 22, 30]",
+        "a3_min_stages": "def min_stages(profile, m, budget, schedule):\n"
+        "    return 12 if schedule == 'gpipe' else 4",
+    },
+    "a4_two_continents": {
+        "a4_latency": "def one_way_latency_ms(west, east, route_factor):\n    return 48.156",
+        "a4_extra": "def extra_needed(problem, p, m):\n    return 7",
+        "a4_plan": "def choose_plan(problem):\n"
+        "    return WanPlan(8, 64, 'latency-aware-1f1b', (10,) * 8, (0, 0, 0, 7, 0, 0, 0))\n\n\n"
+        "my_plan = choose_plan(problem)",
+        "a4_predict": "def predict_throughput(problem, plan):\n    return 55.08",
+    },
+}
+
+
+def hard_coded_notebook(release: Path, dest: Path) -> None:
+    """Copy the student version in `release` to `dest` with its answer cells replaced by HARD_CODED's."""
+    shutil.copytree(release, dest)
+    (notebook,) = dest.glob("*.ipynb")
+    nb = json.loads(notebook.read_text())
+    answers = HARD_CODED[release.name]
+    for cell in nb["cells"]:
+        grade_id = grade_info(cell).get("grade_id")
+        if grade_info(cell).get("solution"):
+            assert grade_id in answers, f"{release.name}: no hard-coded answer for {grade_id}"
+            cell["source"] = answers[grade_id]
+    notebook.write_text(json.dumps(nb))
+
+
+def run_test_cell(assignment: str, grade_id: str, student_code: str) -> str:
+    """Run a source notebook's imports, then `student_code`, then test cell `grade_id` (hidden tests
+    included), in-process; return the AssertionError's message ('' if the test passed)."""
+    (notebook,) = (COURSE / "source" / assignment).glob("*.ipynb")
+    nb_cells = cells(notebook)
+    namespace: dict = {}
+    for cell in nb_cells:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and grade_info(cell).get("grade_id", "").endswith("_imports"):
+            exec(source, namespace)
+    exec(student_code, namespace)
+    (test_cell,) = [c for c in nb_cells if grade_info(c).get("grade_id") == grade_id]
+    try:
+        exec("".join(test_cell["source"]), namespace)
+    except AssertionError as err:
+        return str(err)
+    return ""
+
+
+def test_wrong_gpipe_is_told_which_action_waits_for_which_on_which_device():
+    backwards_first = """
+def my_gpipe(p, m):
+    orders = [[Action(d, Kind.B, mb) for mb in range(m)] + [Action(d, Kind.F, mb) for mb in range(m)]
+              for d in range(p)]
+    return Schedule("mine", p, m, orders, list(range(p)))
+"""
+    message = run_test_cell("a1_bubble", "a1_test_gpipe_valid", backwards_first)
+    assert "deadlock: device 0 is stuck at 0B0" in message
+    assert (
+        "it needs 0F0 (stage 0's forward of micro-batch 0), which this same device runs only later" in message
+    )
+    reversed_backwards = """
+def my_gpipe(p, m):
+    orders = [[Action(d, Kind.F, mb) for mb in range(m)] + [Action(d, Kind.B, m - 1 - mb) for mb in range(m)]
+              for d in range(p)]
+    return Schedule("mine", p, m, orders, list(range(p)))
+"""
+    message = run_test_cell("a1_bubble", "a1_test_gpipe_valid", reversed_backwards)  # valid, not GPipe's
+    assert "position 8: you run 0B7, gpipe runs 0B0 there" in message and "Hint:" in message
+
+
+def test_wrong_numbers_get_direction_magnitude_and_hint_not_the_value():
+    message = run_test_cell(
+        "a1_bubble", "a1_test_idle_fraction", "def idle_fraction(p, m):\n    return (p - 1) / m"
+    )
+    assert "idle_fraction(4, 8): you gave 0.375, which is too high by 38%" in message
+    assert "between 0.1 and 1" in message and "Hint:" in message
+    assert "0.27" not in message and "3/11" not in message
+    right = "idle_fraction = lambda p, m: (p - 1) / (m + p - 1)"
+    assert run_test_cell("a1_bubble", "a1_test_idle_fraction", right) == ""
+
+
+def test_calling_the_library_builder_is_refused_while_graded():
+    shortcut = (
+        "from course_lib.schedules.builders import build_schedule\n"
+        "my_1f1b = lambda p, m: build_schedule('1f1b', p, m)"
+    )
+    message = run_test_cell("a2_one_f_one_b", "a2_test_valid", shortcut)
+    assert "one_f_one_b is switched off while your code is graded" in message
+    assert build_schedule("1f1b", 2, 2).n_devices == 2  # and it is back afterwards
+
+
+def test_the_library_closed_form_does_not_answer_the_derivation():
+    shortcut = (
+        "from course_lib.schedules.closed_forms import gpipe_bubble\n"
+        "idle_fraction = lambda p, m: gpipe_bubble(p, m)"
+    )
+    message = run_test_cell("a1_bubble", "a1_test_idle_fraction", shortcut)
+    assert "gpipe_bubble is switched off while your code is graded: derive the formula yourself" in message
+
+
+def test_1f1b_that_holds_too_much_is_told_where():
+    gpipe_in_disguise = """
+def my_1f1b(p, m):
+    orders = [[Action(d, Kind.F, mb) for mb in range(m)] + [Action(d, Kind.B, mb) for mb in range(m)]
+              for d in range(p)]
+    return Schedule("mine", p, m, orders, list(range(p)))
+"""
+    assert run_test_cell("a2_one_f_one_b", "a2_test_valid", gpipe_in_disguise) == ""  # valid...
+    message = run_test_cell("a2_one_f_one_b", "a2_test_memory", gpipe_in_disguise)  # ...but holds m
+    assert "stage 0 holds 8 micro-batches' activations at once" in message and "at most 4" in message
