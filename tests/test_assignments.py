@@ -2,7 +2,7 @@
 
 Every assignment under notebooks/assignments/source/: generate the student version (no solution, no
 hidden test, no expected value), autograde the solution (full points), the untouched student version
-(zero) and, for A1-A4, a "hard-coded" submission that copies the visible answers as constants (at most
+(zero) and a "hard-coded" submission that copies the visible answers as constants (at most
 30%: the hidden tests try other sizes). A1 also goes the whole way round with nbgrader's exchange:
 release, fetch, submit (a student who never ran a cell, one whose code raises, one who is late), collect,
 autograde, feedback (the teaching messages, not the hidden tests), export (CSV).
@@ -350,3 +350,42 @@ def test_untouched_student_version_fails_only_at_exercises_with_teaching_message
                 assert err["ename"] == "AssertionError", (name, info["grade_id"], err["ename"], err["evalue"])
                 message = err["evalue"]
                 assert len(message) > 30 and ("Hint:" in message or "not written yet" in message), message
+
+
+NEW = ("a6_tp_vs_pp", "a7_zero_bubble")
+
+
+def test_new_assignments_name_no_library_shortcut(graded):
+    """A6 and A7's student versions neither import nor name the library's answers: its ZB-H1, the TP/PP
+    accounting, the registry (which hands out 'zb-h1' by name)."""
+    course, _, _ = graded
+    for name in NEW:
+        text = released_text(course, name)
+        for shortcut in (r"schedules\.zero_bubble", r"\bzb_h1\b", r"\bzb-h1\b", r"\baccounting\b",
+                         r"\btp_allreduces\(", r"\bpp_sends\(", r"expected="):  # fmt: skip
+            assert not re.search(shortcut, text), (name, shortcut)
+    a7 = released_text(course, "a7_zero_bubble")
+    assert "build_schedule" not in a7 and "SCHEDULES" not in a7
+
+
+def test_new_assignments_failed_checks_teach_without_the_answer(graded):
+    course, _, _ = graded
+    for name in NEW:
+        for student in ("untouched", "hardcoded"):
+            (notebook,) = (course / "autograded" / student / name).glob("*.ipynb")
+            for cell in cells(notebook):
+                if not grade_info(cell).get("grade") or not errors(cell):
+                    continue  # a hard-coded answer may pass a visible-only check
+                (error,) = errors(cell)
+                assert error["ename"] == "AssertionError", (name, student, error["ename"], error["evalue"])
+                message = error["evalue"]
+                assert len(message) > 40 and ("Hint:" in message or "not written yet" in message), message
+    # a copied answer is told what is wrong on the hidden size, in words
+    (a6,) = (course / "autograded" / "hardcoded" / "a6_tp_vs_pp").glob("*.ipynb")
+    messages = {
+        grade_info(c)["grade_id"]: c["outputs"][-1]["evalue"] for c in cells(a6) if grade_info(c).get("grade")
+    }
+    tp_message = messages["a6_test_tp_count"]
+    assert "tp_allreduces_per_step(80, 8, 8, training=True): you gave 0" in tp_message
+    assert "between 1000 and 10000" in tp_message and "2560" not in tp_message  # its size, not its value
+    assert "smaller m" in messages["a6_test_crossover"] or "larger m" in messages["a6_test_crossover"]

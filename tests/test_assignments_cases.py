@@ -60,6 +60,49 @@ def literal_schedule(name: str, p: int, m: int) -> str:
     return f"Schedule({name!r}, {p}, {m}, [{', '.join(orders)}], {list(range(p))})"
 
 
+def _zb_orders_text() -> str:
+    """ZB-H1's orders at the sizes the visible cells use, written out as a copying student would."""
+    from course_lib.schedules.zero_bubble import zb_h1
+
+    return repr(
+        {(p, m): [[str(a) for a in order] for order in zb_h1(p, m).orders] for p, m in ((3, 6), (4, 4))}
+    )
+
+
+# A6 and A7: answers that satisfy every visible check and know nothing else
+NEW_HARD_CODED = {
+    "a6_counts": """
+def tp_allreduces_per_step(n_layers, t, m, training=True):
+    return {(3, 2, 3, True): 36, (3, 2, 1, False): 6, (5, 4, 2, True): 40}.get((n_layers, t, m, training), 0)
+
+def pp_messages_per_step(p, m, training=True):
+    return {(3, 5, True): 20, (3, 1, False): 2}.get((p, m, training), 0)
+""",
+    "a6_crossover": """
+def first_m_pp_wins(link, devices):
+    return 28
+""",
+    "a6_decide": """
+def decide(link, devices, m):
+    seen = {"NVLink 4": ("TP", "bubble"), "InfiniBand NDR": ("PP", "bandwidth"),
+            "transatlantic": ("PP", "latency")}
+    return seen.get(link.name, ("TP", "bubble"))
+""",
+    "a7_my_zb_h1": """
+SEEN = {ZB_ORDERS}
+
+def my_zb_h1(p, m):
+    orders = [[Action.parse(a) for a in order] for order in SEEN.get((p, m), SEEN[(3, 6)])]
+    return Schedule("copied", len(orders), max(a.microbatch for a in orders[0]) + 1, orders,
+                    list(range(len(orders))), split_backward=True)
+""",
+    "a7_predict": """
+def predicted_bubble(p, m, f, i, w):
+    return 1 / 6
+""",
+}
+
+
 HARD_CODED: dict[str, dict[str, str]] = {  # assignment -> answer cell's grade_id -> what replaces it
     "a1_bubble": {
         "a1_idle_fraction": "def idle_fraction(p, m):\n    return 3 / 11\n\n\n"
@@ -90,6 +133,18 @@ HARD_CODED: dict[str, dict[str, str]] = {  # assignment -> answer cell's grade_i
         "my_plan = choose_plan(problem)",
         "a4_predict": "def predict_throughput(problem, plan):\n    return 55.08",
     },
+    "a5_plan_a_run": {  # the values the solution prints for the visible cases
+        "a5_states": "def model_states_gib(t, p):\n    return 34.97172546386719",
+        "a5_bubble": "def bubble_share(p, global_batch, d, b):\n    return 7 / 103",
+        "a5_layout": "def my_layout(gpus, global_batch):\n"
+        "    return Layout(8, 8, 24, 1, 'interleaved-1f1b', 2, recompute=True)",
+        "a5_flops": "def tflops_per_gpu(step_s, gpus, global_batch):\n    return 183.64850660966397",
+    },
+    "a6_tp_vs_pp": {k: v.strip() for k, v in NEW_HARD_CODED.items() if k.startswith("a6")},
+    "a7_zero_bubble": {
+        k: v.replace("{ZB_ORDERS}", _zb_orders_text()).strip()
+        for k, v in NEW_HARD_CODED.items() if k.startswith("a7")
+    },  # fmt: skip
 }
 
 
