@@ -200,6 +200,19 @@ def setup(cfg: TrainConfig, corpus: Corpus | None = None) -> tuple[Corpus, ToyGP
     return corpus, model.to(resolve_device(cfg.device))
 
 
+def reference_run(cfg: TrainConfig) -> tuple[list[float], dict[str, Tensor], dict[str, Tensor]]:
+    """What every engine's run is held against: the single-device trainer's loss per step, its last
+    step's gradients and its final weights, by parameter name."""
+    corpus, model = setup(cfg)
+    optimizer = make_optimizer(model, cfg)
+    losses = []
+    for x, y in train_batches(corpus, cfg):
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(accumulate_gradients(model, x, y, cfg.microbatches))
+        optimizer.step()
+    return losses, {n: p.grad for n, p in model.named_parameters()}, dict(model.named_parameters())
+
+
 def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
     """Train the whole model on one device; one optimizer step per batch of m micro-batches."""
     corpus, model = setup(cfg)

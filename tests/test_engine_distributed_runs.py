@@ -11,7 +11,7 @@ import torch
 from course_lib.engines.dist_worker import Fault
 from course_lib.engines.distributed import DistributedError, launch, make_spec, run_distributed
 from course_lib.links import Link
-from course_lib.reference import TrainConfig, accumulate_gradients, make_optimizer, setup, train_batches
+from course_lib.reference import TrainConfig, reference_run
 from course_lib.schedules.builders import build_schedule
 
 pytestmark = pytest.mark.processes
@@ -34,17 +34,6 @@ P4_JOBS = [
 ]
 
 
-def reference(cfg: TrainConfig):
-    """Losses, last step's gradients and final weights of the single-device trainer."""
-    corpus, model = setup(cfg)
-    optimizer = make_optimizer(model, cfg)
-    losses = []
-    for x, y in train_batches(corpus, cfg):
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(accumulate_gradients(model, x, y, cfg.microbatches))
-        optimizer.step()
-    grads = {n: p.grad for n, p in model.named_parameters()}
-    return losses, grads, dict(model.named_parameters())
 
 
 def specs_for(jobs, ranks):
@@ -57,7 +46,7 @@ def specs_for(jobs, ranks):
 
 def assert_matches_reference(jobs, results):
     for (name, _, m, _, _), r in zip(jobs, results, strict=True):
-        losses, grads, params = reference(TrainConfig(**TINY, microbatches=m))
+        losses, grads, params = reference_run(TrainConfig(**TINY, microbatches=m))
         assert r.losses == pytest.approx(losses, rel=1e-5), name
         assert sorted(r.grads) == sorted(grads), name
         for key, g in grads.items():

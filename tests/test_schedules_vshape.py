@@ -17,14 +17,7 @@ from course_lib import cli
 from course_lib.costs import StageCosts
 from course_lib.engines.local import LocalPipelineTrainer
 from course_lib.errors import CourseError
-from course_lib.reference import (
-    TrainConfig,
-    accumulate_gradients,
-    make_optimizer,
-    reference_gradients,
-    setup,
-    train_batches,
-)
+from course_lib.reference import TrainConfig, reference_gradients, reference_run
 from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
 from course_lib.schedules.closed_forms import Case
 from course_lib.schedules.ir import Action, Kind
@@ -255,16 +248,6 @@ def test_local_engine_takes_virtual_2_and_refuses_3(corpus):
 
 
 # ---- trained for real: the distributed engine ---------------------------------------------------
-def reference(cfg: TrainConfig):
-    """Losses, last step's gradients and final weights of the single-device trainer."""
-    corpus, model = setup(cfg)
-    optimizer = make_optimizer(model, cfg)
-    losses = []
-    for x, y in train_batches(corpus, cfg):
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(accumulate_gradients(model, x, y, cfg.microbatches))
-        optimizer.step()
-    return losses, {n: p.grad for n, p in model.named_parameters()}, dict(model.named_parameters())
 
 
 TINY = dict(n_layers=6, d_model=16, n_heads=2, seq_len=16, batch_size=8, steps=2)
@@ -290,7 +273,7 @@ def test_distributed_engine_equals_the_reference(ranks):
     ]  # fmt: skip
     for (name, _, m, _), result in zip(jobs, launch(specs), strict=True):
         assert result.schedule == name and specs[0].virtual == 2
-        losses, grads, params = reference(TrainConfig(**tiny, microbatches=m))
+        losses, grads, params = reference_run(TrainConfig(**tiny, microbatches=m))
         assert result.losses == pytest.approx(losses, rel=1e-5), name
         for key, g in grads.items():
             torch.testing.assert_close(result.grads[key], g, rtol=1e-5, atol=1e-7, msg=f"{name} {key}")

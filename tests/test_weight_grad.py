@@ -17,7 +17,7 @@ from course_lib.engines.distributed import launch, make_spec
 from course_lib.engines.local import LocalPipelineTrainer
 from course_lib.engines.runtime import StageRuntime
 from course_lib.model import ModelConfig, build_model
-from course_lib.reference import TrainConfig, accumulate_gradients, make_optimizer, setup, train_batches
+from course_lib.reference import TrainConfig, reference_run, train_batches
 
 VOCAB, WIDTH = 8, 16
 
@@ -181,20 +181,10 @@ def test_stash_bytes_of_a_zb_h1_step_count_what_waits_for_w():
 TINY = dict(n_layers=6, d_model=16, n_heads=2, seq_len=16, batch_size=8, steps=2, lr=1e-2)
 
 
-def reference(cfg: TrainConfig):
-    """Losses, the last step's gradients and the final weights of the single-device trainer."""
-    corpus, model = setup(cfg)
-    optimizer = make_optimizer(model, cfg)
-    losses = []
-    for x, y in train_batches(corpus, cfg):
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(accumulate_gradients(model, x, y, cfg.microbatches))
-        optimizer.step()
-    return losses, {n: p.grad for n, p in model.named_parameters()}, dict(model.named_parameters())
 
 
 def assert_like_reference(cfg: TrainConfig, losses, grads, params) -> None:
-    want_losses, want_grads, want_params = reference(cfg)
+    want_losses, want_grads, want_params = reference_run(cfg)
     assert losses == pytest.approx(want_losses, rel=1e-5)
     assert sorted(grads) == sorted(want_grads)
     assert max((grads[k] - g).abs().max().item() for k, g in want_grads.items()) <= 1e-5
