@@ -8,13 +8,12 @@ import json
 
 import pytest
 import torch
-from test_engine_distributed_runs import reference  # the single-device trainer's losses, grads, weights
 
 from course_lib.cli import main, torchrun
 from course_lib.data import split_microbatches
 from course_lib.engines.distributed import MAX_LOCAL_RANKS, Fault, launch, make_spec
 from course_lib.errors import CourseError
-from course_lib.reference import TrainConfig
+from course_lib.reference import TrainConfig, reference_run
 from course_lib.schedules.builders import build_schedule
 from course_lib.tp.mesh import Mesh, replica_share
 
@@ -130,7 +129,7 @@ def test_tp_pp_dp_give_the_reference_loss_gradients_and_weights(tpd):
         for s, v, m, options in jobs
     ]  # fmt: skip
     for (name, v, m, _), r in zip(jobs, launch(specs), strict=True):
-        losses, grads, params = reference(TrainConfig(**TINY, microbatches=m))
+        losses, grads, params = reference_run(TrainConfig(**TINY, microbatches=m))
         assert (r.tp, r.ranks, r.dp) == tpd
         assert r.losses == pytest.approx(losses, rel=1e-5), name
         assert sorted(r.grads) == sorted(grads), name  # every weight of the full model, glued back

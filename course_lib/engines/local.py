@@ -104,7 +104,7 @@ class LocalPipelineTrainer:
         cfg: TrainConfig,
         schedule: str | Schedule = "1f1b",
         stages: int | None = None,  # None: 4 for a schedule by name, the schedule's own for a built one
-        virtual: int | None = None,  # None: 1 for a schedule by name
+        virtual: int | None = None,  # None: the schedule's default (2 if it takes v, else 1)
         partition: Partition | Sequence[int] | None = None,
         checkpoint: str = "never",
         links: Link | Sequence[Link] | None = None,

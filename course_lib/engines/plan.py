@@ -85,16 +85,16 @@ def resolve_schedule(
     cfg: TrainConfig, schedule: str | Schedule, stages: int | None = 4, virtual: int | None = None
 ) -> Schedule:
     """The Schedule to run: a built one as given (its m, and `stages` / `virtual` if given, must
-    agree), or one built by name for `stages` devices x `virtual` stages each (None: 1, or the only v
-    a schedule takes, 2 for V shapes); validated either way
+    agree), or one built by name for `stages` devices x `virtual` stages each (None: the registry's
+    default_virtual, 2 for schedules that take v, else 1); validated either way
     (CourseError naming the fault). Every engine calls this, so a hand-made or latency-aware
     schedule runs wherever a name does."""
     if isinstance(schedule, Schedule):
         _check_built(schedule, cfg, stages, virtual)
         sched = schedule
     else:
-        fixed = SCHEDULES[resolve_name(schedule)].fixed_virtual  # V shapes: 2, their only v
-        stages, virtual = 4 if stages is None else stages, (fixed or 1) if virtual is None else virtual
+        default = SCHEDULES[resolve_name(schedule)].default_virtual  # 2 for interleaving and V shapes
+        stages, virtual = 4 if stages is None else stages, default if virtual is None else virtual
         _whole(stages, "stages")
         _whole(virtual, "virtual")
         n_layers = cfg.n_layers + 2  # embedding + blocks + head

@@ -54,10 +54,11 @@ class LessonRun:
 
 def train_pipeline(
     schedule: str = "1f1b", stages: int = 4, microbatches: int = 8, steps: int = 20, *, n_layers: int = 80,
-    virtual: int = 1, links: Link | None = None, checkpoint: str = "never", progress: bool = True,
+    virtual: int | None = None, links: Link | None = None, checkpoint: str = "never", progress: bool = True,
     stop: Callable[[int], bool] | None = None, **config,
 ) -> LessonRun:  # fmt: skip
     """Train the toy model with the local engine; other TrainConfig fields may be given by name.
+    `virtual` None: the schedule's own default (1, or 2 for the V shapes, which take only 2).
     `stop(steps_done)`, asked before every action, stops the run (TrainingStopped) by returning True."""
     cfg = replace(TrainConfig(), n_layers=n_layers, microbatches=microbatches, steps=steps, **config)
     trainer = LocalPipelineTrainer(cfg, schedule, stages, virtual=virtual, checkpoint=checkpoint, links=links)

@@ -50,17 +50,12 @@ def idle_inside(tl: Timeline, device: int) -> float:
     return max(s.end for s in spans) - min(s.start for s in spans) - tl.busy(device)
 
 
-def default_virtual(name: str) -> int:
-    """Stages per device a schedule runs with by default: 2 if it takes v (the CLI's default), else 1."""
-    return 2 if SCHEDULES[name].uses_virtual else 1
-
-
 def family_rows(p: int, m: int, costs: StageCosts | None = None) -> list[FamilyRow]:
     """Simulate every registered schedule at p devices, m micro-batches; `costs` per device's share."""
     costs = costs if costs is not None else StageCosts(1.0, 1.0, 1.0)
     rows = []
     for name, info in SCHEDULES.items():
-        v = default_virtual(name)
+        v = SCHEDULES[name].default_virtual
         try:
             tl = simulate(build_schedule(name, p, m, v), costs.per_virtual_stage(v))
         except CourseError as err:  # sizes this schedule refuses: a row that says why
