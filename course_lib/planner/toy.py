@@ -30,11 +30,15 @@ def toy_shape(cfg: TrainConfig, vocab_size: int) -> ModelShape:
     )  # fmt: skip
 
 
-def this_machine(ranks: int, shape: ModelShape, cfg: TrainConfig, measured_step_s: float) -> Cluster:
-    """`ranks` processes on this machine, their rate calibrated on one measured reference step."""
+def this_machine(
+    ranks: int, shape: ModelShape, cfg: TrainConfig, measured_step_s: float, memory_bytes: float = 4 * 2**30
+) -> Cluster:
+    """`ranks` processes on this machine, their rate calibrated on one measured reference step;
+    `memory_bytes` per process (a budget the lesson may set below what the whole model needs)."""
     require(measured_step_s > 0, f"measured_step_s must be > 0 seconds, got {measured_step_s!r}")
+    require(memory_bytes > 0, f"memory_bytes must be > 0, got {memory_bytes!r}")
     rate = shape.step_flops(cfg.batch_size, recompute=False) / measured_step_s
     return Cluster(
-        "this-machine", "CPU process", rate, 4 * 2**30, ranks, LOOPBACK, LOOPBACK, efficiency=1.0,
+        "this-machine", "CPU process", rate, memory_bytes, ranks, LOOPBACK, LOOPBACK, efficiency=1.0,
         source="measured: one step of the reference trainer on this machine; links assumed",
     )  # fmt: skip
