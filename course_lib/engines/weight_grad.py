@@ -14,11 +14,12 @@ its backward the way the Zero Bubble paper does (Qi et al. 2024, arXiv 2401.1024
   autograd would run (on the CPU the gradients equal a full backward's bit for bit: the tests check
   it), and no autograd call.
 
-Every other parameter of the stage (LayerNorms, embeddings, or a weight used outside a module call, as
-a tensor-parallel shard's ``F.linear`` weights are) gets its gradient from I's own autograd call, held
-until W adds it in: exact for any module. For LayerNorms and embeddings that is the cheaper choice
-(measured: keeping their inputs and output gradients for W held more bytes between I and W, and W
-then needed an autograd call of its own for them); for a shard it puts its weight work in I.
+Every other parameter of the stage (LayerNorms, embeddings, a tensor-parallel shard's separate bias,
+or a weight used outside a module call through ``F.linear``) gets its gradient from I's own autograd
+call, held until W adds it in: exact for any module. For LayerNorms and embeddings that is the cheaper
+choice (measured: keeping their inputs and output gradients for W held more bytes between I and W, and
+W then needed an autograd call of its own for them). A tensor-parallel stage's slices are
+``nn.Linear`` modules (``course_lib/tp/shard.py``), so their weight work moves to W like any other's.
 Assumption: a linear layer's parameters are used only through calls of linear layers (a weight tied
 to an embedding, say, would lose the embedding's share).
 """
