@@ -142,6 +142,11 @@ class ThreadComm:
         ("zb-h1", 2, 1, 4),
         ("interleaved-1f1b", 2, 2, 4),
         ("1f1b", 1, 1, 2),
+        ("looped-bfs", 2, 2, 4),
+        ("interleaved-zb", 2, 2, 4),
+        ("zb-h2", 3, 1, 4),
+        ("zb-v", 2, 2, 4),  # the V's turn: stage 1 -> 2 stays on device 1
+        ("dualpipe-v", 2, 2, 4),
     ],
 )
 def test_the_rank_loop_gives_the_reference_gradients(corpus, schedule, ranks, virtual, m):

@@ -14,23 +14,16 @@ Findings recorded here, for torch 2.13:
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
 import torch
-from test_engine_distributed import TINY as THREAD_TINY
-from test_engine_distributed import ThreadComm
 from test_engine_distributed_runs import assert_matches_reference, specs_for
 
 from course_lib.costs import StageCosts
-from course_lib.data import split_microbatches
-from course_lib.engines.dist_worker import StepRecorder, build_rank, run_schedule
-from course_lib.engines.distributed import launch, make_spec
+from course_lib.engines.distributed import launch
 from course_lib.engines.local import LocalPipelineTrainer
 from course_lib.errors import CourseError
 from course_lib.links import Link
-from course_lib.reference import TrainConfig, first_batch, max_grad_diff, reference_gradients
+from course_lib.reference import TrainConfig, max_grad_diff, reference_gradients
 from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
 from course_lib.schedules.closed_forms import Case
 from course_lib.schedules.family import idle_inside
@@ -241,34 +234,7 @@ def test_local_engine_trains_like_the_reference(corpus, name, p, v, m, partition
     assert sorted(got) == sorted(want) and max_grad_diff(got, want) <= 1e-5
 
 
-# ---- real training, distributed engine ---------------------------------------------------------------
-@pytest.mark.parametrize(
-    "name, ranks, v, m", [("looped-bfs", 2, 2, 4), ("interleaved-zb", 2, 2, 4), ("zb-h2", 3, 1, 4)]
-)
-def test_the_rank_loop_gives_the_reference_gradients(corpus, name, ranks, v, m):
-    """The distributed engine's rank loop, ranks as threads (no processes): fast, every message counted."""
-    spec = make_spec(TrainConfig(**THREAD_TINY, microbatches=m), name, ranks, virtual=v)
-    built = [build_rank(spec, r, torch.device("cpu"))[1] for r in range(ranks)]
-    batch = split_microbatches(*first_batch(corpus, spec.cfg), m)
-    box, ready, errors = {}, threading.Condition(), []
-
-    def rank_thread(rank):
-        try:
-            recorder = StepRecorder(rank.index, None, time.perf_counter, torch.device("cpu"))
-            run_schedule(rank, batch, ThreadComm(box, ready), recorder)
-        except BaseException as err:  # reported below, in the test's thread
-            errors.append(err)
-
-    threads = [threading.Thread(target=rank_thread, args=(rank,)) for rank in built]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors and not box
-    loss, want = reference_gradients(spec.cfg, corpus)
-    assert built[spec.schedule.stage_to_device[-1]].loss() == pytest.approx(loss, rel=1e-5)
-    got = {n: prm.grad for rank in built for n, prm in rank.params.items()}
-    assert sorted(got) == sorted(want) and max_grad_diff(got, want) < 1e-6
+# ---- real training, distributed engine: its rank loop runs these in tests/test_engine_distributed.py
 
 
 # (schedule, virtual, m, checkpoint, partition) as tests/test_engine_distributed_runs.py writes them
