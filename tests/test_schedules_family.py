@@ -17,6 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 from test_engine_distributed_runs import assert_matches_reference, specs_for
+from test_torch_interop import ours_or_none, same
 
 from course_lib.costs import StageCosts
 from course_lib.engines.distributed import launch
@@ -46,20 +47,6 @@ def theirs_or_none(cls: str, p: int, m: int, v: int):
         if "refuses" in str(err):
             return None
         raise
-
-
-def ours_or_none(name: str, p: int, m: int, v: int):
-    try:
-        return build_schedule(name, p, m, v)
-    except CourseError:
-        return None
-
-
-def same(theirs, ours) -> bool:
-    if theirs is None or ours is None:
-        return theirs is ours
-    fields = ("orders", "n_stages", "n_microbatches", "stage_to_device", "split_backward")
-    return all(getattr(theirs, f) == getattr(ours, f) for f in fields)
 
 
 # ---- orders equal PyTorch's ------------------------------------------------------------------------
