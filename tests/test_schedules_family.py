@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 from test_engine_distributed_runs import assert_matches_reference, specs_for
-from test_torch_interop import ours_or_none, same
+from test_torch_interop import ours_or_none, same, theirs_or_none
 
 from course_lib.costs import StageCosts
 from course_lib.engines.distributed import launch
@@ -36,17 +36,6 @@ from course_lib.simulator import simulate
 pytest.importorskip("torch.distributed.pipelining.schedules", reason="torch without distributed pipelining")
 
 FAMILY = ("looped-bfs", "interleaved-zb", "zb-h2")
-
-
-def theirs_or_none(cls: str, p: int, m: int, v: int):
-    try:
-        return torch_order(cls, p, m, v)
-    except CourseError as err:
-        if "changed the private pipelining API" in str(err):
-            pytest.skip(str(err))
-        if "refuses" in str(err):
-            return None
-        raise
 
 
 # ---- orders equal PyTorch's ------------------------------------------------------------------------
