@@ -2,6 +2,24 @@
 
 Run ``python -m course_lib --help`` for the command line; the notebooks in ``notebooks/`` import
 from here instead of redefining anything.
+
+The library is built in floors; a module imports only from its own floor or the ones below
+(tests/test_import_floors.py reads this picture and fails on an upward import or a circle)::
+
+  6  lessons lesson exercises widgets grading cli __main__
+  5  planner throughput
+  4  engines
+  3  reference balance plots tp
+  2  costs links network geo timeline simulator model data devices partition launch saved_memory
+  1  errors schedules
+
+1 the schedule spine: schedules as data, messages, builders and registry, validator, PyTorch interop.
+2 time and links: costs, links, the Timeline, the simulator, the model, the corpus, devices, cuts of
+  the layer list, the process launcher and the saved-tensor meter.
+3 the single-device reference trainer, balancing, plots, tensor parallelism.
+4 the engines that really train (local, distributed, torch.distributed.pipelining, ``Pipe``).
+5 the planner for real clusters.
+6 each lesson's glue, the widgets, the assignments' grading, the command line.
 """
 
 __version__ = "0.1.0"

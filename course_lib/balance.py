@@ -30,10 +30,10 @@ from itertools import accumulate
 
 import torch
 
-from course_lib.engines.saved_memory import SavedBytes
 from course_lib.errors import CourseError, require
 from course_lib.model import ToyGPT, count_parameters, layer_names, lm_loss
 from course_lib.partition import Partition, optimal, stage_totals, uniform
+from course_lib.saved_memory import SavedBytes
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Kind, Schedule
 from course_lib.timeline import format_bytes

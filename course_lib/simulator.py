@@ -10,7 +10,7 @@ Rules, the same ones a real pipeline obeys:
 - messages on the same wire (one direction between two devices) queue for bandwidth, but latency
   pipelines: a second message may be in flight while the first is still travelling.
 
-Try it::
+Try it (``simulate_named("1f1b", 4, 8)`` builds and simulates a registered schedule in one call)::
 
     from course_lib.schedules.builders import build_schedule
     from course_lib.simulator import StageCosts, simulate
@@ -32,6 +32,7 @@ from typing import NoReturn
 from course_lib.costs import StageCosts
 from course_lib.errors import require
 from course_lib.links import FREE, Link, per_boundary
+from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
 from course_lib.schedules.ir import Action, Kind, Schedule
 from course_lib.schedules.messages import message_of
 from course_lib.schedules.validate import ScheduleError, check
@@ -76,6 +77,20 @@ def simulate(
         if not finished:
             _reject(schedule)  # a deadlock: the validator explains it best (and the same way everywhere)
         return _timeline(schedule, started, sent, nbytes, stash_bytes, source)
+
+
+def simulate_named(
+    name: str, p: int, m: int, virtual: int | None = None, costs: StageCosts | None = None,
+    boundary_bytes: int | Sequence[int] = 0, links: Link | Sequence[Link] | None = None,
+) -> Timeline:  # fmt: skip
+    """Build the registered schedule `name` for p devices, m micro-batches and `virtual` stages per
+    device (None: the registry's default), and simulate it: the one way every caller (CLI, dashboard,
+    comparisons, plots, planner) simulates a schedule by name. `costs` are a device's share of the
+    model (default: 1 each for F, I, W), so each of its v stages costs 1/v and every v does the same work."""
+    info = SCHEDULES[resolve_name(name)]
+    v = info.default_virtual if virtual is None else virtual
+    share = (costs if costs is not None else StageCosts()).per_virtual_stage(v)
+    return simulate(build_schedule(info.name, p, m, v), share, boundary_bytes, links)
 
 
 def _index_actions(schedule: Schedule) -> tuple[list[list[int]], list[int]]:

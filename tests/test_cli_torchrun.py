@@ -66,11 +66,12 @@ def test_one_rank_trains_like_the_reference(one_rank, capsys, tmp_path):
 
 
 @pytest.mark.processes
-def test_the_module_torchrun_runs_is_this_entry_point():
-    # `torchrun ... -m course_lib.engines.distributed` runs that module as __main__
+@pytest.mark.parametrize("module", ["course_lib.cli.torchrun", "course_lib.engines.distributed"])
+def test_the_module_torchrun_runs_is_this_entry_point(module):
+    # `torchrun ... -m <module>` runs that module as __main__ (the second is the old, still working path)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}
     proc = subprocess.run(
-        [sys.executable, "-m", "course_lib.engines.distributed", "--stages", "3"],
+        [sys.executable, "-m", module, "--stages", "3"],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
     assert proc.returncode == 2

@@ -1,4 +1,4 @@
-"""The one launcher (course_lib/engines/launch.py): values back by rank, the failure diagnosis, nothing
+"""The one launcher (course_lib/launch.py): values back by rank, the failure diagnosis, nothing
 listening beyond this machine, and no rank outliving its launcher."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 import pytest
 import torch.distributed as dist
 
-from course_lib.engines.launch import DistributedError, Failure, diagnose, spawn
+from course_lib.launch import DistributedError, Failure, diagnose, spawn
 
 psutil = pytest.importorskip("psutil")
 
@@ -100,7 +100,7 @@ def test_a_run_without_a_failure_leaves_no_log(tmp_path, monkeypatch):
 
 LAUNCHER = """
 import os, sys, time
-from course_lib.engines.launch import spawn
+from course_lib.launch import spawn
 
 def hold(ctx, folder):
     with open(os.path.join(folder, f"rank{ctx.rank}.pid"), "w") as f:

@@ -96,8 +96,8 @@ def test_measured_1f1b_and_zb_h1_train_alike_and_only_zb_h1_splits_the_backward(
 
 # ---- sections 2b-2d and 3b: ZB-H2, looped BFS, interleaved zero bubble, V-shape, the registry -------
 def test_zb_h2_has_no_idle_inside_any_device_and_wins_the_step_when_w_is_cheaper_than_i():
+    from course_lib.lessons.compare_schedules import idle_inside
     from course_lib.schedules.builders import build_schedule
-    from course_lib.schedules.family import idle_inside
     from course_lib.simulator import simulate
 
     steps = {}
@@ -133,7 +133,7 @@ def test_v_shape_evens_out_activation_memory_and_saves_a_boundary():
 
 
 def test_the_family_table_covers_the_registry_and_its_formulas_hold():
-    from course_lib.schedules.family import family_rows, format_family
+    from course_lib.lessons.compare_schedules import family_rows, format_family
 
     rows = family_rows(4, 8)
     assert [r.name for r in rows] == list(SCHEDULES)

@@ -26,7 +26,7 @@ def test_costs_read_back_and_replayed_reproduce_the_timeline():
 def test_torchrun_commands():
     (one,) = torchrun_commands(nproc_per_node=4, engine_args="--schedule gpipe")
     assert (
-        one == "torchrun --standalone --nproc-per-node 4 -m course_lib.engines.distributed --schedule gpipe"
+        one == "torchrun --standalone --nproc-per-node 4 -m course_lib.cli.torchrun --schedule gpipe"
     )
     two = torchrun_commands(nproc_per_node=1, nnodes=2, endpoint="10.0.0.1:29500")
     assert len(two) == 2

@@ -23,11 +23,11 @@ from course_lib.costs import StageCosts
 from course_lib.engines.distributed import launch
 from course_lib.engines.local import LocalPipelineTrainer
 from course_lib.errors import CourseError
+from course_lib.lessons.compare_schedules import idle_inside
 from course_lib.links import Link
 from course_lib.reference import TrainConfig, max_grad_diff, reference_gradients
 from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
 from course_lib.schedules.closed_forms import Case
-from course_lib.schedules.family import idle_inside
 from course_lib.schedules.torch_csv import from_csv_text, read_csv, to_csv_text, write_csv
 from course_lib.schedules.torch_orders import torch_order, torch_schedule
 from course_lib.schedules.validate import check

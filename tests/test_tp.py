@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from course_lib.engines.launch import DistributedError
 from course_lib.errors import CourseError
+from course_lib.launch import DistributedError
 from course_lib.model import ModelConfig, build_model
 from course_lib.reference import accumulate_gradients
 from course_lib.tp.distributed import run_tensor_parallel

@@ -62,7 +62,7 @@ def report_errors(command: Callable[[], int | None]) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except Exception as err:
-        from course_lib.engines.distributed import DistributedError  # here: it loads torch.distributed
+        from course_lib.launch import DistributedError  # here: it loads torch.distributed
 
         if not isinstance(err, DistributedError):
             raise

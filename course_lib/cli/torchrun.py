@@ -1,6 +1,6 @@
 """The distributed engine's torchrun entry point: this process is one rank; rank 0 prints the result.
 
-    torchrun --nproc-per-node 2 -m course_lib.engines.distributed --schedule 1f1b --layers 8 --steps 5
+    torchrun --nproc-per-node 2 -m course_lib.cli.torchrun --schedule 1f1b --layers 8 --steps 5
 
 (More examples, and several machines: course_lib/engines/distributed.py.) The flags are ``train``'s
 (course_lib/cli/flags.py), so each means the same in both. The ranks torchrun starts are the stages
@@ -8,7 +8,7 @@
 given. Spell flags out under torchrun: it reads ``-m`` and abbreviations such as ``--virtual`` as
 its own (``--virtual-stages`` is the same flag). TP x PP x DP, 2 x 2 x 2::
 
-    torchrun --nproc-per-node 8 -m course_lib.engines.distributed --tp 2 --dp 2 --layers 8 --steps 5
+    torchrun --nproc-per-node 8 -m course_lib.cli.torchrun --tp 2 --dp 2 --layers 8 --steps 5
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from course_lib.cli import flags, report_errors
 from course_lib.engines.dist_result import DistributedResult
 from course_lib.engines.dist_worker import RunSpec, run_rank
 from course_lib.engines.distributed import gather_and_merge, init_rank, make_spec
-from course_lib.engines.launch import free_port
 from course_lib.errors import require
+from course_lib.launch import free_port
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="torchrun --nproc-per-node P -m course_lib.engines.distributed", description=__doc__,
+        prog="torchrun --nproc-per-node P -m course_lib.cli.torchrun", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     flags.add_model_flags(parser)
@@ -100,3 +100,7 @@ def _main(argv: list[str] | None) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run as one rank under torchrun (RANK, WORLD_SIZE, MASTER_ADDR... come from torchrun)."""
     return report_errors(lambda: _main(argv))
+
+
+if __name__ == "__main__":  # torchrun -m course_lib.cli.torchrun (the old path runs this too)
+    sys.exit(main())

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from course_lib.engines.links_injected import InjectedLinks
+from course_lib.launch import PeerFailure
 from course_lib.links import Link
 from course_lib.schedules.ir import Action, Schedule
 from course_lib.schedules.messages import Message, incoming_messages, messages
@@ -74,15 +75,6 @@ class SendEvent:
     handoff: float
     deliver_at: float | None
     nbytes: int
-
-
-class PeerFailure(RuntimeError):
-    """Waiting for a peer failed: the peer died, raised, or did not answer within the timeout.
-    ``peer`` is the rank this one was waiting for (None if unknown)."""
-
-    def __init__(self, message: str, peer: int | None = None):
-        super().__init__(message)
-        self.peer = peer
 
 
 @dataclass

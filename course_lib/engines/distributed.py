@@ -24,10 +24,10 @@ micro-batch, gradients averaged over the replicas once per step::
     r = run_distributed(TrainConfig(n_layers=4, steps=2, batch_size=8), "1f1b", stages=2, tp=2, dp=2)
     r.losses, r.timeline          # the timeline of rank 0's pipeline (replica 0, TP rank 0)
 
-From the shell, with torchrun (one process per rank; rank 0 prints the summary)::
+From the shell, with torchrun (one process per rank; rank 0 prints the summary; ``cli/torchrun.py``)::
 
-    torchrun --nproc-per-node 2 -m course_lib.engines.distributed --schedule 1f1b --layers 8 --steps 5
-    torchrun --nproc-per-node 2 -m course_lib.engines.distributed --schedule interleaved-1f1b \\
+    torchrun --nproc-per-node 2 -m course_lib.cli.torchrun --schedule 1f1b --layers 8 --steps 5
+    torchrun --nproc-per-node 2 -m course_lib.cli.torchrun --schedule interleaved-1f1b \\
         --virtual-stages 2 --microbatches 4 --latency 0.05 --json
 
 (Spell flags out under torchrun: it reads ``-m`` and abbreviations such as ``--virtual`` as its own.)
@@ -35,18 +35,17 @@ From the shell, with torchrun (one process per rank; rank 0 prints the summary):
 Several machines: the usual torchrun rendezvous flags, the same command on every node::
 
     torchrun --nnodes 2 --nproc-per-node 1 --node-rank 0 --rdzv-backend c10d \\
-        --rdzv-endpoint HOST0:29500 -m course_lib.engines.distributed --schedule gpipe --layers 80
+        --rdzv-endpoint HOST0:29500 -m course_lib.cli.torchrun --schedule gpipe --layers 80
     (on the second node: the same with --node-rank 1)
 
 Backend: gloo on CPUs, NCCL when the ranks run on GPUs (``--device cuda``: rank r uses its local
-GPU). A failed rank stops the others and is named (``launch.py`` says how); under torchrun,
+GPU). A failed rank stops the others and is named (``course_lib/launch.py`` says how); under torchrun,
 torchrun itself tears the group down and names the failed rank.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import asdict, replace
 from datetime import timedelta
 
@@ -58,9 +57,9 @@ from course_lib.data import load_corpus
 from course_lib.devices import gpu_count
 from course_lib.engines.dist_result import DistributedResult, build_result
 from course_lib.engines.dist_worker import FAULT_KINDS, Fault, RunSpec, run_rank
-from course_lib.engines.launch import DistributedError, RankContext, spawn
 from course_lib.engines.plan import make_plan
 from course_lib.errors import require
+from course_lib.launch import DistributedError, RankContext, spawn
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
 from course_lib.schedules.ir import Schedule
@@ -227,7 +226,7 @@ def run_distributed(
     return launch([make_spec(cfg, schedule, stages, **options)], progress)[0]
 
 
-if __name__ == "__main__":  # torchrun ... -m course_lib.engines.distributed: see course_lib/cli/torchrun.py
-    from course_lib.cli.torchrun import main
+if __name__ == "__main__":  # the old `torchrun ... -m course_lib.cli.torchrun` still works: it runs
+    import runpy  # the CLI's entry point by name, so that the engines import nothing from the floor above
 
-    sys.exit(main())
+    runpy.run_module("course_lib.cli.torchrun", run_name="__main__", alter_sys=True)

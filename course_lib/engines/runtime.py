@@ -29,7 +29,7 @@ gradients (dW = dyᵀ x: one matmul per layer), so W does only the weight work a
 The sum is exactly what a full backward computes (the tests check it). Between I and W the stage holds
 those x and dy: they count as held bytes (on the toy model about as many as the forward stashed).
 
-Memory is *measured*, not modelled (``saved_memory.py``); ``track_memory=False`` skips that for
+Memory is *measured*, not modelled (``course_lib/saved_memory.py``); ``track_memory=False`` skips that for
 like-for-like timing (then only checkpointed inputs are counted).
 """
 
@@ -41,10 +41,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from course_lib.engines.saved_memory import SavedBytes, SavedTensor
 from course_lib.engines.weight_grad import LayerCall, LayerCallRecorder, PendingWeightGrads, input_grads
 from course_lib.errors import require
 from course_lib.model import lm_loss
+from course_lib.saved_memory import SavedBytes, SavedTensor
 from course_lib.schedules.ir import Action, Kind
 
 CHECKPOINT_MODES = ("never", "except_last", "always")

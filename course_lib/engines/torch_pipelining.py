@@ -32,9 +32,9 @@ import torch
 from torch import nn
 
 from course_lib.devices import gpu_count
-from course_lib.engines.launch import RankContext, spawn
 from course_lib.engines.plan import resolve_schedule
 from course_lib.errors import require
+from course_lib.launch import RankContext, spawn
 from course_lib.model import lm_loss
 from course_lib.partition import stage_modules, uniform
 from course_lib.reference import TrainConfig, make_optimizer, setup, train_batches

@@ -47,7 +47,7 @@ def torchrun_commands(
     (the first node's address and a free port), the same command everywhere but for --node-rank."""
     for label, value in (("nproc_per_node", nproc_per_node), ("nnodes", nnodes)):
         require(isinstance(value, int) and value >= 1, f"{label} must be a whole number >= 1, got {value!r}")
-    tail = f"-m course_lib.engines.distributed {engine_args}".strip()
+    tail = f"-m course_lib.cli.torchrun {engine_args}".strip()
     if nnodes == 1:
         return [f"torchrun --standalone --nproc-per-node {nproc_per_node} {tail}"]
     require(":" in endpoint, f"endpoint must be HOST:PORT of the first node, got {endpoint!r}")

@@ -26,14 +26,18 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from course_lib.errors import require
 from course_lib.schedules.interleaved import rounds_of
 
-if TYPE_CHECKING:  # only for the type hints: the simulator imports the schedules, not the other way
-    from course_lib.links import Link
-    from course_lib.simulator import StageCosts
+
+class CostsLike(Protocol):  # what the spine reads of a costs.StageCosts (it imports nothing above it)
+    def per_stage(self, n_stages: int) -> tuple[list[float], list[float], list[float]]: ...
+
+
+class LinkLike(Protocol):  # ... and of a links.Link
+    def transfer_time(self, nbytes: int) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ class Case:
 
     @classmethod
     def of(
-        cls, p: int, m: int, v: int = 1, costs: StageCosts | None = None, link: Link | None = None,
+        cls, p: int, m: int, v: int = 1, costs: CostsLike | None = None, link: LinkLike | None = None,
         nbytes: int = 0,
     ) -> Case:
         """The case a simulation is in: stage `costs` (None: 1 each; a mean where stages differ, with

@@ -36,17 +36,17 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from course_lib.errors import require
-from course_lib.links import Link
 from course_lib.schedules.basic import check_sizes, one_f_one_b
+from course_lib.schedules.closed_forms import LinkLike
 from course_lib.schedules.ir import Schedule
 
 
-def extra_in_flight(latency_s: float | Link, t_f: float, t_b: float, nbytes: float = 0) -> int:
+def extra_in_flight(latency_s: float | LinkLike, t_f: float, t_b: float, nbytes: float = 0) -> int:
     """More micro-batches a device must keep in flight to hide one link: ceil(2L / (t_f + t_b)).
 
     `latency_s` may be a Link, whose one-way time for `nbytes` (latency + bytes/bandwidth) is used.
     `t_f`, `t_b`: forward and full-backward time of one micro-batch on a stage."""
-    one_way = latency_s.transfer_time(nbytes) if isinstance(latency_s, Link) else float(latency_s)
+    one_way = float(latency_s) if isinstance(latency_s, (int, float)) else latency_s.transfer_time(nbytes)
     require(one_way >= 0, f"link latency must be >= 0 seconds, got {one_way!r}")
     require(t_f + t_b > 0, f"t_f + t_b must be > 0 (compute per micro-batch), got {t_f} + {t_b}")
     return math.ceil(2 * one_way / (t_f + t_b) - 1e-12)  # the epsilon: 2L exactly k slots needs k

@@ -10,7 +10,7 @@ before each all-reduce stands in for a slower link, so the cost model can be che
     res = run_tensor_parallel(ModelConfig(n_layers=4), t=2, x=x, y=y, microbatches=2)
     res.loss, res.gradients, res.step_log.summary(), res.timings
 
-The ranks are spawned by the course's one launcher (``course_lib.engines.launch``): every wait has a
+The ranks are spawned by the course's one launcher (``course_lib.launch``): every wait has a
 timeout, and a rank that fails raises DistributedError in the caller, naming the rank and its error.
 """
 
@@ -27,8 +27,8 @@ import torch.distributed as dist
 from torch import nn
 
 from course_lib.devices import gpu_count
-from course_lib.engines.launch import RankContext, spawn
 from course_lib.errors import require
+from course_lib.launch import RankContext, spawn
 from course_lib.model import Block, ModelConfig, build_model
 from course_lib.reference import accumulate_gradients
 from course_lib.tp.comm import CommLog, DistComm, copy_to_ranks, reduce_from_ranks

@@ -1,7 +1,7 @@
 """The one launcher for every multi-process run: the distributed engine, torch.distributed.pipelining,
 tensor parallelism and the benchmarks.
 
-    from course_lib.engines.launch import spawn
+    from course_lib.launch import spawn
     values = spawn(my_target, world=2, args=(job,), timeout_s=60)   # [rank 0's value, rank 1's]
 
 ``spawn`` starts `world` processes on this machine (spawn start method, so it works from a notebook
@@ -21,7 +21,7 @@ too. A rank that hangs is caught by the process group's timeout (`timeout_s`) in
 process stopped (SIGSTOP) or froze, by its heartbeat, silent for STALL_S. After the first failure the
 others get GRACE_S (at most `timeout_s`) to stop; the launcher kills what is left and raises
 DistributedError naming the rank that failed first (never one that only saw a peer disappear) and the
-log. No process outlives ``spawn``.
+log. No process outlives ``spawn``. A rank's wait for a peer that fails raises PeerFailure.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ from typing import Any, NamedTuple
 import torch
 import torch.distributed as dist
 
-from course_lib.engines.comm import PeerFailure
 from course_lib.errors import require
 
 # what gloo says when the other end of a connection went away: this rank only saw a peer disappear
@@ -54,14 +53,21 @@ STALL_S = 10.0  # a rank silent this long (no heartbeat: its process is stopped 
 GRACE_S = 5.0  # after the first failure, the others' time to stop by themselves (peers notice in < 1 s)
 
 
+class PeerFailure(RuntimeError):
+    """Waiting for rank ``peer`` (None: unknown) failed: it died, raised, or did not answer in time."""
+
+    def __init__(self, message: str, peer: int | None = None):
+        super().__init__(message)
+        self.peer = peer
+
+
 class DistributedError(RuntimeError):
-    """A rank failed. ``failed_rank`` and ``cause`` say which and why; ``outcomes`` how each rank ended,
-    ``stopped_after_s`` how long after the first failure each rank's process ended."""
+    """A rank failed: ``failed_rank`` and ``cause`` (which, why), ``outcomes`` (how each rank ended)."""
 
     def __init__(self, message: str, failed_rank: int | None, cause: str, outcomes: dict[int, str]):
         super().__init__(message)
         self.failed_rank, self.cause, self.outcomes = failed_rank, cause, outcomes
-        self.stopped_after_s: dict[int, float] = {}
+        self.stopped_after_s: dict[int, float] = {}  # how long after the first failure each rank ended
 
 
 class Failure(NamedTuple):
@@ -121,9 +127,9 @@ def spawn(
         procs = [ctx.Process(target=_rank_main, args=a, daemon=True) for a in rank_args]
         for p in procs:
             p.start()
-    header = [f"rendezvous: 127.0.0.1:{group.port}"] + [f"rank {r}: pid {p.pid}" for r, p in enumerate(procs)]
     with os.fdopen(log_fd, "a") as file:
-        print(*header, sep="\n", file=file)
+        print(f"rendezvous: 127.0.0.1:{group.port}", *(f"rank {r}: pid {p.pid}" for r, p in enumerate(procs)),
+              sep="\n", file=file)  # fmt: skip
     watch = _Watch(procs, beats)
     try:
         watch.run(results, timeout_s, on_progress)
