@@ -22,8 +22,9 @@ from course_lib.engines.distributed import run_distributed
 from course_lib.engines.local import LocalPipelineTrainer, PipelineResult
 from course_lib.errors import require
 from course_lib.model import build_model
+from course_lib.planner.clusters import card_peak
+from course_lib.planner.toy import toy_shape
 from course_lib.reference import TrainConfig, TrainResult, accumulate_gradients, train
-from course_lib.throughput import card_peak, model_flops_per_step
 from course_lib.tp.distributed import run_tensor_parallel
 from course_lib.tp.simulated import SimulatedTP
 
@@ -233,7 +234,8 @@ def check_bubble(run: CheckRun) -> Outcome:
 def check_throughput(run: CheckRun) -> Outcome:
     if run.reference is None:
         return SKIP, "the reference run did not finish", {}
-    flops = model_flops_per_step(run.cfg, run.reference.n_params, run.corpus.tokenizer.vocab_size)
+    shape = toy_shape(run.cfg, run.corpus.tokenizer.vocab_size)  # the planner's one FLOP count
+    flops = shape.step_flops(run.cfg.batch_size, recompute=False)
     achieved = flops / run.reference.step_time_s
     numbers = {"model_flops_per_step": flops, "achieved_flops": achieved}
     done = f"reference {achieved / 1e9:.1f} GFLOP/s ({flops / 1e9:.1f} GFLOP per step)"
@@ -244,7 +246,7 @@ def check_throughput(run: CheckRun) -> Outcome:
     if peak is None:
         return (
             SKIP,
-            f"{done}; unknown card {name!r}: no peak in course_lib/throughput.py, MFU skipped",
+            f"{done}; unknown card {name!r}: no peak in course_lib/planner/clusters.py, MFU skipped",
             numbers,
         )
     mfu = achieved / peak.fp32_flops

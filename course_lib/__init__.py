@@ -7,7 +7,7 @@ The library is built in floors; a module imports only from its own floor or the 
 (tests/test_import_floors.py reads this picture and fails on an upward import or a circle)::
 
   6  lessons lesson exercises widgets grading cli __main__
-  5  planner throughput
+  5  planner
   4  engines
   3  reference balance plots tp
   2  costs links network geo timeline simulator model data devices partition launch saved_memory

@@ -2,7 +2,8 @@
 
     Link(latency_s=5e-3, bandwidth_Bps=12.5e9).transfer_time(64 * 2**20)   # seconds for 64 MiB
 
-The simulator, the distributed engine's injected links and the network presets all use this one type.
+The simulator, the distributed engine's injected links and the network presets all use this one type,
+and the one ring all-reduce formula (tensor parallelism, the planner's TP and DP) is written on it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,20 @@ class Link:
 
 
 FREE = Link(name="free")
+
+
+def ring_all_reduce_bytes(nbytes: float, ranks: int) -> float:
+    """Bytes each rank sends in a ring all-reduce of `nbytes` (a reduce-scatter, then an all-gather):
+    2(n-1)/n of them, the bus factor of NVIDIA's nccl-tests (doc/PERFORMANCE.md)."""
+    return 2 * (ranks - 1) / ranks * nbytes
+
+
+def ring_all_reduce_s(nbytes: float, ranks: int, link: Link) -> float:
+    """Seconds of a ring all-reduce of `nbytes` over `ranks` ranks joined by `link`: 2(n-1) steps,
+    each paying the latency, and ``ring_all_reduce_bytes`` over the bandwidth; 0 for one rank."""
+    if ranks <= 1:
+        return 0.0
+    return 2 * (ranks - 1) * link.latency_s + ring_all_reduce_bytes(nbytes, ranks) / link.bandwidth_Bps
 
 
 def per_boundary(value, n_boundaries: int, label: str, default=None) -> list:

@@ -21,7 +21,6 @@ from course_lib.geo import distance_km, site
 from course_lib.links import Link
 
 FIBER_S_PER_KM = 1.0 / 204_000.0  # light in fiber: c / 1.468 (silica's group index), about 4.9 us per km
-INTERNET_ROUTE_FACTOR = 2.1  # internet paths vs line of sight (Bozkurt et al. 2018, arXiv 1811.10737)
 
 GB = 1e9  # bytes; network rates are decimal
 Gbit = 1e9 / 8  # bytes per second in one Gb/s
@@ -35,7 +34,8 @@ class Preset:
 
 def fiber_latency_s(distance_km: float, route_factor: float = 1.0) -> float:
     """One-way time of light through fiber over `distance_km` of great circle, times `route_factor`
-    (1.0: a cable along the great circle, the physical floor; real routes run longer)."""
+    (1.0: a cable along the great circle, the physical floor; real routes run longer: internet paths
+    about 2.1x the line of sight, Bozkurt et al. 2018, arXiv 1811.10737)."""
     require(distance_km >= 0, f"distance must be >= 0 km, got {distance_km!r}")
     require(
         route_factor >= 1.0,

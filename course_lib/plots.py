@@ -198,9 +198,11 @@ def plot_bubble_vs_m(
     """Simulated bubble for several p over m (points), with the closed form drawn over them (lines).
 
     `convention` "gpipe" plots the idle share of the step, (p-1)/(m+p-1); "megatron" plots bubble
-    time relative to ideal compute, (p-1)/m. The same simulations, two ways of dividing."""
-    from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
-    from course_lib.simulator import simulate
+    time relative to ideal compute, (p-1)/m. The same simulations, two ways of dividing. `costs`: a
+    device's share of the model, as everywhere (``simulator.simulate_named``)."""
+    from course_lib.costs import StageCosts
+    from course_lib.schedules.builders import SCHEDULES, resolve_name
+    from course_lib.simulator import simulate_named
 
     require(
         convention in ("gpipe", "megatron"), f"convention must be 'gpipe' or 'megatron', got {convention!r}"
@@ -215,13 +217,13 @@ def plot_bubble_vs_m(
         xs, ys = [], []
         for m in ms:
             try:
-                tl = simulate(build_schedule(name, p, m, virtual=virtual), costs)
+                tl = simulate_named(name, p, m, virtual, costs)
             except CourseError:
                 continue  # e.g. interleaved needs particular m; those points are simply absent
             xs.append(m)
             ys.append(megatron(tl.bubble_fraction) if convention == "megatron" else tl.bubble_fraction)
         ax.plot(xs, ys, "o", color=color, markersize=4, label=f"simulated, p={p}")
-        case = Case.of(p, 1, virtual, costs)
+        case = Case.of(p, 1, virtual, (costs or StageCosts()).per_virtual_stage(virtual))
         held = [m for m in xs if form.holds(replace(case, m=m))]
         everywhere = everywhere and len(held) == len(xs)
         if held:  # a smooth line from the first m where the formula holds to the last

@@ -7,14 +7,13 @@ import math
 import pytest
 
 from course_lib.errors import CourseError
-from course_lib.links import Link
+from course_lib.links import Link, ring_all_reduce_s
 from course_lib.planner import plan
 from course_lib.planner.clusters import CLUSTERS, cluster
 from course_lib.planner.cost import (
     boundary_link,
     dp_time,
     estimate,
-    ring_all_reduce_s,
     simulate_pipeline,
     tp_times,
 )

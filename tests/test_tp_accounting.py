@@ -4,11 +4,11 @@ import pytest
 
 from course_lib.cli import main as main_for_tests
 from course_lib.costs import StageCosts
-from course_lib.links import Link
+from course_lib.links import Link, ring_all_reduce_s
 from course_lib.schedules.builders import build_schedule
 from course_lib.simulator import simulate
 from course_lib.tp.accounting import Workload, comparison_rows, pp_log_from_schedule, pp_sends, tp_allreduces
-from course_lib.tp.cost import Scenario, crossover_latency, pp_step, ring_allreduce_s, stall_fraction, tp_step
+from course_lib.tp.cost import Scenario, crossover_latency, pp_step, stall_fraction, tp_step
 
 
 def test_tp_formula_80_layers():
@@ -46,9 +46,9 @@ def test_comparison_rows_70b():
 
 
 def test_ring_allreduce_alpha_beta():
-    assert ring_allreduce_s(1e6, 1, 1e-3, 1e9) == 0
-    assert ring_allreduce_s(1e6, 4, 1e-6, 1e9) == pytest.approx(6e-6 + 1.5e-3)
-    assert ring_allreduce_s(0, 8, 2e-6, 1e9) == pytest.approx(28e-6)
+    assert ring_all_reduce_s(1e6, 1, Link(1e-3, 1e9)) == 0
+    assert ring_all_reduce_s(1e6, 4, Link(1e-6, 1e9)) == pytest.approx(6e-6 + 1.5e-3)
+    assert ring_all_reduce_s(0, 8, Link(2e-6, 1e9)) == pytest.approx(28e-6)
 
 
 def test_sweep_slopes_and_crossover():

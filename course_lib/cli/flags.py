@@ -93,14 +93,13 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_flags(args: argparse.Namespace) -> TrainConfig:
-    """The model and training flags as a checked TrainConfig (CourseError naming a bad value)."""
-    cfg = TrainConfig(
+    """The model and training flags as a TrainConfig. Not checked here: every engine checks its config
+    first thing, before any work (``TrainConfig.check``), so the parent checks it once."""
+    return TrainConfig(
         n_layers=args.layers, d_model=args.width, n_heads=args.heads, seq_len=args.seq_len,
         batch_size=args.batch_size, microbatches=args.microbatches, steps=args.steps, lr=args.lr,
         seed=args.seed, data_path=args.data, device=args.device,
     )  # fmt: skip
-    cfg.check()
-    return cfg
 
 
 def add_pipeline_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:

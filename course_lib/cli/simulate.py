@@ -20,9 +20,9 @@ import math
 
 from course_lib.cli.flags import BANDWIDTH, COUNT, SECONDS, WHOLE, figure_path, print_json, save_chart
 from course_lib.links import Link
-from course_lib.schedules.builders import SCHEDULES, ScheduleInfo, build_schedule, resolve_name
+from course_lib.schedules.builders import SCHEDULES, ScheduleInfo, resolve_name
 from course_lib.schedules.closed_forms import Case, ClosedForm
-from course_lib.simulator import StageCosts, simulate
+from course_lib.simulator import StageCosts, simulate_named
 from course_lib.timeline import Timeline
 
 
@@ -51,14 +51,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _simulate(args: argparse.Namespace) -> tuple[Timeline, dict[str, object], ScheduleInfo, Case]:
     info = SCHEDULES[resolve_name(args.schedule)]
     virtual = args.virtual if args.virtual is not None else info.default_virtual
-    schedule = build_schedule(info.name, args.stages, args.microbatches, virtual)
-    # the same model cut into p*v stages: each stage holds 1/v of a device's share (f, i, w)
-    costs = StageCosts(args.time_f / virtual, args.time_i / virtual, args.time_w / virtual)
+    share = StageCosts(args.time_f, args.time_i, args.time_w)  # a device's share: each of v stages 1/v
     link = Link(latency_s=args.latency, bandwidth_Bps=args.bandwidth or math.inf)  # None: unlimited
-    tl = simulate(schedule, costs, boundary_bytes=args.boundary_bytes, links=link)
+    tl = simulate_named(info.name, args.stages, args.microbatches, virtual, share, args.boundary_bytes, link)
     default_costs = (args.time_f, args.time_i, args.time_w) == (1.0, 1.0, 1.0)
-    p, m = schedule.n_devices, schedule.n_microbatches
-    case = Case.of(p, m, virtual, costs, link, args.boundary_bytes)
+    p, m = tl.n_devices, args.microbatches
+    case = Case.of(p, m, virtual, share.per_virtual_stage(virtual), link, args.boundary_bytes)
     setup = {
         "p": p, "m": m, "virtual": virtual,
         "costs": {

@@ -95,8 +95,8 @@ def _run_distributed(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Names
     if not args.check_reference:
         return distributed.launch([spec], progress)[0], None
     # the gradient check is one more step from the same weights: run it in the same spawn of ranks
-    one_step = replace(cfg, steps=1)
-    probe = distributed.make_spec(one_step, pipe.schedule, pipe.stages, return_grads=True, **options)
+    # (the spec already checked: one step fewer or more changes nothing make_spec checks)
+    probe = replace(spec, cfg=replace(spec.cfg, steps=1), return_grads=True)
     probe_result, result = distributed.launch([probe, spec], progress)
     return result, max_grad_diff(probe_result.grads, reference_gradients(cfg)[1])
 
@@ -110,21 +110,15 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads or 1)
     progress = sys.stderr.isatty() or not args.json
     if args.engine == "reference":
-        result = train(cfg, progress=progress)
-        out = result.to_json() | {"engine": args.engine}
-        timeline = diff = None
+        result, diff, timeline = train(cfg, progress=progress), None, None
     else:
         runner = _run_local if args.engine == "local" else _run_distributed
         result, diff = runner(cfg, PipelineFlags.from_args(args), args, progress)
         timeline = result.timeline
-        out = result.to_json() | {
-            "engine": args.engine,
-            "bubble_fraction": timeline.bubble_fraction,
-            "timeline_source": timeline.source,
-        }
-        if diff is not None:
-            out["max_grad_diff_vs_reference"] = diff
-    out = {"tp": 1, "dp": 1} | out  # one process or one pipeline: no tensor or data parallelism
+    # what to_json leaves out: the engine, and no TP or DP in one process or one pipeline
+    out = {"engine": args.engine, "tp": 1, "dp": 1} | result.to_json()
+    if diff is not None:
+        out["max_grad_diff_vs_reference"] = diff
     if args.json:
         flags.print_json(out)  # a diverged loss is null
     else:

@@ -28,14 +28,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from course_lib.links import Link
+from course_lib.links import Link, ring_all_reduce_s
 from course_lib.planner.clusters import Cluster
 from course_lib.planner.layout import Layout
 from course_lib.planner.memory import GRAD_BYTES, layers_per_stage, parameters_per_gpu
 from course_lib.planner.shapes import ModelShape
-from course_lib.schedules.builders import SCHEDULES, build_schedule
+from course_lib.schedules.builders import SCHEDULES
 from course_lib.schedules.closed_forms import Case
-from course_lib.simulator import StageCosts, simulate
+from course_lib.simulator import StageCosts, simulate_named
 from course_lib.timeline import Timeline
 
 ACTIVATION_BYTES = 2  # fp16/bf16
@@ -55,13 +55,6 @@ class Parts:
     @property
     def step_s(self) -> float:
         return self.compute_s + self.tp_s + self.bubble_s + self.boundary_s + self.dp_s
-
-
-def ring_all_reduce_s(nbytes: float, ranks: int, link: Link) -> float:
-    """A ring all-reduce: each rank sends 2(n-1)/n of the data in 2(n-1) steps."""
-    if ranks <= 1:
-        return 0.0
-    return 2 * (ranks - 1) / ranks * nbytes / link.bandwidth_Bps + 2 * (ranks - 1) * link.latency_s
 
 
 def boundary_bytes(shape: ModelShape, b: int) -> int:
@@ -148,9 +141,9 @@ def pipeline_timeline(shape: ModelShape, cluster: Cluster, layout: Layout, m: in
     the TP all-reduces; boundary messages over ``boundary_link``)."""
     f, b = compute_times(shape, cluster, layout)
     tf, tb = tp_times(shape, cluster, layout)
-    costs = StageCosts.fused(f + tf, b + tb).per_virtual_stage(layout.v)
-    schedule = build_schedule(layout.schedule, layout.p, m, layout.v)
-    return simulate(schedule, costs, boundary_bytes(shape, layout.b), boundary_links(cluster, layout))
+    share = StageCosts.fused(f + tf, b + tb)  # a device's share of the model
+    nbytes, links = boundary_bytes(shape, layout.b), boundary_links(cluster, layout)
+    return simulate_named(layout.schedule, layout.p, m, layout.v, share, nbytes, links)
 
 
 def simulate_pipeline(

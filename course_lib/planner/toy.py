@@ -9,6 +9,15 @@ over loopback. Its compute rate is not a datasheet number: it is the FLOPs of on
 reference trainer (one process) divided by that step's measured time, so the efficiency factor is 1
 by construction: the same move as calibrating on one published run. The loopback link's latency and
 bandwidth are assumptions (a gloo message between two local processes takes tens to hundreds of us).
+
+How fast the toy trains against what a card could do (MFU), with the one FLOP count and peak table::
+
+    flops = toy_shape(cfg, vocab_size).step_flops(cfg.batch_size, recompute=False)
+    flops / result.step_time_s / card_peak("NVIDIA H100 80GB HBM3").fp32_flops   # clusters.card_peak
+
+MFU counts the FLOPs the model needs (the matmuls and attention's two products; no recomputation,
+padding, biases or norms), over the card's datasheet peak. The toy trains in FP32 (TF32 matmuls are
+off by default in torch), so its MFU is against the FP32 peak; LLM papers quote the dense BF16 one.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from course_lib.errors import require
+from course_lib.links import ring_all_reduce_bytes
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Schedule
 from course_lib.schedules.messages import FORWARD, messages
@@ -62,11 +63,6 @@ def pp_sends(p: int, microbatches: int = 1, backward: bool = True) -> int:
     return (2 if backward else 1) * (p - 1) * microbatches
 
 
-def ring_bytes_per_rank(message_bytes: int, t: int) -> float:
-    """Bytes each rank sends in a ring all-reduce: reduce-scatter then all-gather, 2(t-1)/t * n."""
-    return 2 * (t - 1) / t * message_bytes
-
-
 def pp_log_from_schedule(schedule: Schedule, message_bytes: int) -> CommLog:
     """One 'send' per message that crosses devices: activations forward, their gradients backward."""
     log = CommLog()
@@ -102,9 +98,9 @@ def comparison_rows(work: Workload, ways: int, schedule: str = "1f1b") -> list[C
     token = pp_log_from_schedule(build_schedule(schedule, ways, 1), n).count(phase="forward")
     tp_step, tp_token = tp_allreduces(work.n_layers, ways, m), tp_allreduces(work.n_layers, ways, 1, False)
     return [
-        CommRow("TP", "training step", tp_step, n, tp_step * ring_bytes_per_rank(n, ways)),
+        CommRow("TP", "training step", tp_step, n, tp_step * ring_all_reduce_bytes(n, ways)),
         CommRow("PP", "training step", step.count(), n, 2 * m * n),
-        CommRow("TP", "generated token", tp_token, nd, tp_token * ring_bytes_per_rank(nd, ways)),
+        CommRow("TP", "generated token", tp_token, nd, tp_token * ring_all_reduce_bytes(nd, ways)),
         CommRow("PP", "generated token", token, nd, nd),
     ]
 

@@ -1,10 +1,9 @@
 """Alpha-beta cost model: step time and waiting share of TP and PP as the link latency grows.
 
 Every message costs latency plus bytes over bandwidth (``links.Link``). A ring all-reduce of n bytes
-over t ranks costs 2(t-1)*alpha + 2(t-1)/t * n/B (the bus factor of NVIDIA's nccl-tests,
-doc/PERFORMANCE.md; all sources: REFERENCES.md). Then, with C = compute of one layer for one
-micro-batch on one device (forward plus backward in training, forward only in decoding), L layers,
-m micro-batches and n devices:
+over t ranks costs 2(t-1)*alpha + 2(t-1)/t * n/B (``links.ring_all_reduce_s``; all sources:
+REFERENCES.md). Then, with C = compute of one layer for one micro-batch on one device (forward plus
+backward in training, forward only in decoding), L layers, m micro-batches and n devices:
 
 - TP (t = n): every rank computes L*C/t per micro-batch and waits for 4L all-reduces (2L in decoding):
   ``T_tp = m * (L*C/t + 4L * allreduce)``. Each all-reduce blocks the next matmul, so none of it hides.
@@ -28,13 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from course_lib.errors import require
-
-
-def ring_allreduce_s(nbytes: float, t: int, alpha_s: float, bandwidth_Bps: float) -> float:
-    """2(t-1)*alpha + 2(t-1)/t * n/B; nothing to do when t = 1."""
-    if t == 1:
-        return 0.0
-    return 2 * (t - 1) * alpha_s + 2 * (t - 1) / t * nbytes / bandwidth_Bps
+from course_lib.links import Link, ring_all_reduce_s
 
 
 def stall_fraction(sync_s: float, compute_s: float) -> float:
@@ -98,7 +91,8 @@ def tp_step(sc: Scenario, alpha_s: float) -> StepCost:
     t, L = sc.devices, sc.n_layers
     syncs = (2 if sc.decode else 4) * L
     compute = sc.microbatches * L * sc.compute_per_layer_s / t
-    comm = sc.microbatches * syncs * ring_allreduce_s(sc.message_bytes, t, alpha_s, sc.bandwidth_Bps)
+    link = Link(latency_s=alpha_s, bandwidth_Bps=sc.bandwidth_Bps)
+    comm = sc.microbatches * syncs * ring_all_reduce_s(sc.message_bytes, t, link)
     return StepCost(compute + comm, compute, comm)
 
 

@@ -29,6 +29,7 @@ from torch import nn
 from course_lib.devices import gpu_count
 from course_lib.errors import require
 from course_lib.launch import RankContext, spawn
+from course_lib.links import Link, ring_all_reduce_s
 from course_lib.model import Block, ModelConfig, build_model
 from course_lib.reference import accumulate_gradients
 from course_lib.tp.comm import CommLog, DistComm, copy_to_ranks, reduce_from_ranks
@@ -106,7 +107,7 @@ def _timed_steps(model: RankModel, job: TPJob, comm: DistComm, device: torch.dev
     timings = {}
     comm.log.enabled = False
     for alpha in job.alphas_s:
-        comm.delay_s = 2 * (job.t - 1) * alpha  # the latency term of a ring all-reduce
+        comm.delay_s = ring_all_reduce_s(0, job.t, Link(latency_s=alpha))  # a ring's latency term alone
         times = []
         for i in range(job.warmup + job.repeats):
             model.zero_grad(set_to_none=True)

@@ -39,10 +39,10 @@ from matplotlib.figure import Figure
 from course_lib.links import FREE, Link
 from course_lib.network import PRESETS
 from course_lib.plots import COLORS, IDLE_COLOR, LABELS, format_bytes, gantt_figsize, plot_timeline
-from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
+from course_lib.schedules.builders import SCHEDULES, resolve_name
 from course_lib.schedules.closed_forms import Case
 from course_lib.schedules.ir import Kind
-from course_lib.simulator import StageCosts, simulate
+from course_lib.simulator import StageCosts, simulate_named
 from course_lib.timeline import Timeline
 from course_lib.widgets.controls import wide_slider
 
@@ -171,9 +171,7 @@ class PipelineDashboard(widgets.VBox):
     def simulate(self) -> Timeline:
         """Simulate what the controls say (per-stage costs are 1/v of a device's share)."""
         c = self.config()
-        schedule = build_schedule(c.schedule, c.p, c.m, c.v)
-        costs = c.costs.per_virtual_stage(c.v)
-        return simulate(schedule, costs, boundary_bytes=c.boundary_bytes, links=c.link)
+        return simulate_named(c.schedule, c.p, c.m, c.v, c.costs, c.boundary_bytes, c.link)
 
     # ---- drawing -----------------------------------------------------------------------------
     def redraw(self) -> None:
