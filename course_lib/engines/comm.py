@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from course_lib.engines.links_injected import InjectedLinks
+from course_lib.errors import require
 from course_lib.launch import PeerFailure
 from course_lib.links import Link
 from course_lib.schedules.ir import Action, Schedule
@@ -91,6 +92,7 @@ class RankComm:
     # TP x PP x DP (tp/mesh.py): the global rank of each stage of this pipeline, and its group
     peers: Sequence[int] | None = None  # None: rank = stage
     pipeline_group: object = None  # None: the default group
+    dtype: torch.dtype = torch.float32  # of every message: what the stages compute in (the CPU: float32)
 
     def __post_init__(self) -> None:
         self.sender = InjectedLinks() if self.links is not None else None
@@ -104,7 +106,7 @@ class RankComm:
         """Post every receive of `step` at once (per sender, in the sender's order); start new logs."""
         self.step, self.recv_events, self.send_events = step, [], []
         for msg in incoming_messages(self.schedule, self.rank):
-            buf = torch.empty(self.shape, dtype=torch.float32, device=self.torch_device)
+            buf = torch.empty(self.shape, dtype=self.dtype, device=self.torch_device)
             tag = message_tag(msg, self.schedule, step)
             work = dist.irecv(buf, src=self._global(msg.src), group=self._group(msg), tag=tag)
             self.pending[msg.producer] = (buf, work)
@@ -136,6 +138,11 @@ class RankComm:
 
     def send(self, msg: Message, tensor: torch.Tensor) -> None:
         """Hand `tensor` over without waiting for it to arrive (over its boundary's link, if any)."""
+        require(
+            tensor.dtype == self.dtype and tuple(tensor.shape) == self.shape,
+            f"rank {self.rank} sends {msg.producer} as {tensor.dtype} {tuple(tensor.shape)}, but rank "
+            f"{msg.dst} receives into {self.dtype} {self.shape}: all messages share one dtype and shape",
+        )
         tensor = tensor.detach().contiguous()
         tag = message_tag(msg, self.schedule, self.step)
         nbytes, handoff, deliver_at = tensor.nbytes, self.now(), None

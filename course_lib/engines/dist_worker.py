@@ -205,17 +205,21 @@ class StepRecorder:
         self.spans.append((action, self._start, self.now()))
 
 
-def _rank_comm(spec: RunSpec, schedule: Schedule, groups: MeshGroups, torch_device: torch.device) -> RankComm:
-    """This rank's sends and receives, to the matching TP rank of each neighbouring stage."""
+def _rank_comm(spec: RunSpec, me: Rank, groups: MeshGroups, torch_device: torch.device) -> RankComm:
+    """This rank's sends and receives, to the matching TP rank of each neighbouring stage; messages in
+    the dtype its stages compute in (their weights': float32 for the toy)."""
     # gloo tells messages apart by tag; NCCL needs one group per direction (see comm.py)
     pipes = spec.mesh.pipelines()
     mine = pipes.index(groups.peers)
+    schedule, dtype = me.schedule, next(iter(me.params.values())).dtype
     directions = direction_groups(schedule, pipes, mine) if spec.direction_groups else None
     t0 = _common_clock()
     cfg = spec.cfg
     shape = (cfg.batch_size // cfg.microbatches // spec.dp, cfg.seq_len, cfg.d_model)  # every message's
     stage = groups.coords.stage
-    return RankComm(schedule, stage, shape, torch_device, t0, spec.links, directions, groups.peers, groups.pp)
+    return RankComm(
+        schedule, stage, shape, torch_device, t0, spec.links, directions, groups.peers, groups.pp, dtype
+    )
 
 
 def run_rank(
@@ -230,7 +234,7 @@ def run_rank(
     groups = groups or build_groups(spec.mesh, rank)
     where = groups.coords
     corpus, me = build_rank(spec, where.stage, torch_device, groups)
-    comm = _rank_comm(spec, me.schedule, groups, torch_device)
+    comm = _rank_comm(spec, me, groups, torch_device)
     recorder = StepRecorder(rank, spec.fault, comm.now, torch_device)
     cfg, steps, losses = spec.cfg, [], []
     try:

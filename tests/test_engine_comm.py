@@ -1,0 +1,44 @@
+"""A rank's receive buffers take the dtype of what is sent; a send of another dtype or shape is refused
+before it leaves (without processes: torch.distributed's irecv and isend are stood in for)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_lib.engines import comm
+from course_lib.errors import CourseError
+from course_lib.schedules.builders import build_schedule
+from course_lib.schedules.messages import incoming_messages, messages
+
+SHAPE = (2, 8, 4)  # one micro-batch's activations: samples, tokens, width
+
+
+def _comm(monkeypatch, rank: int, **dtype) -> tuple[comm.RankComm, list]:
+    posted: list = []
+    monkeypatch.setattr(comm.dist, "irecv", lambda buf, src, group, tag: posted.append((buf, src)) or "work")
+    monkeypatch.setattr(comm.dist, "isend", lambda t, dst, group, tag: posted.append((t, dst)) or "work")
+    schedule = build_schedule("1f1b", 2, 3)
+    return comm.RankComm(schedule, rank, SHAPE, torch.device("cpu"), 0.0, **dtype), posted
+
+
+@pytest.mark.parametrize("dtype", [None, torch.float64, torch.bfloat16])
+def test_receive_buffers_have_the_dtype_of_the_messages(monkeypatch, dtype):
+    rank, posted = _comm(monkeypatch, 1, **({} if dtype is None else {"dtype": dtype}))
+    rank.begin_step(0)
+    want = incoming_messages(rank.schedule, 1)
+    assert len(posted) == len(want) == 3  # rank 1 receives the 3 forwards' activations
+    assert all(buf.dtype == (dtype or torch.float32) and tuple(buf.shape) == SHAPE for buf, _ in posted)
+
+
+def test_a_send_of_another_dtype_or_shape_is_refused_before_it_leaves(monkeypatch):
+    rank, posted = _comm(monkeypatch, 0, dtype=torch.float64)
+    first = next(m for m in messages(rank.schedule) if m.src == 0)
+    rank.send(first, torch.zeros(SHAPE, dtype=torch.float64))
+    assert len(posted) == 1 and posted[0][0].dtype == torch.float64
+    refused = r"as torch.float32 \(2, 8, 4\), but rank 1 receives into torch.float64"
+    with pytest.raises(CourseError, match=refused):
+        rank.send(first, torch.zeros(SHAPE))
+    with pytest.raises(CourseError, match=r"\(2, 8, 5\)"):
+        rank.send(first, torch.zeros(2, 8, 5, dtype=torch.float64))
+    assert len(posted) == 1  # nothing more left
