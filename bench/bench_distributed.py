@@ -32,8 +32,8 @@ import statistics
 
 from course_lib.costs import costs_from
 from course_lib.engines import torch_pipelining
-from course_lib.engines.dist_worker import run_rank
-from course_lib.engines.distributed import gather_and_merge, make_spec
+from course_lib.engines.dist_worker import gather_and_merge, run_rank
+from course_lib.engines.distributed import make_spec
 from course_lib.engines.torch_pipelining import make_spec as torch_spec
 from course_lib.errors import CourseError
 from course_lib.launch import RankContext, spawn

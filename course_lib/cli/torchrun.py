@@ -21,8 +21,8 @@ import torch.distributed as dist
 
 from course_lib.cli import flags, report_errors
 from course_lib.engines.dist_result import DistributedResult
-from course_lib.engines.dist_worker import RunSpec, run_rank
-from course_lib.engines.distributed import gather_and_merge, init_rank, make_spec
+from course_lib.engines.dist_worker import RunSpec, gather_and_merge, init_rank, run_rank
+from course_lib.engines.distributed import make_spec
 from course_lib.errors import require
 from course_lib.launch import free_port
 

@@ -1,4 +1,5 @@
-"""What a distributed run hands back: losses, step times, memory, and one measured Timeline per step.
+"""What goes into a distributed run and what comes back: the RunSpec every rank gets (checked by
+``distributed.make_spec``), and the result: losses, step times, memory, one measured Timeline per step.
 
 Every rank records its own spans (start and end of each action, on the common clock set at the
 start barrier), the messages it sent and when it waited for the ones it received. Rank 0 gathers
@@ -18,9 +19,58 @@ from dataclasses import dataclass, field
 
 import torch
 
+from course_lib.links import Link
+from course_lib.partition import Partition
+from course_lib.reference import TrainConfig
 from course_lib.schedules.ir import Schedule
 from course_lib.timeline import MEASURED, Span, Timeline, Transfer
+from course_lib.tp.mesh import Mesh
 from course_lib.tp.shard import assemble_gradients
+
+FAULT_KINDS = ("raise", "exit", "kill", "hang")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Make rank `rank` (of all t x p x d) fail on purpose, before its action number `after_actions` of
+    step `step`: ``raise`` an exception, ``exit`` (os._exit), ``kill`` (SIGKILL itself) or ``hang``."""
+
+    rank: int
+    how: str = "raise"
+    step: int = 0
+    after_actions: int = 1
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a rank needs, checked by ``make_spec`` before any process starts."""
+
+    cfg: TrainConfig
+    schedule: Schedule  # built and validated (plain data: it pickles)
+    partition: Partition  # layers per stage
+    ranks: int  # p: pipeline ranks (the processes in all: `world`, t x p x d)
+    virtual: int = 1  # stages per rank
+    links: tuple[Link, ...] | None = None  # one per stage boundary; None: no injected delay
+    checkpoint: str = "never"
+    timeout_s: float = 60.0
+    backend: str = "gloo"
+    fault: Fault | None = None
+    return_grads: bool = False
+    threads: int = 1  # torch threads per rank
+    direction_groups: bool = False  # one process group per direction of a pair (NCCL needs it)
+    track_memory: bool = True  # measure bytes saved for backward (costs ~10% CPU on the toy model)
+    tp: int = 1  # tensor-parallel ranks per stage (tp/mesh.py: TP x PP x DP)
+    dp: int = 1  # data-parallel replicas, each on its share of every micro-batch
+
+    @property
+    def mesh(self) -> Mesh:
+        return Mesh(t=self.tp, p=self.ranks, d=self.dp)
+
+    @property
+    def world(self) -> int:
+        """Processes in all: t x p x d."""
+        return self.mesh.world
+
 
 _WAITED = 1e-4  # a wait longer than this means the data was not there yet
 

@@ -1,4 +1,6 @@
-"""What one pipeline rank does: build its stages, run its order from the schedule, measure it.
+"""The rank side of the distributed engine, all of it: what one rank does from joining the process
+group (``init_rank`` under torchrun; ``launch.spawn`` otherwise) to handing its record to rank 0
+(``gather_and_merge``). The parent's side (checking a run, spawning its ranks) is ``distributed.py``.
 
 Every rank builds the *same* model from the seed (so no weights need to travel), keeps only the
 stages the schedule places on it (several with interleaving: stage s on rank s % p), and for every
@@ -9,7 +11,7 @@ the token ids). The action runs on its stage (``StageRuntime.run``); its output 
 that consumes it, or is kept here for a later action. After the last action the rank waits for its
 sends and steps its optimizer: one step per batch, after the flush, as the reference trainer does.
 What the loop does not need to know (the injected fault, the GPU sync, the spans it records) lives
-in ``StepRecorder``. This runs inside a process that already joined the process group.
+in ``StepRecorder``. The spec a rank runs and the result rank 0 merges are ``dist_result.py``'s.
 
 Clocks: the spans every rank records (perf_counter, seconds) must line up in one Timeline. On one
 machine all processes read the same monotonic clock, so every rank takes rank 0's time 0 and the
@@ -24,7 +26,8 @@ import signal
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -32,60 +35,17 @@ from torch import Tensor, nn
 
 from course_lib.data import Corpus, split_microbatches
 from course_lib.engines.comm import RankComm, direction_groups
+from course_lib.engines.dist_result import DistributedResult, Fault, RunSpec, build_result
 from course_lib.engines.runtime import StageRuntime
-from course_lib.links import Link
-from course_lib.partition import Partition, stage_modules
-from course_lib.reference import TrainConfig, make_optimizer, setup, train_batches
+from course_lib.launch import RankContext
+from course_lib.partition import stage_modules
+from course_lib.reference import make_optimizer, setup, train_batches
 from course_lib.schedules.ir import Action, Kind, Schedule
 from course_lib.schedules.messages import input_message, local_producer, message_of
 from course_lib.tp.comm import CommLog, DistComm
 from course_lib.tp.distributed import tp_layers
-from course_lib.tp.mesh import Mesh, MeshGroups, average_gradients, average_loss, build_groups, replica_share
+from course_lib.tp.mesh import MeshGroups, average_gradients, average_loss, build_groups, replica_share
 from course_lib.tp.shard import is_slice
-
-FAULT_KINDS = ("raise", "exit", "kill", "hang")
-
-
-@dataclass(frozen=True)
-class Fault:
-    """Make rank `rank` (of all t x p x d) fail on purpose, before its action number `after_actions` of
-    step `step`: ``raise`` an exception, ``exit`` (os._exit), ``kill`` (SIGKILL itself) or ``hang``."""
-
-    rank: int
-    how: str = "raise"
-    step: int = 0
-    after_actions: int = 1
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """Everything a rank needs, checked by ``make_spec`` before any process starts."""
-
-    cfg: TrainConfig
-    schedule: Schedule  # built and validated (plain data: it pickles)
-    partition: Partition  # layers per stage
-    ranks: int  # p: pipeline ranks (the processes in all: `world`, t x p x d)
-    virtual: int = 1  # stages per rank
-    links: tuple[Link, ...] | None = None  # one per stage boundary; None: no injected delay
-    checkpoint: str = "never"
-    timeout_s: float = 60.0
-    backend: str = "gloo"
-    fault: Fault | None = None
-    return_grads: bool = False
-    threads: int = 1  # torch threads per rank
-    direction_groups: bool = False  # one process group per direction of a pair (NCCL needs it)
-    track_memory: bool = True  # measure bytes saved for backward (costs ~10% CPU on the toy model)
-    tp: int = 1  # tensor-parallel ranks per stage (tp/mesh.py: TP x PP x DP)
-    dp: int = 1  # data-parallel replicas, each on its share of every micro-batch
-
-    @property
-    def mesh(self) -> Mesh:
-        return Mesh(t=self.tp, p=self.ranks, d=self.dp)
-
-    @property
-    def world(self) -> int:
-        """Processes in all: t x p x d."""
-        return self.mesh.world
 
 
 def _inject(fault: Fault, rank: int) -> None:
@@ -283,3 +243,33 @@ def _train_step(
     peak = sum(stage.peak_saved_bytes for stage in me.stages.values())
     return dict(start=start, end=comm.now(), spans=recorder.spans, peak_saved_bytes=peak,
                 sends=comm.send_events, recvs=comm.recv_events, grad_sync_s=sync_s)  # fmt: skip
+
+
+def init_rank(spec: RunSpec, rank: int, world: int) -> torch.device:
+    """Join the process group torchrun set up (MASTER_ADDR, MASTER_PORT); the rank's device."""
+    timeout = timedelta(seconds=spec.timeout_s)
+    dist.init_process_group(spec.backend, rank=rank, world_size=world, timeout=timeout)
+    if spec.backend == "nccl":
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        torch.cuda.set_device(local)
+        return torch.device(f"cuda:{local}")
+    return torch.device("cpu")
+
+
+def gather_and_merge(spec: RunSpec, rank: int, record: dict) -> DistributedResult | None:
+    """Every rank's record to rank 0, which merges them into one result (None on the other ranks)."""
+    records = [None] * spec.world if rank == 0 else None
+    dist.gather_object(record, records, dst=0)
+    if rank != 0:
+        return None
+    return build_result(records, spec.schedule, asdict(spec.cfg))
+
+
+def run_specs(ctx: RankContext, specs: list[RunSpec]) -> list[DistributedResult] | None:
+    """One spawned rank: every spec in turn, in one process group (TP, PP, DP groups built once);
+    rank 0 returns the results."""
+    groups = build_groups(specs[0].mesh, ctx.rank)
+    merged = [
+        gather_and_merge(s, ctx.rank, run_rank(s, ctx.rank, ctx.device, ctx.progress, groups)) for s in specs
+    ]
+    return merged if ctx.rank == 0 else None

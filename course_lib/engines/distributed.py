@@ -41,29 +41,30 @@ Several machines: the usual torchrun rendezvous flags, the same command on every
 Backend: gloo on CPUs, NCCL when the ranks run on GPUs (``--device cuda``: rank r uses its local
 GPU). A failed rank stops the others and is named (``course_lib/launch.py`` says how); under torchrun,
 torchrun itself tears the group down and names the failed rank.
+
+This module is the parent's side: check a run (``make_spec``) and spawn its ranks (``launch``). What
+each rank does, from joining the group to handing rank 0 its record, is ``dist_worker.py``.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, replace
-from datetime import timedelta
+from dataclasses import replace
 
 import torch
-import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from course_lib.data import load_corpus
 from course_lib.devices import gpu_count
-from course_lib.engines.dist_result import DistributedResult, build_result
-from course_lib.engines.dist_worker import FAULT_KINDS, Fault, RunSpec, run_rank
+from course_lib.engines.dist_result import FAULT_KINDS, DistributedResult, Fault, RunSpec
+from course_lib.engines.dist_worker import run_specs
 from course_lib.engines.plan import make_plan
 from course_lib.errors import require
-from course_lib.launch import DistributedError, RankContext, spawn
+from course_lib.launch import DistributedError, spawn
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
 from course_lib.schedules.ir import Schedule
-from course_lib.tp.mesh import Mesh, build_groups
+from course_lib.tp.mesh import Mesh
 from course_lib.tp.shard import check_divisible
 
 __all__ = ["DistributedError", "DistributedResult", "Fault", "launch", "make_spec", "run_distributed"]
@@ -159,36 +160,6 @@ def _check_data(cfg: TrainConfig) -> None:
         corpus.batch(split, 1, cfg.seq_len, torch.Generator())
 
 
-def init_rank(spec: RunSpec, rank: int, world: int) -> torch.device:
-    """Join the process group torchrun set up (MASTER_ADDR, MASTER_PORT); the rank's device."""
-    timeout = timedelta(seconds=spec.timeout_s)
-    dist.init_process_group(spec.backend, rank=rank, world_size=world, timeout=timeout)
-    if spec.backend == "nccl":
-        local = int(os.environ.get("LOCAL_RANK", rank))
-        torch.cuda.set_device(local)
-        return torch.device(f"cuda:{local}")
-    return torch.device("cpu")
-
-
-def gather_and_merge(spec: RunSpec, rank: int, record: dict) -> DistributedResult | None:
-    """Every rank's record to rank 0, which merges them into one result (None on the other ranks)."""
-    records = [None] * spec.world if rank == 0 else None
-    dist.gather_object(record, records, dst=0)
-    if rank != 0:
-        return None
-    return build_result(records, spec.schedule, asdict(spec.cfg))
-
-
-def _run_specs(ctx: RankContext, specs: list[RunSpec]) -> list[DistributedResult] | None:
-    """One spawned rank: every spec in turn, in one process group (TP, PP, DP groups built once);
-    rank 0 returns the results."""
-    groups = build_groups(specs[0].mesh, ctx.rank)
-    merged = [
-        gather_and_merge(s, ctx.rank, run_rank(s, ctx.rank, ctx.device, ctx.progress, groups)) for s in specs
-    ]
-    return merged if ctx.rank == 0 else None
-
-
 def launch(specs: list[RunSpec], progress: bool = False) -> list[DistributedResult]:
     """Spawn the ranks once and run every spec (all with the same ranks and backend) in turn.
     Starting processes is the slow part on a laptop, so the tests group several runs this way."""
@@ -208,7 +179,7 @@ def launch(specs: list[RunSpec], progress: bool = False) -> list[DistributedResu
             bar.set_postfix(loss=f"{loss:.3f}")
 
         values = spawn(
-            _run_specs, ranks, (specs,), backend=backend, timeout_s=timeout_s, on_progress=on_progress
+            run_specs, ranks, (specs,), backend=backend, timeout_s=timeout_s, on_progress=on_progress
         )
     return values[0]
 
@@ -226,7 +197,7 @@ def run_distributed(
     return launch([make_spec(cfg, schedule, stages, **options)], progress)[0]
 
 
-if __name__ == "__main__":  # the old `torchrun ... -m course_lib.cli.torchrun` still works: it runs
+if __name__ == "__main__":  # the old `torchrun ... -m course_lib.engines.distributed` still works: it runs
     import runpy  # the CLI's entry point by name, so that the engines import nothing from the floor above
 
     runpy.run_module("course_lib.cli.torchrun", run_name="__main__", alter_sys=True)
