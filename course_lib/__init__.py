@@ -13,13 +13,10 @@ The library is built in floors; a module imports only from its own floor or the 
   2  costs links network geo timeline simulator model data devices partition launch saved_memory
   1  errors schedules
 
-1 the schedule spine: schedules as data, messages, builders and registry, validator, PyTorch interop.
-2 time and links: costs, links, the Timeline, the simulator, the model, the corpus, devices, cuts of
-  the layer list, the process launcher and the saved-tensor meter.
-3 the single-device reference trainer, balancing, plots, tensor parallelism.
-4 the engines that really train (local, distributed, torch.distributed.pipelining, ``Pipe``).
-5 the planner for real clusters.
-6 each lesson's glue, the widgets, the assignments' grading, the command line.
+1 the schedule spine (schedules as data, messages, builders and registry, validator, PyTorch interop);
+2 time and links (the simulator, the Timeline, the model, the data, the process launcher); 3 the
+reference trainer, balancing, plots, tensor parallelism; 4 the engines that really train; 5 the
+planner; 6 each lesson's glue, the widgets, the assignments' grading, the command line.
 """
 
 __version__ = "0.1.0"
