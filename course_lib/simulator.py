@@ -32,7 +32,7 @@ from typing import NoReturn
 from course_lib.costs import StageCosts
 from course_lib.errors import require
 from course_lib.links import FREE, Link, per_boundary
-from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
+from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Action, Kind, Schedule
 from course_lib.schedules.messages import message_of
 from course_lib.schedules.validate import ScheduleError, check
@@ -87,10 +87,9 @@ def simulate_named(
     device (None: the registry's default), and simulate it: the one way every caller (CLI, dashboard,
     comparisons, plots, planner) simulates a schedule by name. `costs` are a device's share of the
     model (default: 1 each for F, I, W), so each of its v stages costs 1/v and every v does the same work."""
-    info = SCHEDULES[resolve_name(name)]
-    v = info.default_virtual if virtual is None else virtual
-    share = (costs if costs is not None else StageCosts()).per_virtual_stage(v)
-    return simulate(build_schedule(info.name, p, m, v), share, boundary_bytes, links)
+    schedule = build_schedule(name, p, m, virtual)
+    share = (costs if costs is not None else StageCosts()).per_virtual_stage(schedule.stages_per_device)
+    return simulate(schedule, share, boundary_bytes, links)
 
 
 def _index_actions(schedule: Schedule) -> tuple[list[list[int]], list[int]]:
