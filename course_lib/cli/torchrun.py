@@ -19,6 +19,7 @@ import sys
 
 import torch.distributed as dist
 
+from course_lib import netif  # multi-node: the interface towards the peers, threads, each node's line
 from course_lib.cli import flags, report_errors
 from course_lib.engines.dist_result import DistributedResult
 from course_lib.engines.dist_worker import RunSpec, run_rank
@@ -57,7 +58,8 @@ def spec_from_flags(args: argparse.Namespace, world: int) -> RunSpec:
     pipe = flags.PipelineFlags.from_args(args, stages=stages)
     return make_spec(
         flags.config_from_flags(args), pipe.schedule, stages, virtual=pipe.virtual,
-        checkpoint=pipe.checkpoint, links=pipe.links, timeout_s=pipe.timeout, threads=args.threads,
+        checkpoint=pipe.checkpoint, links=pipe.links, timeout_s=pipe.timeout,
+        threads=args.threads or netif.default_threads(),  # multi-node: 1 per rank (netif.py says why)
         local_ranks=int(os.environ.get("LOCAL_WORLD_SIZE", world)), tp=tp, dp=dp,
     )  # fmt: skip
 
@@ -66,9 +68,12 @@ def run_this_rank(spec: RunSpec, rank: int, world: int) -> DistributedResult | N
     """Join the process group, run the schedule's actions for this rank; rank 0 gets the result."""
     if "MASTER_ADDR" not in os.environ:  # plain `python -m ...` with one rank
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    netif.use_interface_towards(os.environ["MASTER_ADDR"])  # across nodes: not the loopback
     try:
         device = init_rank(spec, rank, world)
-        result = gather_and_merge(spec, rank, run_rank(spec, rank, device))
+        record = run_rank(spec, rank, device)
+        result = gather_and_merge(spec, rank, record)
+        netif.print_node_finished(rank, record)  # across nodes: every rank says it finished
     except Exception as err:
         print(f"[rank {rank}] failed: {type(err).__name__}: {err}", file=sys.stderr)
         if world == 1 and dist.is_initialized():  # in-process run: leave no process group behind
@@ -100,3 +105,7 @@ def _main(argv: list[str] | None) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run as one rank under torchrun (RANK, WORLD_SIZE, MASTER_ADDR... come from torchrun)."""
     return report_errors(lambda: _main(argv))
+
+
+if __name__ == "__main__":  # torchrun -m course_lib.cli.torchrun (the old path runs this too)
+    sys.exit(main())

@@ -28,6 +28,7 @@ the reference trainer on the first batch).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import replace
 
@@ -115,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
         timeline = diff = None
     else:
         runner = _run_local if args.engine == "local" else _run_distributed
-        result, diff = runner(cfg, PipelineFlags.from_args(args), args, progress)
+        pipe = PipelineFlags.from_args(args)
+        result, diff = runner(cfg, pipe, args, progress)
         timeline = result.timeline
         out = result.to_json() | {
             "engine": args.engine,
@@ -124,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
         }
         if diff is not None:
             out["max_grad_diff_vs_reference"] = diff
+        if pipe.links is not None:  # echo the link every boundary had (bandwidth null: unlimited)
+            out["link"] = {"latency_s": pipe.links.latency_s, "bandwidth_Bps": pipe.links.bandwidth_Bps}
     out = {"tp": 1, "dp": 1} | out  # one process or one pipeline: no tensor or data parallelism
     if args.json:
         flags.print_json(out)  # a diverged loss is null
@@ -138,12 +142,18 @@ def _print_summary(cfg: TrainConfig, args, out: dict, timeline, diff: float | No
         f"trained {cfg.n_layers} layers ({out.get('n_params', 0):,} parameters) for {cfg.steps} steps, "
         f"{cfg.microbatches} micro-batches per batch, engine {args.engine}"
     )
+    if out["losses"]:  # every engine: the mean loss of each step's batch
+        print(f"training loss {out['losses'][0]:.3f} -> {out['losses'][-1]:.3f} (first and last batch)")
     if "val_loss_start" in out and out.get("val_loss_end") is not None:
         drop = 1 - out["val_loss_end"] / out["val_loss_start"]
         print(f"held-out loss {out['val_loss_start']:.3f} -> {out['val_loss_end']:.3f} ({drop:.0%} lower)")
     elif out["losses"]:
-        print(f"training loss {out['losses'][0]:.3f} -> {out['losses'][-1]:.3f}")
+        print("held-out loss: not evaluated by this engine (engines reference and local evaluate it)")
     print(f"median step {out['step_time_s'] * 1000:.0f} ms (measured)")
+    if "link" in out:
+        link, how = out["link"], "simulated" if args.engine == "local" else "injected: each message waits"
+        rate = "unlimited" if link["bandwidth_Bps"] == math.inf else f"{link['bandwidth_Bps']:.3g} bytes/s"
+        print(f"link at every stage boundary: {link['latency_s'] * 1000:g} ms latency, {rate} ({how})")
     if timeline is not None:
         print(
             f"schedule {timeline.schedule_name}, {timeline.n_devices} devices: "
@@ -151,8 +161,8 @@ def _print_summary(cfg: TrainConfig, args, out: dict, timeline, diff: float | No
         )
     if out["tp"] * out["dp"] > 1:
         print(
-            f"t x p x d = {out['tp']} x {out['ranks']} x {out['dp']} = {out['world']} ranks; the timeline is "
-            "rank 0's pipeline (replica 0, TP rank 0 of every stage)"
+            f"t x p x d = {out['tp']} x {out['pipeline_ranks']} x {out['dp']} = {out['world']} ranks; the "
+            "timeline is rank 0's pipeline (replica 0, TP rank 0 of every stage)"
         )
     if diff is not None:
         print(f"largest gradient difference against the reference trainer: {diff:.2e}")

@@ -1,0 +1,127 @@
+"""The README's two-host torchrun command, run as written on two "hosts": two network namespaces
+joined by a veth pair (tests/two_hosts.py), one torchrun node in each. Root and Linux only.
+
+Free link: both nodes finish and say so, and the losses are a one-node run's. Shaped link (tc tbf at
+a rate where the boundary messages take most of the step): the measured step agrees with the
+simulator's prediction from the same work's measured compute, and with the engine's own injected
+``--bandwidth`` run, within 25%. A node whose peer never starts ends with one line naming the endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_readme_commands import README, bash_commands
+from two_hosts import TwoHosts, why_not_here
+
+from course_lib.engines.distributed import launch, make_spec
+from course_lib.lessons.scale_out import replay
+from course_lib.links import Link
+from course_lib.reference import TrainConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.skipif(why_not_here() is not None, reason=str(why_not_here())),
+]
+
+# a shaped run where the wire sets the pace: 4 x 128 tokens x 64 wide x 4 bytes = 131 kB per message,
+# 262 ms each at 0.5 MB/s (4 Mbit/s), against a few ms of compute per micro-batch and stage
+SHAPED_FLAGS = ["--width", "64", "--heads", "4", "--seq-len", "128", "--batch-size", "16",
+                "--microbatches", "4", "--steps", "4"]  # fmt: skip
+RATE_BPS = 5e5  # bytes per second
+RATE_TC = "4mbit"  # the same, as tc writes it
+
+
+def readme_two_host_command() -> list[str]:
+    """The README's two-host command (the one with --nnodes 2 and HOST0), as a list of words."""
+    found = [c for c in bash_commands(README.read_text()) if "--nnodes 2" in c and "HOST0" in c]
+    assert len(found) == 1, f"README.md should have one two-host torchrun command, found {found}"
+    return shlex.split(found[0], comments=True)
+
+
+def node_command(hosts: TwoHosts, node: int, extra: list[str]) -> list[str]:
+    words = [w.replace("HOST0", hosts.address(0)) for w in readme_two_host_command()]
+    words[words.index("--node-rank") + 1] = str(node)
+    return [*words, *extra]
+
+
+def clean_env() -> dict[str, str]:
+    """This checkout's course_lib, no torchrun variables and no GLOO_SOCKET_IFNAME: the engine picks it."""
+    drop = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+            "GLOO_SOCKET_IFNAME", "GROUP_RANK", "GROUP_WORLD_SIZE")  # fmt: skip
+    return {k: v for k, v in os.environ.items() if k not in drop} | {"PYTHONPATH": str(ROOT)}
+
+
+def run_two_nodes(hosts: TwoHosts, extra: list[str]) -> tuple[dict, str, str]:
+    """Both nodes, node 1 a second later; node 0's JSON, node 0's and node 1's stderr."""
+    procs = []
+    for node in (0, 1):
+        procs.append(hosts.start(node, node_command(hosts, node, extra), ROOT, clean_env()))
+        time.sleep(1)
+    outs = [p.communicate(timeout=300) for p in procs]
+    for node, (p, (out, err)) in enumerate(zip(procs, outs, strict=True)):
+        assert p.returncode == 0, f"node {node} exited {p.returncode}:\n{out}\n{err[-3000:]}"
+    return json.loads(outs[0][0]), outs[0][1], outs[1][1]
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    pair = TwoHosts()
+    try:
+        yield pair.open()
+    finally:
+        pair.close()
+
+
+def test_two_hosts_train_like_one(hosts):
+    out, err0, err1 = run_two_nodes(hosts, ["--json"])
+    words = readme_two_host_command()
+    steps = int(words[words.index("--steps") + 1])
+    assert re.search(rf"node 0 of 2, rank 0 of 2: finished {steps} steps, step times [\d, ]+ ms", err0), err0
+    assert re.search(rf"node 1 of 2, rank 1 of 2: finished {steps} steps, step times [\d, ]+ ms", err1), err1
+    cfg = TrainConfig(n_layers=int(words[words.index("--layers") + 1]), steps=steps)
+    one_node = launch([make_spec(cfg, words[words.index("--schedule") + 1], 2, threads=1)])[0]
+    assert out["losses"] == pytest.approx(one_node.losses, rel=1e-6)
+    assert (out["pipeline_ranks"], out["world"]) == (2, 2)
+
+
+def test_shaped_link_step_matches_simulated_and_injected(hosts):
+    cfg = TrainConfig(n_layers=8, d_model=64, n_heads=4, seq_len=128, batch_size=16, microbatches=4, steps=4)
+    free = make_spec(cfg, "gpipe", 2, threads=1)
+    injected = make_spec(cfg, "gpipe", 2, threads=1, links=Link(bandwidth_Bps=RATE_BPS))
+    one_node_free, one_node_injected = launch([free, injected])
+    nbytes = max(t.nbytes for t in one_node_free.timeline.transfers)
+    predicted = replay(one_node_free.timelines, free.schedule, Link(bandwidth_Bps=RATE_BPS), nbytes).makespan
+    hosts.shape(RATE_TC)
+    try:
+        real, _, _ = run_two_nodes(hosts, [*SHAPED_FLAGS, "--json"])
+    finally:
+        hosts.unshape()
+    measured, injected_step = real["step_time_s"], one_node_injected.step_time_s
+    print(f"{RATE_TC}: measured {measured:.3f}, simulated {predicted:.3f}, injected {injected_step:.3f} s")
+    assert measured > 2 * one_node_free.step_time_s, "the shaped wire should set the pace: pick a lower rate"
+    assert measured == pytest.approx(predicted, rel=0.25)
+    assert measured == pytest.approx(injected_step, rel=0.25)
+    assert real["losses"] == pytest.approx(one_node_free.losses, rel=1e-6)
+
+
+def test_a_node_whose_peer_never_starts_names_the_endpoint(hosts):
+    wait = ["--rdzv-conf", "timeout=5"]  # later flags win: the README's timeout, cut to 5 s
+    start = time.monotonic()
+    words = node_command(hosts, 1, [])
+    at = words.index("-m")
+    proc = hosts.start(1, [*words[:at], *wait, *words[at:]], ROOT, clean_env())
+    _, err = proc.communicate(timeout=120)
+    elapsed = time.monotonic() - start
+    last = err.strip().splitlines()[-1]
+    print(f"node 1 alone, after {elapsed:.0f} s: {last}", file=sys.stderr)
+    assert proc.returncode != 0
+    assert f"({hosts.address(0)}, 29500)" in last and "timed out" in last, last
