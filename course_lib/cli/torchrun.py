@@ -20,7 +20,7 @@ import sys
 import torch.distributed as dist
 
 from course_lib import netif  # multi-node: the interface towards the peers, threads, each node's line
-from course_lib.cli import flags, report_errors
+from course_lib.cli import as_help, flags, report_errors
 from course_lib.engines.dist_result import DistributedResult
 from course_lib.engines.dist_worker import RunSpec, run_rank
 from course_lib.engines.distributed import gather_and_merge, init_rank, make_spec
@@ -30,7 +30,7 @@ from course_lib.errors import require
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="torchrun --nproc-per-node P -m course_lib.engines.distributed", description=__doc__,
+        prog="torchrun --nproc-per-node P -m course_lib.cli.torchrun", description=as_help(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     flags.add_model_flags(parser)
@@ -94,8 +94,8 @@ def _main(argv: list[str] | None) -> int:
     else:
         mesh = f" x tp {result.tp} x dp {result.dp}" if result.tp * result.dp > 1 else ""
         print(
-            f"{result.schedule}: {result.ranks} ranks{mesh}, {len(result.losses)} steps, "
-            f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}; "
+            f"{result.schedule}: {result.ranks} pipeline ranks{mesh}, {len(result.losses)} steps, "
+            f"training loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}; "
             f"median step {result.step_time_s * 1000:.1f} ms, bubble {result.bubble_fraction:.1%} (measured)"
         )
     flags.save_chart(result.timeline, args)  # after the result: a failed save cannot lose it

@@ -1,11 +1,17 @@
 """Train the toy transformer: ``python -m course_lib train [--engine E] [--json] [flags]``.
 
-    python -m course_lib train                      # 80 layers, reference trainer, progress bar
+Each example takes seconds (8 layers, a few steps); leave out ``--layers`` and ``--steps`` for the
+full size, 80 layers and 80 steps (a minute or two)::
+
+    python -m course_lib train --layers 8 --steps 5                  # reference trainer, progress bar
     python -m course_lib train --layers 8 --steps 20 --json
-    python -m course_lib train --engine local --schedule 1f1b --stages 4 --microbatches 8 --gantt 1f1b.png
-    python -m course_lib train --engine distributed --schedule gpipe --stages 2 --latency 0.01 --json
-    python -m course_lib train --engine local --schedule zb-h1 --stages 4 --steps 2 --check-reference --json
-    python -m course_lib train --engine distributed --tp 2 --stages 2 --dp 2 --layers 4 --batch-size 8 \
+    python -m course_lib train --engine local --schedule 1f1b --stages 4 --microbatches 8 --layers 8 \\
+        --steps 5 --gantt 1f1b.png
+    python -m course_lib train --engine distributed --schedule gpipe --stages 2 --latency 0.01 \\
+        --layers 8 --steps 5 --json
+    python -m course_lib train --engine local --schedule zb-h1 --stages 4 --layers 8 --steps 2 \\
+        --check-reference --json
+    python -m course_lib train --engine distributed --tp 2 --stages 2 --dp 2 --layers 4 --batch-size 8 \\
         --microbatches 2 --steps 2 --check-reference --json           # TP x PP x DP: 8 ranks
 
 Engines: ``reference`` (one device, gradient accumulation: the ground truth), ``local`` (one process
@@ -20,8 +26,10 @@ reference engine, ``--timeout``, ``--tp`` and ``--dp`` with any engine but the d
 process uses one CPU thread, as the lessons do (``--threads N`` for more; distributed ranks share
 the cores by default). ``--json`` prints one JSON object on stdout (the progress bar goes to stderr),
 so the output can be piped into other tools; it says ``tp`` and ``dp`` (1 but for the distributed
-engine). For the pipeline engines it adds ``bubble_fraction`` and ``timeline_source``,
-and ``max_grad_diff_vs_reference`` with ``--check-reference`` (largest gradient difference against
+engine). For the pipeline engines it adds ``bubble_fraction`` and ``timeline_source``, ``link``
+(the ``--latency`` and ``--bandwidth`` every boundary had; bandwidth null: unlimited), and for the
+distributed engine ``pipeline_ranks`` (p) beside ``world`` (t x p x d processes); and
+``max_grad_diff_vs_reference`` with ``--check-reference`` (largest gradient difference against
 the reference trainer on the first batch).
 """
 

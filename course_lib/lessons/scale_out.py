@@ -43,42 +43,21 @@ def torchrun_commands(
     nproc_per_node: int = 2, nnodes: int = 1, endpoint: str = "HOST0:29500",
     engine_args: str = "--schedule 1f1b --layers 80 --microbatches 8 --steps 20",
 ) -> list[str]:  # fmt: skip
-    """The command to type on each node: one node needs no rendezvous; several use c10d at `endpoint`
-    (the first node's address and a free port), the same command everywhere but for --node-rank."""
+    """The command to type on each node, from the course's folder (README.md, "Several machines"):
+    torchrun's static rendezvous at `endpoint` (the first node's address as the others reach it, and a
+    free port; one node: the loopback), the same command everywhere but for --node-rank."""
     for label, value in (("nproc_per_node", nproc_per_node), ("nnodes", nnodes)):
         require(isinstance(value, int) and value >= 1, f"{label} must be a whole number >= 1, got {value!r}")
-    tail = f"-m course_lib.engines.distributed {engine_args}".strip()
+    tail = f"-m course_lib.cli.torchrun {engine_args}".strip()
     if nnodes == 1:
-        return [f"torchrun --standalone --nproc-per-node {nproc_per_node} {tail}"]
-    require(":" in endpoint, f"endpoint must be HOST:PORT of the first node, got {endpoint!r}")
+        host, port, wait = "127.0.0.1", "29500", ""
+    else:
+        require(":" in endpoint, f"endpoint must be HOST:PORT of the first node, got {endpoint!r}")
+        (host, port), wait = endpoint.rsplit(":", 1), " --rdzv-conf timeout=60"
+    nodes = f"--nnodes {nnodes} " if nnodes > 1 else ""
     return [
-        f"torchrun --nnodes {nnodes} --nproc-per-node {nproc_per_node} --node-rank {rank} "
-        f"--rdzv-backend c10d --rdzv-endpoint {shlex.quote(endpoint)} --rdzv-id pp-course {tail}"
+        f".venv/bin/torchrun {nodes}--nproc-per-node {nproc_per_node}"
+        + (f" --node-rank {rank}" if nnodes > 1 else "")
+        + f" --master-addr {shlex.quote(host)} --master-port {port}{wait} {tail}"
         for rank in range(nnodes)
     ]
-
-
-def train_distributed_for(
-    config, n_layers: int = 80, steps: int = 3, seq_len: int = 32, max_ranks: int = 4
-) -> Timeline:
-    """The lesson dashboard's "train for real": run what its DashboardConfig says on real processes,
-    one sequence per micro-batch, the link injected for real unless it is free; returns the last
-    step's measured Timeline. More than `max_ranks` processes would only fight over the cores: refused."""
-    from course_lib.engines.distributed import run_distributed
-    from course_lib.reference import TrainConfig
-
-    require(
-        config.p <= max_ranks,
-        f"train for real starts one process per device: p={config.p} is more than this lesson allows "
-        f"({max_ranks}); the simulation above covers any p",
-    )
-    link = config.link
-    inject = link.latency_s > 0 or link.bandwidth_Bps != float("inf")
-    cfg = TrainConfig(
-        n_layers=n_layers, steps=steps, seq_len=seq_len, batch_size=config.m, microbatches=config.m,
-        eval_batches=1, device="auto",
-    )  # fmt: skip
-    result = run_distributed(
-        cfg, config.schedule, config.p, virtual=config.v, links=link if inject else None, progress=True
-    )
-    return result.timeline
