@@ -61,3 +61,30 @@ def torchrun_commands(
         + f" --master-addr {shlex.quote(host)} --master-port {port}{wait} {tail}"
         for rank in range(nnodes)
     ]
+
+
+
+def train_distributed_for(
+    config, n_layers: int = 80, steps: int = 3, seq_len: int = 32, max_ranks: int = 4
+) -> Timeline:
+    """The lesson dashboard's "train for real": run what its DashboardConfig says on real processes,
+    one sequence per micro-batch, the link injected for real unless it is free; returns the last
+    step's measured Timeline. More than `max_ranks` processes would only fight over the cores: refused."""
+    from course_lib.engines.distributed import run_distributed
+    from course_lib.reference import TrainConfig
+
+    require(
+        config.p <= max_ranks,
+        f"train for real starts one process per device: p={config.p} is more than this lesson allows "
+        f"({max_ranks}); the simulation above covers any p",
+    )
+    link = config.link
+    inject = link.latency_s > 0 or link.bandwidth_Bps != float("inf")
+    cfg = TrainConfig(
+        n_layers=n_layers, steps=steps, seq_len=seq_len, batch_size=config.m, microbatches=config.m,
+        eval_batches=1, device="auto",
+    )  # fmt: skip
+    result = run_distributed(
+        cfg, config.schedule, config.p, virtual=config.v, links=link if inject else None, progress=True
+    )
+    return result.timeline
