@@ -34,8 +34,10 @@ pytestmark = [
 
 # a shaped run where the wire sets the pace: 4 x 128 tokens x 64 wide x 4 bytes = 131 kB per message,
 # 262 ms each at 0.5 MB/s (4 Mbit/s), against a few ms of compute per micro-batch and stage
-SHAPED_FLAGS = ["--width", "64", "--heads", "4", "--seq-len", "128", "--batch-size", "16",
-                "--microbatches", "4", "--steps", "4"]  # fmt: skip
+SHAPED = TrainConfig(n_layers=8, d_model=64, n_heads=4, seq_len=128, batch_size=16, microbatches=4, steps=3)
+AS_FLAGS = {"--layers": "n_layers", "--width": "d_model", "--heads": "n_heads", "--seq-len": "seq_len",
+            "--batch-size": "batch_size", "--microbatches": "microbatches", "--steps": "steps"}  # fmt: skip
+SHAPED_FLAGS = [str(w) for flag, field in AS_FLAGS.items() for w in (flag, getattr(SHAPED, field))]
 RATE_BPS = 5e5  # bytes per second
 RATE_TC = "4mbit"  # the same, as tc writes it
 
@@ -72,6 +74,24 @@ def run_two_nodes(hosts: TwoHosts, extra: list[str]) -> tuple[dict, str, str]:
     return json.loads(outs[0][0]), outs[0][1], outs[1][1]
 
 
+def readme_flag(name: str) -> str:
+    words = readme_two_host_command()
+    return words[words.index(name) + 1]
+
+
+@pytest.fixture(scope="module")
+def one_node():
+    """On one machine (loopback, one launch): the README's run, the shaped run's work on a free link,
+    and the same with the engine's injected --bandwidth."""
+    readme = TrainConfig(n_layers=int(readme_flag("--layers")), steps=int(readme_flag("--steps")))
+    specs = [
+        make_spec(readme, readme_flag("--schedule"), 2, threads=1),
+        make_spec(SHAPED, "gpipe", 2, threads=1),
+        make_spec(SHAPED, "gpipe", 2, threads=1, links=Link(bandwidth_Bps=RATE_BPS)),
+    ]
+    return dict(zip(("readme", "free", "injected"), launch(specs), strict=True)) | {"specs": specs}
+
+
 @pytest.fixture(scope="module")
 def hosts():
     pair = TwoHosts()
@@ -81,25 +101,28 @@ def hosts():
         pair.close()
 
 
-def test_two_hosts_train_like_one(hosts):
+def test_each_node_finds_the_interface_towards_node_0(hosts):
+    probe = f"from course_lib.netif import interface_towards; print(interface_towards({hosts.address(0)!r}))"
+    for node in (0, 1):
+        out, _ = hosts.start(node, [sys.executable, "-c", probe], ROOT, clean_env()).communicate(timeout=60)
+        assert out.strip() == hosts.interface(node)  # not the loopback that the hostname resolves to
+
+
+def test_two_hosts_train_like_one(hosts, one_node):
     out, err0, err1 = run_two_nodes(hosts, ["--json"])
-    words = readme_two_host_command()
-    steps = int(words[words.index("--steps") + 1])
+    steps = readme_flag("--steps")
     assert re.search(rf"node 0 of 2, rank 0 of 2: finished {steps} steps, step times [\d, ]+ ms", err0), err0
     assert re.search(rf"node 1 of 2, rank 1 of 2: finished {steps} steps, step times [\d, ]+ ms", err1), err1
-    cfg = TrainConfig(n_layers=int(words[words.index("--layers") + 1]), steps=steps)
-    one_node = launch([make_spec(cfg, words[words.index("--schedule") + 1], 2, threads=1)])[0]
-    assert out["losses"] == pytest.approx(one_node.losses, rel=1e-6)
+    assert out["losses"] == pytest.approx(one_node["readme"].losses, rel=1e-6)
     assert (out["pipeline_ranks"], out["world"]) == (2, 2)
+    print(f"two hosts: {out['step_time_s']:.3f} s a step; one node: {one_node['readme'].step_time_s:.3f} s")
 
 
-def test_shaped_link_step_matches_simulated_and_injected(hosts):
-    cfg = TrainConfig(n_layers=8, d_model=64, n_heads=4, seq_len=128, batch_size=16, microbatches=4, steps=4)
-    free = make_spec(cfg, "gpipe", 2, threads=1)
-    injected = make_spec(cfg, "gpipe", 2, threads=1, links=Link(bandwidth_Bps=RATE_BPS))
-    one_node_free, one_node_injected = launch([free, injected])
+def test_shaped_link_step_matches_simulated_and_injected(hosts, one_node):
+    one_node_free, one_node_injected = one_node["free"], one_node["injected"]
     nbytes = max(t.nbytes for t in one_node_free.timeline.transfers)
-    predicted = replay(one_node_free.timelines, free.schedule, Link(bandwidth_Bps=RATE_BPS), nbytes).makespan
+    schedule = one_node["specs"][1].schedule
+    predicted = replay(one_node_free.timelines, schedule, Link(bandwidth_Bps=RATE_BPS), nbytes).makespan
     hosts.shape(RATE_TC)
     try:
         real, _, _ = run_two_nodes(hosts, [*SHAPED_FLAGS, "--json"])
@@ -113,15 +136,19 @@ def test_shaped_link_step_matches_simulated_and_injected(hosts):
     assert real["losses"] == pytest.approx(one_node_free.losses, rel=1e-6)
 
 
-def test_a_node_whose_peer_never_starts_names_the_endpoint(hosts):
+@pytest.mark.parametrize("node", [1, 0])
+def test_a_node_whose_peer_never_starts_says_what_it_waited_for(hosts, node):
     wait = ["--rdzv-conf", "timeout=5"]  # later flags win: the README's timeout, cut to 5 s
     start = time.monotonic()
-    words = node_command(hosts, 1, [])
+    words = node_command(hosts, node, [])
     at = words.index("-m")
-    proc = hosts.start(1, [*words[:at], *wait, *words[at:]], ROOT, clean_env())
+    proc = hosts.start(node, [*words[:at], *wait, *words[at:]], ROOT, clean_env())
     _, err = proc.communicate(timeout=120)
     elapsed = time.monotonic() - start
     last = err.strip().splitlines()[-1]
-    print(f"node 1 alone, after {elapsed:.0f} s: {last}", file=sys.stderr)
+    print(f"node {node} alone, after {elapsed:.0f} s: {last}")
     assert proc.returncode != 0
-    assert f"({hosts.address(0)}, 29500)" in last and "timed out" in last, last
+    if node == 1:  # torchrun's words: it names the endpoint it could not reach
+        assert f"timed out after 5000ms while trying to connect to ({hosts.address(0)}, 29500)" in last, last
+    else:  # node 0 holds the endpoint: it says how many nodes came
+        assert "waiting for clients. 1/2 clients joined" in last, last
