@@ -9,24 +9,26 @@ simulator's prediction from the same work's measured compute, and with the engin
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import shlex
 import sys
 import time
-from pathlib import Path
 
 import pytest
-from test_readme_commands import README, bash_commands
-from two_hosts import TwoHosts, why_not_here
+from two_hosts import (
+    ROOT,
+    TwoHosts,
+    clean_env,
+    node_command,
+    readme_two_host_command,
+    run_two_nodes,
+    why_not_here,
+)
 
 from course_lib.engines.distributed import launch, make_spec
 from course_lib.lessons.scale_out import replay
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
 
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [
     pytest.mark.processes,
     pytest.mark.skipif(why_not_here() is not None, reason=str(why_not_here())),
@@ -40,38 +42,6 @@ AS_FLAGS = {"--layers": "n_layers", "--width": "d_model", "--heads": "n_heads", 
 SHAPED_FLAGS = [str(w) for flag, field in AS_FLAGS.items() for w in (flag, getattr(SHAPED, field))]
 RATE_BPS = 5e5  # bytes per second
 RATE_TC = "4mbit"  # the same, as tc writes it
-
-
-def readme_two_host_command() -> list[str]:
-    """The README's two-host command (the one with --nnodes 2 and HOST0), as a list of words."""
-    found = [c for c in bash_commands(README.read_text()) if "--nnodes 2" in c and "HOST0" in c]
-    assert len(found) == 1, f"README.md should have one two-host torchrun command, found {found}"
-    return shlex.split(found[0], comments=True)
-
-
-def node_command(hosts: TwoHosts, node: int, extra: list[str]) -> list[str]:
-    words = [w.replace("HOST0", hosts.address(0)) for w in readme_two_host_command()]
-    words[words.index("--node-rank") + 1] = str(node)
-    return [*words, *extra]
-
-
-def clean_env() -> dict[str, str]:
-    """This checkout's course_lib, no torchrun variables and no GLOO_SOCKET_IFNAME: the engine picks it."""
-    drop = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-            "GLOO_SOCKET_IFNAME", "GROUP_RANK", "GROUP_WORLD_SIZE")  # fmt: skip
-    return {k: v for k, v in os.environ.items() if k not in drop} | {"PYTHONPATH": str(ROOT)}
-
-
-def run_two_nodes(hosts: TwoHosts, extra: list[str]) -> tuple[dict, str, str]:
-    """Both nodes, node 1 a second later; node 0's JSON, node 0's and node 1's stderr."""
-    procs = []
-    for node in (0, 1):
-        procs.append(hosts.start(node, node_command(hosts, node, extra), ROOT, clean_env()))
-        time.sleep(1)
-    outs = [p.communicate(timeout=300) for p in procs]
-    for node, (p, (out, err)) in enumerate(zip(procs, outs, strict=True)):
-        assert p.returncode == 0, f"node {node} exited {p.returncode}:\n{out}\n{err[-3000:]}"
-    return json.loads(outs[0][0]), outs[0][1], outs[1][1]
 
 
 def readme_flag(name: str) -> str:

@@ -9,15 +9,21 @@ runs from the fixture's ``finally`` and from ``atexit``, so a failed or interrup
 from __future__ import annotations
 
 import atexit
+import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from test_readme_commands import README, bash_commands
+
+ROOT = Path(__file__).resolve().parent.parent
 _NETNS_ETC = Path("/etc/netns")  # `ip netns exec` bind-mounts /etc/netns/NAME/resolv.conf over /etc's
 
 
@@ -104,3 +110,35 @@ class TwoHosts:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)  # takes the veth pair with it
             shutil.rmtree(_NETNS_ETC / ns, ignore_errors=True)
         atexit.unregister(self.close)
+
+
+def readme_two_host_command() -> list[str]:
+    """The README's two-host command (the one with --nnodes 2 and HOST0), as a list of words."""
+    found = [c for c in bash_commands(README.read_text()) if "--nnodes 2" in c and "HOST0" in c]
+    assert len(found) == 1, f"README.md should have one two-host torchrun command, found {found}"
+    return shlex.split(found[0], comments=True)
+
+
+def node_command(hosts: TwoHosts, node: int, extra: list[str]) -> list[str]:
+    words = [w.replace("HOST0", hosts.address(0)) for w in readme_two_host_command()]
+    words[words.index("--node-rank") + 1] = str(node)
+    return [*words, *extra]
+
+
+def clean_env() -> dict[str, str]:
+    """This checkout's course_lib, no torchrun variables and no GLOO_SOCKET_IFNAME: the engine picks it."""
+    drop = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+            "GLOO_SOCKET_IFNAME", "GROUP_RANK", "GROUP_WORLD_SIZE")  # fmt: skip
+    return {k: v for k, v in os.environ.items() if k not in drop} | {"PYTHONPATH": str(ROOT)}
+
+
+def run_two_nodes(hosts: TwoHosts, extra: list[str]) -> tuple[dict, str, str]:
+    """Both nodes, node 1 a second later; node 0's JSON, node 0's and node 1's stderr."""
+    procs = []
+    for node in (0, 1):
+        procs.append(hosts.start(node, node_command(hosts, node, extra), ROOT, clean_env()))
+        time.sleep(1)
+    outs = [p.communicate(timeout=300) for p in procs]
+    for node, (p, (out, err)) in enumerate(zip(procs, outs, strict=True)):
+        assert p.returncode == 0, f"node {node} exited {p.returncode}:\n{out}\n{err[-3000:]}"
+    return json.loads(outs[0][0]), outs[0][1], outs[1][1]
