@@ -86,3 +86,20 @@ def test_readme_command_runs_as_written(command, fresh_shell):
     assert proc.stdout.strip(), f"{command} printed nothing"
     if "--gantt" in command:
         assert (folder / command.split("--gantt ")[1].split()[0]).stat().st_size > 1000
+
+
+# a command in a lesson's text: python -m ..., python bench/..., torchrun --...
+LESSON_COMMAND = re.compile(r"(?<![\w/.-])(python3? (?:-m |bench/)|torchrun --)")
+
+
+def test_commands_in_the_lessons_text_name_the_course_environment():
+    """What a lesson tells the student to type runs from a fresh shell too (from the course's folder)."""
+    import json
+
+    bare = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "markdown":
+                text = "".join(cell["source"])
+                bare += [f"{path.name}: {m.group(0)}" for m in LESSON_COMMAND.finditer(text)]
+    assert not bare, f"write these as .venv/bin/python ... or .venv/bin/torchrun ...: {bare}"
