@@ -22,8 +22,10 @@ from __future__ import annotations
 import fcntl
 import ipaddress
 import os
+import shutil
 import socket
 import struct
+import subprocess
 import sys
 
 _SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
@@ -62,13 +64,26 @@ def _ipv6_interfaces() -> dict[str, str]:
     return table
 
 
+def _from_ip_command(address: str) -> str | None:
+    """iproute2's list, for what the ioctl cannot see (a second address on one interface)."""
+    if shutil.which("ip") is None:
+        return None
+    listing = subprocess.run(["ip", "-o", "addr", "show"], capture_output=True, text=True, timeout=10).stdout
+    for fields in (line.split() for line in listing.splitlines()):
+        if len(fields) > 3 and fields[3].split("/")[0] == address:
+            return fields[1].split("@")[0]
+    return None
+
+
 def interface_of(address: str) -> str | None:
     """The name of the interface that holds `address` (Linux; None elsewhere or if none holds it)."""
     if not sys.platform.startswith("linux"):
         return None
     if ipaddress.ip_address(address).version == 6:
-        return _ipv6_interfaces().get(str(ipaddress.ip_address(address)))
-    return next((n for _, n in socket.if_nameindex() if _ipv4_of(n) == address), None)
+        found = _ipv6_interfaces().get(str(ipaddress.ip_address(address)))
+    else:
+        found = next((n for _, n in socket.if_nameindex() if _ipv4_of(n) == address), None)
+    return found or _from_ip_command(address)
 
 
 def interface_towards(host: str) -> str | None:

@@ -10,6 +10,7 @@ simulator's prediction from the same work's measured compute, and with the engin
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 import time
 
@@ -76,6 +77,13 @@ def test_each_node_finds_the_interface_towards_node_0(hosts):
     for node in (0, 1):
         out, _ = hosts.start(node, [sys.executable, "-c", probe], ROOT, clean_env()).communicate(timeout=60)
         assert out.strip() == hosts.interface(node)  # not the loopback that the hostname resolves to
+    # a second address on one interface, which the ioctl does not see (iproute2's list does)
+    second = f"10.231.{hosts.subnet}.200"
+    add = ["ip", "-n", hosts.names[1], "addr", "add", f"{second}/32", "dev", hosts.interface(1)]
+    subprocess.run(add, check=True, timeout=30)
+    probe = f"from course_lib.netif import interface_of; print(interface_of({second!r}))"
+    out, _ = hosts.start(1, [sys.executable, "-c", probe], ROOT, clean_env()).communicate(timeout=60)
+    assert out.strip() == hosts.interface(1)
 
 
 def test_two_hosts_train_like_one(hosts, one_node):
