@@ -67,7 +67,11 @@ def one_node():
 def hosts():
     pair = TwoHosts()
     try:
-        yield pair.open()
+        try:
+            pair.open()
+        except subprocess.CalledProcessError as err:  # e.g. a container without CAP_NET_ADMIN
+            pytest.skip(f"cannot make network namespaces here: {err.stderr.strip()}")
+        yield pair
     finally:
         pair.close()
 
@@ -101,7 +105,10 @@ def test_shaped_link_step_matches_simulated_and_injected(hosts, one_node):
     nbytes = max(t.nbytes for t in one_node_free.timeline.transfers)
     schedule = one_node["specs"][1].schedule
     predicted = replay(one_node_free.timelines, schedule, Link(bandwidth_Bps=RATE_BPS), nbytes).makespan
-    hosts.shape(RATE_TC)
+    try:
+        hosts.shape(RATE_TC)
+    except subprocess.CalledProcessError as err:
+        pytest.skip(f"tc tbf is not available in this kernel: {err.stderr.strip()}")
     try:
         real, _, _ = run_two_nodes(hosts, [*SHAPED_FLAGS, "--json"])
     finally:

@@ -79,7 +79,7 @@ class TwoHosts:
         for node, ns in enumerate(self.names):
             tbf = ["tc", "qdisc", "replace", "dev", self.interface(node), "root", "tbf", "rate", rate]
             cmd = ["ip", "netns", "exec", ns, *tbf, "burst", "32kb", "latency", "2s"]
-            subprocess.run(cmd, check=True, capture_output=True, timeout=30)
+            subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=30)
 
     def unshape(self) -> None:
         for node, ns in enumerate(self.names):
