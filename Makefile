@@ -63,6 +63,7 @@ lint: $(SETUP)
 
 unit: $(SETUP)
 	@bash tests/browser/ensure_browser.sh
+	@bash tests/ensure_iproute2.sh
 	$(BIN)/python -m pytest -q tests
 
 notebooks: $(SETUP)

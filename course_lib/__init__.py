@@ -10,7 +10,7 @@ The library is built in floors; a module imports only from its own floor or the 
   5  planner
   4  engines
   3  reference balance plots tp
-  2  costs links network geo timeline simulator model data devices partition launch saved_memory
+  2  costs links network netif geo timeline simulator model data devices partition launch saved_memory
   1  errors schedules
 
 1 the schedule spine (schedules as data, messages, builders and registry, validator, PyTorch interop);

@@ -61,7 +61,7 @@ def test_one_rank_trains_like_the_reference(one_rank, capsys, tmp_path):
     same = dict(n_layers=6, d_model=16, n_heads=2, seq_len=16, batch_size=8, microbatches=4, steps=2)
     cfg = reference.TrainConfig(**same)
     assert out["losses"] == pytest.approx(reference.train(cfg, progress=False).losses, rel=1e-5)
-    assert out["ranks"] == 1 and out["timeline_source"] == "measured"
+    assert out["pipeline_ranks"] == 1 and out["timeline_source"] == "measured"
     assert gantt.stat().st_size > 1000
 
 

@@ -157,7 +157,7 @@ def test_train_command_with_tp_and_stages_checks_the_reference(capsys):
     flags = ["--engine", "distributed", "--tp", "2", "--stages", "2", "--microbatches", "2", "--steps", "1"]
     assert main(["train", *SIZE, *flags, "--check-reference", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert (out["tp"], out["ranks"], out["dp"], out["world"]) == (2, 2, 1, 4)
+    assert (out["tp"], out["pipeline_ranks"], out["dp"], out["world"]) == (2, 2, 1, 4)
     assert out["max_grad_diff_vs_reference"] < 1e-5
     assert out["timeline_source"] == "measured" and 0 < out["bubble_fraction"] < 1
     assert out["grad_sync_s"] == [0.0]  # one replica: nothing to average

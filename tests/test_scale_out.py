@@ -25,13 +25,14 @@ def test_costs_read_back_and_replayed_reproduce_the_timeline():
 
 def test_torchrun_commands():
     (one,) = torchrun_commands(nproc_per_node=4, engine_args="--schedule gpipe")
-    assert (
-        one == "torchrun --standalone --nproc-per-node 4 -m course_lib.cli.torchrun --schedule gpipe"
+    assert one == (
+        ".venv/bin/torchrun --nproc-per-node 4 --master-addr 127.0.0.1 --master-port 29500 "
+        "-m course_lib.cli.torchrun --schedule gpipe"
     )
     two = torchrun_commands(nproc_per_node=1, nnodes=2, endpoint="10.0.0.1:29500")
     assert len(two) == 2
     assert "--node-rank 0" in two[0] and "--node-rank 1" in two[1]
-    assert all("--rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29500" in c for c in two)
+    assert all("--master-addr 10.0.0.1 --master-port 29500 --rdzv-conf timeout=60 -m" in c for c in two)
     with pytest.raises(CourseError, match="got 0"):
         torchrun_commands(nproc_per_node=0)
     with pytest.raises(CourseError, match="HOST:PORT"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from collections.abc import Callable
 
@@ -31,10 +32,19 @@ def build_parser() -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter  # --help shows each module's docstring as written
     for name, (module_name, help_text) in COMMANDS.items():
         module = importlib.import_module(module_name)
-        command = sub.add_parser(name, help=help_text, description=module.__doc__, formatter_class=formatter)
+        description = as_help(module.__doc__)
+        command = sub.add_parser(name, help=help_text, description=description, formatter_class=formatter)
         module.add_arguments(command)
         command.set_defaults(_run=module.run)
     return parser
+
+
+def as_help(docstring: str | None) -> str:
+    """A module's docstring as a terminal shows it: the reStructuredText marks (``code``, *stress*,
+    a paragraph's closing ``::``) dropped, every line and example kept as written."""
+    text = re.sub(r"``(.+?)``", r"\1", docstring or "")
+    text = re.sub(r"(?<![\w*])\*(\S[^*\n]*?)\*(?![\w*])", r"\1", text)
+    return re.sub(r"::$", ":", text, flags=re.M)
 
 
 def main(argv: list[str] | None = None) -> int:

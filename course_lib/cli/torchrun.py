@@ -19,7 +19,8 @@ import sys
 
 import torch.distributed as dist
 
-from course_lib.cli import flags, report_errors
+from course_lib import netif  # multi-node: the interface towards the peers, threads, each node's line
+from course_lib.cli import as_help, flags, report_errors
 from course_lib.engines.dist_result import DistributedResult
 from course_lib.engines.dist_worker import RunSpec, gather_and_merge, init_rank, run_rank
 from course_lib.engines.distributed import make_spec
@@ -29,7 +30,7 @@ from course_lib.launch import free_port
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="torchrun --nproc-per-node P -m course_lib.cli.torchrun", description=__doc__,
+        prog="torchrun --nproc-per-node P -m course_lib.cli.torchrun", description=as_help(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     flags.add_model_flags(parser)
@@ -57,7 +58,8 @@ def spec_from_flags(args: argparse.Namespace, world: int) -> RunSpec:
     pipe = flags.PipelineFlags.from_args(args, stages=stages)
     return make_spec(
         flags.config_from_flags(args), pipe.schedule, stages, virtual=pipe.virtual,
-        checkpoint=pipe.checkpoint, links=pipe.links, timeout_s=pipe.timeout, threads=args.threads,
+        checkpoint=pipe.checkpoint, links=pipe.links, timeout_s=pipe.timeout,
+        threads=args.threads or netif.default_threads(),  # multi-node: 1 per rank (netif.py says why)
         local_ranks=int(os.environ.get("LOCAL_WORLD_SIZE", world)), tp=tp, dp=dp,
     )  # fmt: skip
 
@@ -66,9 +68,12 @@ def run_this_rank(spec: RunSpec, rank: int, world: int) -> DistributedResult | N
     """Join the process group, run the schedule's actions for this rank; rank 0 gets the result."""
     if "MASTER_ADDR" not in os.environ:  # plain `python -m ...` with one rank
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    netif.use_interface_towards(os.environ["MASTER_ADDR"])  # across nodes: not the loopback
     try:
         device = init_rank(spec, rank, world)
-        result = gather_and_merge(spec, rank, run_rank(spec, rank, device))
+        record = run_rank(spec, rank, device)
+        result = gather_and_merge(spec, rank, record)
+        netif.print_node_finished(rank, record)  # across nodes: every rank says it finished
     except Exception as err:
         print(f"[rank {rank}] failed: {type(err).__name__}: {err}", file=sys.stderr)
         if world == 1 and dist.is_initialized():  # in-process run: leave no process group behind
@@ -89,8 +94,8 @@ def _main(argv: list[str] | None) -> int:
     else:
         mesh = f" x tp {result.tp} x dp {result.dp}" if result.tp * result.dp > 1 else ""
         print(
-            f"{result.schedule}: {result.ranks} ranks{mesh}, {len(result.losses)} steps, "
-            f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}; "
+            f"{result.schedule}: {result.ranks} pipeline ranks{mesh}, {len(result.losses)} steps, "
+            f"training loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}; "
             f"median step {result.step_time_s * 1000:.1f} ms, bubble {result.bubble_fraction:.1%} (measured)"
         )
     flags.save_chart(result.timeline, args)  # after the result: a failed save cannot lose it

@@ -1,11 +1,17 @@
 """Train the toy transformer: ``python -m course_lib train [--engine E] [--json] [flags]``.
 
-    python -m course_lib train                      # 80 layers, reference trainer, progress bar
+Each example takes seconds (8 layers, a few steps); leave out ``--layers`` and ``--steps`` for the
+full size, 80 layers and 80 steps (a minute or two)::
+
+    python -m course_lib train --layers 8 --steps 5                  # reference trainer, progress bar
     python -m course_lib train --layers 8 --steps 20 --json
-    python -m course_lib train --engine local --schedule 1f1b --stages 4 --microbatches 8 --gantt 1f1b.png
-    python -m course_lib train --engine distributed --schedule gpipe --stages 2 --latency 0.01 --json
-    python -m course_lib train --engine local --schedule zb-h1 --stages 4 --steps 2 --check-reference --json
-    python -m course_lib train --engine distributed --tp 2 --stages 2 --dp 2 --layers 4 --batch-size 8 \
+    python -m course_lib train --engine local --schedule 1f1b --stages 4 --microbatches 8 --layers 8 \\
+        --steps 5 --gantt 1f1b.png
+    python -m course_lib train --engine distributed --schedule gpipe --stages 2 --latency 0.01 \\
+        --layers 8 --steps 5 --json
+    python -m course_lib train --engine local --schedule zb-h1 --stages 4 --layers 8 --steps 2 \\
+        --check-reference --json
+    python -m course_lib train --engine distributed --tp 2 --stages 2 --dp 2 --layers 4 --batch-size 8 \\
         --microbatches 2 --steps 2 --check-reference --json           # TP x PP x DP: 8 ranks
 
 Engines: ``reference`` (one device, gradient accumulation: the ground truth), ``local`` (one process
@@ -20,14 +26,17 @@ reference engine, ``--timeout``, ``--tp`` and ``--dp`` with any engine but the d
 process uses one CPU thread, as the lessons do (``--threads N`` for more; distributed ranks share
 the cores by default). ``--json`` prints one JSON object on stdout (the progress bar goes to stderr),
 so the output can be piped into other tools; it says ``tp`` and ``dp`` (1 but for the distributed
-engine). For the pipeline engines it adds ``bubble_fraction`` and ``timeline_source``,
-and ``max_grad_diff_vs_reference`` with ``--check-reference`` (largest gradient difference against
+engine). For the pipeline engines it adds ``bubble_fraction`` and ``timeline_source``, ``link``
+(the ``--latency`` and ``--bandwidth`` every boundary had; bandwidth null: unlimited), and for the
+distributed engine ``pipeline_ranks`` (p) beside ``world`` (t x p x d processes); and
+``max_grad_diff_vs_reference`` with ``--check-reference`` (largest gradient difference against
 the reference trainer on the first batch).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import replace
 
@@ -113,12 +122,15 @@ def run(args: argparse.Namespace) -> int:
         result, diff, timeline = train(cfg, progress=progress), None, None
     else:
         runner = _run_local if args.engine == "local" else _run_distributed
-        result, diff = runner(cfg, PipelineFlags.from_args(args), args, progress)
+        pipe = PipelineFlags.from_args(args)
+        result, diff = runner(cfg, pipe, args, progress)
         timeline = result.timeline
     # what to_json leaves out: the engine, and no TP or DP in one process or one pipeline
     out = {"engine": args.engine, "tp": 1, "dp": 1} | result.to_json()
     if diff is not None:
         out["max_grad_diff_vs_reference"] = diff
+    if args.engine != "reference" and pipe.links is not None:  # echo the link (bandwidth null: unlimited)
+        out["link"] = {"latency_s": pipe.links.latency_s, "bandwidth_Bps": pipe.links.bandwidth_Bps}
     if args.json:
         flags.print_json(out)  # a diverged loss is null
     else:
@@ -132,12 +144,18 @@ def _print_summary(cfg: TrainConfig, args, out: dict, timeline, diff: float | No
         f"trained {cfg.n_layers} layers ({out.get('n_params', 0):,} parameters) for {cfg.steps} steps, "
         f"{cfg.microbatches} micro-batches per batch, engine {args.engine}"
     )
+    if out["losses"]:  # every engine: the mean loss of each step's batch
+        print(f"training loss {out['losses'][0]:.3f} -> {out['losses'][-1]:.3f} (first and last batch)")
     if "val_loss_start" in out and out.get("val_loss_end") is not None:
         drop = 1 - out["val_loss_end"] / out["val_loss_start"]
         print(f"held-out loss {out['val_loss_start']:.3f} -> {out['val_loss_end']:.3f} ({drop:.0%} lower)")
     elif out["losses"]:
-        print(f"training loss {out['losses'][0]:.3f} -> {out['losses'][-1]:.3f}")
+        print("held-out loss: not evaluated by this engine (engines reference and local evaluate it)")
     print(f"median step {out['step_time_s'] * 1000:.0f} ms (measured)")
+    if "link" in out:
+        link, how = out["link"], "simulated" if args.engine == "local" else "injected: each message waits"
+        rate = "unlimited" if link["bandwidth_Bps"] == math.inf else f"{link['bandwidth_Bps']:.3g} bytes/s"
+        print(f"link at every stage boundary: {link['latency_s'] * 1000:g} ms latency, {rate} ({how})")
     if timeline is not None:
         print(
             f"schedule {timeline.schedule_name}, {timeline.n_devices} devices: "
@@ -145,8 +163,8 @@ def _print_summary(cfg: TrainConfig, args, out: dict, timeline, diff: float | No
         )
     if out["tp"] * out["dp"] > 1:
         print(
-            f"t x p x d = {out['tp']} x {out['ranks']} x {out['dp']} = {out['world']} ranks; the timeline is "
-            "rank 0's pipeline (replica 0, TP rank 0 of every stage)"
+            f"t x p x d = {out['tp']} x {out['pipeline_ranks']} x {out['dp']} = {out['world']} ranks; the "
+            "timeline is rank 0's pipeline (replica 0, TP rank 0 of every stage)"
         )
     if diff is not None:
         print(f"largest gradient difference against the reference trainer: {diff:.2e}")

@@ -148,7 +148,8 @@ class DistributedResult:
 
     def to_json(self) -> dict:
         return {
-            "engine": "distributed", "schedule": self.schedule, "ranks": self.ranks, "losses": self.losses,
+            "engine": "distributed", "schedule": self.schedule, "losses": self.losses,
+            "pipeline_ranks": self.ranks,  # p, the pipeline's devices; world = tp x p x dp processes
             "n_params": self.n_params, "step_time_s": self.step_time_s, "step_times_s": self.step_times_s,
             "bubble_fraction": self.bubble_fraction, "timeline_source": self.timeline.source,
             "peak_saved_bytes": [max(p) if p else 0 for p in self.peak_saved_bytes], "config": self.config,

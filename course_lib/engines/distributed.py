@@ -32,11 +32,11 @@ From the shell, with torchrun (one process per rank; rank 0 prints the summary; 
 
 (Spell flags out under torchrun: it reads ``-m`` and abbreviations such as ``--virtual`` as its own.)
 
-Several machines: the usual torchrun rendezvous flags, the same command on every node::
+Several machines (README.md, "Several machines"; the interface: ``course_lib/netif.py``), the same
+command on every node but for --node-rank::
 
-    torchrun --nnodes 2 --nproc-per-node 1 --node-rank 0 --rdzv-backend c10d \\
-        --rdzv-endpoint HOST0:29500 -m course_lib.cli.torchrun --schedule gpipe --layers 80
-    (on the second node: the same with --node-rank 1)
+    torchrun --nnodes 2 --nproc-per-node 1 --node-rank 0 --master-addr HOST0 --master-port 29500 \\
+        --rdzv-conf timeout=60 -m course_lib.cli.torchrun --schedule gpipe --layers 80
 
 Backend: gloo on CPUs, NCCL when the ranks run on GPUs (``--device cuda``: rank r uses its local
 GPU). A failed rank stops the others and is named (``course_lib/launch.py`` says how); under torchrun,

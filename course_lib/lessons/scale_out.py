@@ -43,19 +43,25 @@ def torchrun_commands(
     nproc_per_node: int = 2, nnodes: int = 1, endpoint: str = "HOST0:29500",
     engine_args: str = "--schedule 1f1b --layers 80 --microbatches 8 --steps 20",
 ) -> list[str]:  # fmt: skip
-    """The command to type on each node: one node needs no rendezvous; several use c10d at `endpoint`
-    (the first node's address and a free port), the same command everywhere but for --node-rank."""
+    """The command to type on each node, from the course's folder (README.md, "Several machines"):
+    torchrun's static rendezvous at `endpoint` (the first node's address as the others reach it, and a
+    free port; one node: the loopback), the same command everywhere but for --node-rank."""
     for label, value in (("nproc_per_node", nproc_per_node), ("nnodes", nnodes)):
         require(isinstance(value, int) and value >= 1, f"{label} must be a whole number >= 1, got {value!r}")
     tail = f"-m course_lib.cli.torchrun {engine_args}".strip()
     if nnodes == 1:
-        return [f"torchrun --standalone --nproc-per-node {nproc_per_node} {tail}"]
-    require(":" in endpoint, f"endpoint must be HOST:PORT of the first node, got {endpoint!r}")
+        host, port, wait = "127.0.0.1", "29500", ""
+    else:
+        require(":" in endpoint, f"endpoint must be HOST:PORT of the first node, got {endpoint!r}")
+        (host, port), wait = endpoint.rsplit(":", 1), " --rdzv-conf timeout=60"
+    nodes = f"--nnodes {nnodes} " if nnodes > 1 else ""
     return [
-        f"torchrun --nnodes {nnodes} --nproc-per-node {nproc_per_node} --node-rank {rank} "
-        f"--rdzv-backend c10d --rdzv-endpoint {shlex.quote(endpoint)} --rdzv-id pp-course {tail}"
+        f".venv/bin/torchrun {nodes}--nproc-per-node {nproc_per_node}"
+        + (f" --node-rank {rank}" if nnodes > 1 else "")
+        + f" --master-addr {shlex.quote(host)} --master-port {port}{wait} {tail}"
         for rank in range(nnodes)
     ]
+
 
 
 def train_distributed_for(
