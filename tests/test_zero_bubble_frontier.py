@@ -91,7 +91,7 @@ def test_every_plan_is_valid_within_its_limit_and_timed_as_the_simulator_times_i
         for limit in sorted({1, p, 2 * p}):
             pb = azb.problem(p, m, limit, costs, comm)
             for sw, plan in azb.heuristic_plans(pb).items():
-                sched = Schedule("t", p, m, plan.orders, list(range(p)), split_backward=True)
+                sched = Schedule("t", p, m, plan.orders(), list(range(p)), split_backward=True)
                 assert check(sched) == [], (p, m, limit, sw)
                 tl = simulate(sched, costs, links=Link(latency_s=comm))
                 assert plan.step == pytest.approx(tl.makespan, abs=1e-9), (p, m, limit, sw)

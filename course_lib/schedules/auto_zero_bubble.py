@@ -7,9 +7,9 @@ this course does not do). This module is that heuristic, written for this course
 
 1. **Warm-up:** a device runs as many forwards as the memory limit allows before its first input
    gradient (I) arrives. Switch ``delay_i``: may a forward start if an I arrives before it would end?
-2. **Steady state:** one F, one I in turn (switch ``alternate``; off: a ready I always goes first),
-   the first I as soon as it arrives; a pending weight gradient (W) runs when nothing else may, which
-   is also what frees memory. With the limit reached this settles into 1F-1I-1W.
+2. **Steady state:** one F, one I in turn, the first I as soon as it arrives; a pending weight
+   gradient (W) runs when nothing else may, which is also what frees memory. With the limit reached
+   this settles into 1F-1I-1W.
 3. **Gaps:** when nothing else is ready a pending W fills the gap if the gap is at least
    ``fill * T_W`` long (``fill`` = 0: always; 1: only if the whole W fits), else the device waits.
 4. **Tail:** once a device's forwards and I's are done it runs its pending W's.
@@ -60,7 +60,6 @@ class Switches:
 
     delay_i: bool  # may a forward start although an I arrives before it would end?
     fill: float  # a W fills a gap at least fill * T_W long
-    alternate: bool = True  # one F, one I in turn; False: a ready I always goes first
 
 
 @dataclass(frozen=True)
@@ -79,11 +78,15 @@ class Problem:
 
 @dataclass
 class Plan:
-    """One run of the heuristic: per-device orders, the simulated step and the largest stage span."""
+    """One run of the heuristic: per-device (kind, micro-batch) lists, the simulated step and the
+    largest stage span. ``orders()`` makes the IR's Actions (only for the plan that is kept: fast)."""
 
-    orders: list[list[Action]]
+    raw: list[list[tuple[Kind, int]]]
     step: float
     stage_span: float
+
+    def orders(self) -> list[list[Action]]:
+        return [[Action(d, kind, k) for kind, k in order] for d, order in enumerate(self.raw)]
 
     def score(self, objective: str) -> tuple[float, float]:
         """The objective first, the other figure to break ties."""
@@ -112,7 +115,7 @@ class _Device:
         self.wake = 0.0  # when its one valid entry in the event heap is due (INF: waiting for a message)
         self.last_was_i: bool | None = None  # None before its first I: the warm-up
         self.first: float | None = None  # when its first action started
-        self.order: list[Action] = []
+        self.order: list[tuple[Kind, int]] = []
 
 
 class _Run:
@@ -126,11 +129,14 @@ class _Run:
         self.devs = [_Device() for _ in range(pb.p)]
         self.heap = [(0.0, d) for d in range(pb.p)]
 
-    def play(self) -> Plan:
+    def play(self, give_up_after: float = INF) -> Plan | None:
+        """Run to the end; None if the step will be longer than `give_up_after` (it cannot win)."""
         while self.heap:
             t, d = heapq.heappop(self.heap)
             if t != self.devs[d].wake:
                 continue  # a stale entry: the device was woken sooner by a message
+            if t > give_up_after:
+                return None
             act, wake = self._decide(d, t)
             if act is None:
                 self._wait(d, wake, t)
@@ -157,7 +163,7 @@ class _Run:
     def _run(self, d: int, t: float, kind: Kind, k: int) -> None:
         pb, dev = self.pb, self.devs[d]
         finish = t + (pb.f if kind is Kind.F else pb.i if kind is Kind.I else pb.w)[d]
-        dev.order.append(Action(d, kind, k))
+        dev.order.append((kind, k))
         dev.first = t if dev.first is None else dev.first
         if kind is Kind.F:
             dev.next_f, dev.held, dev.last_was_i = k + 1, dev.held + 1, False
@@ -207,7 +213,7 @@ class _Run:
             f_at, f_known = self._input_at(d, t, Kind.F, dev.next_f)
         i_now = i_known and i_at <= t
         f_now = f_known and f_at <= t and (sw.delay_i or dev.last_was_i or i_at >= t + pb.f[d])
-        if i_now and (not f_now or not (sw.alternate and dev.last_was_i)):
+        if i_now and (not f_now or not dev.last_was_i):  # one F, one I in turn
             return (Kind.I, dev.next_i), t
         if f_now:
             return (Kind.F, dev.next_f), t
@@ -219,7 +225,7 @@ class _Run:
 
 def grid() -> list[Switches]:
     """Every combination of the heuristic's switches, in the order ties are broken."""
-    return [Switches(d, fill, alt) for d in (False, True) for fill in FILLS for alt in (True, False)]
+    return [Switches(delay, fill) for delay in (False, True) for fill in FILLS]
 
 
 def problem(
@@ -246,6 +252,19 @@ def heuristic_plans(pb: Problem) -> dict[Switches, Plan]:
     return {sw: _Run(pb, sw).play() for sw in grid()}
 
 
+def _best_plan(pb: Problem, objective: str) -> Plan:
+    """The grid's best plan (the first of equals); with the step as objective a run stops as soon as
+    it is sure to be longer than the best so far."""
+    best: Plan | None = None
+    for sw in grid():
+        bound = best.step + 1e-9 if best is not None and objective == "step" else INF
+        plan = _Run(pb, sw).play(give_up_after=bound)
+        if plan is not None and (best is None or plan.score(objective) < best.score(objective)):
+            best = plan
+    assert best is not None  # the first run has no bound
+    return best
+
+
 def auto_zero_bubble(
     n_devices: int, n_microbatches: int, memory_limit: float, costs: StageCosts | None = None,
     comm: float | Sequence[float] = 0.0, *, w_memory: float = 1.0, objective: str = "step",
@@ -258,8 +277,8 @@ def auto_zero_bubble(
     ZB-H1 / ZB-H2 where they fit the limit (module docstring)."""
     require(objective in OBJECTIVES, f"objective must be one of {OBJECTIVES}, got {objective!r}")
     pb = problem(n_devices, n_microbatches, memory_limit, costs, comm, w_memory)
-    best = min(heuristic_plans(pb).values(), key=lambda plan: plan.score(objective))  # first of equals
-    found = Schedule(name, pb.p, pb.m, best.orders, list(range(pb.p)), split_backward=True)
+    best = _best_plan(pb, objective)
+    found = Schedule(name, pb.p, pb.m, best.orders(), list(range(pb.p)), split_backward=True)
     p, m = pb.p, pb.m
     seeds = [replace(s(p, m), name=name) for s, need in ((zb_h1, min(p, m)), (zb_h2, min(2 * p - 1, m)))
              if memory_limit >= need]  # fmt: skip
