@@ -179,3 +179,20 @@ def test_the_frontier_falls_with_memory_and_starts_at_zb_h1():
     assert rates[-1] <= by_label["ZB-H2"].makespan_rate + 1e-12
     assert by_label["1F1B"].makespan_rate == pytest.approx(0.2431, abs=5e-5)
     assert schedule_for("zb-h1", PAPER)[0].name == "zb-h1"
+
+
+# ---- against an exhaustive search on tiny pipelines -----------------------------------------------
+def test_the_heuristic_alone_finds_the_optimum_on_tiny_pipelines():
+    from course_lib.schedules.exact_search import best_order, device_orders
+
+    assert [len(list(device_orders(0, m, m))) for m in (2, 3)] == [5, 42]  # 3 x m standard Young tableaux
+    for p, m in ((2, 3), (3, 2)):
+        for costs in (StageCosts(2.0, 1.0, 0.5), PAPER.costs):
+            for comm in (0.0, 0.5):
+                for limit in (1, 2, p):
+                    exact, optimum = best_order(p, m, limit, costs, comm)
+                    assert check(exact) == []
+                    plans = azb.heuristic_plans(azb.problem(p, m, limit, costs, comm))
+                    assert min(plan.step for plan in plans.values()) == pytest.approx(optimum), (p, m, limit)
+    with pytest.raises(CourseError, match="would simulate .* combinations"):
+        best_order(4, 4, 4)
