@@ -24,6 +24,7 @@ from course_lib.schedules.ir import Schedule
 from course_lib.schedules.torch_csv import read_csv, write_csv
 from course_lib.schedules.torch_orders import torch_schedule
 from course_lib.schedules.validate import check
+from course_lib.schedules.zb_scoring import stage_span
 from course_lib.simulator import simulate
 
 PAPER = PAPER_SETTINGS[0]
@@ -95,7 +96,7 @@ def test_every_plan_is_valid_within_its_limit_and_timed_as_the_simulator_times_i
                 assert check(sched) == [], (p, m, limit, sw)
                 tl = simulate(sched, costs, links=Link(latency_s=comm))
                 assert plan.step == pytest.approx(tl.makespan, abs=1e-9), (p, m, limit, sw)
-                assert plan.stage_span == pytest.approx(azb.stage_span(tl), abs=1e-9)
+                assert plan.stage_span == pytest.approx(stage_span(tl), abs=1e-9)
                 assert max(tl.peak_inflight(d) for d in range(p)) <= limit
 
 

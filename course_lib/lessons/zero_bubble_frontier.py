@@ -24,10 +24,11 @@ from dataclasses import dataclass
 
 from course_lib.costs import StageCosts
 from course_lib.links import Link
-from course_lib.schedules.auto_zero_bubble import auto_zero_bubble, stage_span
+from course_lib.schedules.auto_zero_bubble import auto_zero_bubble
 from course_lib.schedules.basic import one_f_one_b
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Schedule
+from course_lib.schedules.zb_scoring import stage_span
 from course_lib.simulator import simulate
 from course_lib.timeline import Timeline
 

@@ -47,11 +47,11 @@ from course_lib.errors import require
 from course_lib.links import per_boundary
 from course_lib.schedules.basic import check_sizes
 from course_lib.schedules.ir import Action, Kind, Schedule
+from course_lib.schedules.zb_scoring import OBJECTIVES, score, simulated_score
 from course_lib.schedules.zero_bubble import zb_h1, zb_h2
 
 INF = float("inf")
 FILLS = (0.0, 0.5, 1.0)  # the grid over the gap-filling threshold, in units of T_W
-OBJECTIVES = ("step", "stage-span")  # the makespan, or the paper's largest first-to-last time of a stage
 
 
 @dataclass(frozen=True)
@@ -90,13 +90,8 @@ class Plan:
 
     def score(self, objective: str) -> tuple[float, float]:
         """The objective first, the other figure to break ties."""
-        return _score(self.step, self.stage_span, objective)
+        return score(self.step, self.stage_span, objective)
 
-
-def _score(step: float, span: float, objective: str) -> tuple[float, float]:
-    # rounded, so that float noise does not decide between equal schedules
-    pair = (round(step, 9), round(span, 9))
-    return pair if objective == "step" else pair[::-1]
 
 
 def paper_memory(hidden: int, heads: int, seq_len: int) -> float:
@@ -286,25 +281,6 @@ def auto_zero_bubble(
         return found
     scores = [simulated_score(s, costs, pb.comm, objective) for s in seeds] + [best.score(objective)]
     return (seeds + [found])[scores.index(min(scores))]  # a handcrafted one where the heuristic only ties
-
-
-def simulated_score(
-    schedule: Schedule, costs: StageCosts | None, comm: Sequence[float], objective: str = "step"
-) -> tuple[float, float]:
-    """`schedule`'s simulated step and largest stage span (the objective first), with `comm` seconds on
-    each link."""
-    from course_lib.links import Link  # noqa: PLC0415  the simulator sits a floor above the schedules
-    from course_lib.simulator import simulate  # noqa: PLC0415
-
-    links = [Link(latency_s=c) for c in comm] or None
-    tl = simulate(schedule, costs, links=links)
-    return _score(tl.makespan, stage_span(tl), objective)
-
-
-def stage_span(tl) -> float:
-    """The Zero Bubble paper's cost: the longest time from a device's first action to its last."""
-    spans = [tl.spans_of(d) for d in range(tl.n_devices)]
-    return max(max(s.end for s in sp) - min(s.start for s in sp) for sp in spans if sp)
 
 
 def zb_1p(n_devices: int, n_microbatches: int) -> Schedule:
