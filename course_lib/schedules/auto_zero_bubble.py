@@ -38,189 +38,26 @@ Try it::
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from course_lib.costs import StageCosts
 from course_lib.errors import require
 from course_lib.links import per_boundary
 from course_lib.schedules.basic import check_sizes
-from course_lib.schedules.ir import Action, Kind, Schedule
-from course_lib.schedules.zb_scoring import OBJECTIVES, score, simulated_score
+from course_lib.schedules.ir import Schedule
+from course_lib.schedules.zb_heuristic import Problem, Switches, best_plan, grid, heuristic_plans
+from course_lib.schedules.zb_scoring import OBJECTIVES, simulated_score
 from course_lib.schedules.zero_bubble import zb_h1, zb_h2
 
-INF = float("inf")
-FILLS = (0.0, 0.5, 1.0)  # the grid over the gap-filling threshold, in units of T_W
-
-
-@dataclass(frozen=True)
-class Switches:
-    """One point of the heuristic's grid (module docstring, rules 1 to 3)."""
-
-    delay_i: bool  # may a forward start although an I arrives before it would end?
-    fill: float  # a W fills a gap at least fill * T_W long
-
-
-@dataclass(frozen=True)
-class Problem:
-    """What the scheduler is given: sizes, per-stage costs, per-link message time, the memory limit."""
-
-    p: int
-    m: int
-    f: tuple[float, ...]
-    i: tuple[float, ...]
-    w: tuple[float, ...]
-    comm: tuple[float, ...]  # seconds per message on link d -> d+1 (and back)
-    limit: float  # micro-batches of activations a device may hold at once
-    w_memory: float = 1.0  # share of a micro-batch a pending W still holds (between its I and W)
-
-
-@dataclass
-class Plan:
-    """One run of the heuristic: per-device (kind, micro-batch) lists, the simulated step and the
-    largest stage span. ``orders()`` makes the IR's Actions (only for the plan that is kept: fast)."""
-
-    raw: list[list[tuple[Kind, int]]]
-    step: float
-    stage_span: float
-
-    def orders(self) -> list[list[Action]]:
-        return [[Action(d, kind, k) for kind, k in order] for d, order in enumerate(self.raw)]
-
-    def score(self, objective: str) -> tuple[float, float]:
-        """The objective first, the other figure to break ties."""
-        return score(self.step, self.stage_span, objective)
-
-
+# the heuristic's engine lives in zb_heuristic.py; these names are importable from here too
+__all__ = ["Problem", "Switches", "auto_zero_bubble", "grid", "heuristic_plans", "paper_memory", "problem",
+           "zb_1p", "zb_2p"]  # fmt: skip
 
 def paper_memory(hidden: int, heads: int, seq_len: int) -> float:
     """The share of a micro-batch's activations a pending W holds, as the Zero Bubble authors count it
     (per token: a forward keeps 34h + 5as, a W still needs 32h)."""
     return 32 * hidden / (34 * hidden + 5 * heads * seq_len)
-
-
-class _Device:
-    """One device's counters while the heuristic runs (stage d on device d)."""
-
-    def __init__(self) -> None:
-        self.next_f = self.next_i = self.next_w = 0  # next micro-batch of each kind
-        self.held = 0.0  # activations held, in micro-batches (module docstring, Memory)
-        self.free = 0.0  # when the device is next idle
-        self.wake = 0.0  # when its one valid entry in the event heap is due (INF: waiting for a message)
-        self.last_was_i: bool | None = None  # None before its first I: the warm-up
-        self.first: float | None = None  # when its first action started
-        self.order: list[tuple[Kind, int]] = []
-
-
-class _Run:
-    """One run of the heuristic: decisions in time order over all devices, as the simulator plays them."""
-
-    def __init__(self, pb: Problem, sw: Switches):
-        self.pb, self.sw = pb, sw
-        self.f_end = [[INF] * pb.m for _ in range(pb.p)]  # when F(d, k) ended
-        self.f_arrive = [[INF] * pb.m for _ in range(pb.p)]  # when F(d, k)'s output reaches device d+1
-        self.i_arrive = [[INF] * pb.m for _ in range(pb.p)]  # when I(d, k)'s output reaches device d-1
-        self.devs = [_Device() for _ in range(pb.p)]
-        self.heap = [(0.0, d) for d in range(pb.p)]
-
-    def play(self, give_up_after: float = INF) -> Plan | None:
-        """Run to the end; None if the step will be longer than `give_up_after` (it cannot win)."""
-        while self.heap:
-            t, d = heapq.heappop(self.heap)
-            if t != self.devs[d].wake:
-                continue  # a stale entry: the device was woken sooner by a message
-            if t > give_up_after:
-                return None
-            act, wake = self._decide(d, t)
-            if act is None:
-                self._wait(d, wake, t)
-            else:
-                self._run(d, t, *act)
-        stuck = [d for d, dev in enumerate(self.devs) if dev.next_w < self.pb.m]
-        require(not stuck, f"auto_zero_bubble: devices {stuck} never finished (memory_limit {self.pb.limit})")
-        ends = [dev.free for dev in self.devs]
-        span = max(dev.free - (dev.first or 0.0) for dev in self.devs)
-        return Plan([dev.order for dev in self.devs], max(ends), span)
-
-    def _wait(self, d: int, until: float, now: float) -> None:
-        dev = self.devs[d]
-        dev.free, dev.wake = now, until
-        if until < INF:
-            heapq.heappush(self.heap, (until, d))
-
-    def _notify(self, d: int, arrival: float) -> None:
-        """A message device d waits for arrives at `arrival`: wake it then, unless it wakes sooner."""
-        dev = self.devs[d]
-        if dev.wake > dev.free and arrival < dev.wake:  # it is waiting, and this is sooner
-            self._wait(d, max(arrival, dev.free), dev.free)
-
-    def _run(self, d: int, t: float, kind: Kind, k: int) -> None:
-        pb, dev = self.pb, self.devs[d]
-        finish = t + (pb.f if kind is Kind.F else pb.i if kind is Kind.I else pb.w)[d]
-        dev.order.append((kind, k))
-        dev.first = t if dev.first is None else dev.first
-        if kind is Kind.F:
-            dev.next_f, dev.held, dev.last_was_i = k + 1, dev.held + 1, False
-            self.f_end[d][k] = finish
-            if d < pb.p - 1:
-                self.f_arrive[d][k] = finish + pb.comm[d]
-                if self.devs[d + 1].next_f == k:
-                    self._notify(d + 1, self.f_arrive[d][k])
-        elif kind is Kind.I:
-            dev.next_i, dev.held, dev.last_was_i = k + 1, dev.held - (1 - pb.w_memory), True
-            if d > 0:
-                self.i_arrive[d][k] = finish + pb.comm[d - 1]
-                if self.devs[d - 1].next_i == k:
-                    self._notify(d - 1, self.i_arrive[d][k])
-        else:
-            dev.next_w, dev.held = k + 1, dev.held - pb.w_memory
-        dev.free = dev.wake = finish
-        if dev.next_w < pb.m:
-            heapq.heappush(self.heap, (finish, d))
-
-    def _input_at(self, d: int, t: float, kind: Kind, k: int) -> tuple[float, bool]:
-        """When the input of (kind, k) on device d arrives, and whether that is known; if not, a lower
-        bound (the neighbour has not started the action that makes it)."""
-        pb = self.pb
-        if kind is Kind.F:
-            if d == 0:
-                return 0.0, True
-            known, nb, cost, link = self.f_arrive[d - 1][k], d - 1, pb.f[d - 1], pb.comm[d - 1]
-        else:
-            own = self.f_end[d][k]
-            if d == pb.p - 1:
-                return own, True
-            known, nb, cost, link = max(self.i_arrive[d + 1][k], own), d + 1, pb.i[d + 1], pb.comm[d]
-        if known < INF:
-            return known, True
-        return max(self.devs[nb].free, t) + cost + link, False
-
-    def _decide(self, d: int, t: float) -> tuple[tuple[Kind, int] | None, float]:
-        """Device d is free at t: the action to run now, or None and when to look again (INF: when a
-        neighbour sends what it waits for)."""
-        pb, dev, sw = self.pb, self.devs[d], self.sw
-        i_at, i_known = INF, False
-        if dev.next_i < dev.next_f:  # an I whose forward has run
-            i_at, i_known = self._input_at(d, t, Kind.I, dev.next_i)
-        f_at, f_known = INF, False
-        if dev.next_f < pb.m and dev.held + 1 <= pb.limit + 1e-9:
-            f_at, f_known = self._input_at(d, t, Kind.F, dev.next_f)
-        i_now = i_known and i_at <= t
-        f_now = f_known and f_at <= t and (sw.delay_i or dev.last_was_i or i_at >= t + pb.f[d])
-        if i_now and (not f_now or not dev.last_was_i):  # one F, one I in turn
-            return (Kind.I, dev.next_i), t
-        if f_now:
-            return (Kind.F, dev.next_f), t
-        gap = min(i_at, f_at) - t
-        if dev.next_w < dev.next_i and (gap >= sw.fill * pb.w[d] or dev.next_i == pb.m):
-            return (Kind.W, dev.next_w), t
-        return None, min((x for x, ok in ((i_at, i_known), (f_at, f_known)) if ok and x > t), default=INF)
-
-
-def grid() -> list[Switches]:
-    """Every combination of the heuristic's switches, in the order ties are broken."""
-    return [Switches(delay, fill) for delay in (False, True) for fill in FILLS]
 
 
 def problem(
@@ -242,24 +79,6 @@ def problem(
     return Problem(p, m, tuple(f), tuple(i), tuple(w), links, float(memory_limit), float(w_memory))
 
 
-def heuristic_plans(pb: Problem) -> dict[Switches, Plan]:
-    """Every grid point's plan: the heuristic alone, without the handcrafted schedules."""
-    return {sw: _Run(pb, sw).play() for sw in grid()}
-
-
-def _best_plan(pb: Problem, objective: str) -> Plan:
-    """The grid's best plan (the first of equals); with the step as objective a run stops as soon as
-    it is sure to be longer than the best so far."""
-    best: Plan | None = None
-    for sw in grid():
-        bound = best.step + 1e-9 if best is not None and objective == "step" else INF
-        plan = _Run(pb, sw).play(give_up_after=bound)
-        if plan is not None and (best is None or plan.score(objective) < best.score(objective)):
-            best = plan
-    assert best is not None  # the first run has no bound
-    return best
-
-
 def auto_zero_bubble(
     n_devices: int, n_microbatches: int, memory_limit: float, costs: StageCosts | None = None,
     comm: float | Sequence[float] = 0.0, *, w_memory: float = 1.0, objective: str = "step",
@@ -272,7 +91,7 @@ def auto_zero_bubble(
     ZB-H1 / ZB-H2 where they fit the limit (module docstring)."""
     require(objective in OBJECTIVES, f"objective must be one of {OBJECTIVES}, got {objective!r}")
     pb = problem(n_devices, n_microbatches, memory_limit, costs, comm, w_memory)
-    best = _best_plan(pb, objective)
+    best = best_plan(pb, objective)
     found = Schedule(name, pb.p, pb.m, best.orders(), list(range(pb.p)), split_backward=True)
     p, m = pb.p, pb.m
     seeds = [replace(s(p, m), name=name) for s, need in ((zb_h1, min(p, m)), (zb_h2, min(2 * p - 1, m)))
