@@ -88,7 +88,8 @@ class Run:
 
     def __init__(self, pb: Problem, sw: Switches):
         self.pb, self.sw, n, m = pb, sw, pb.n_stages, pb.m
-        self.where = pb.stage_device
+        self.n, self.where = n, pb.stage_device
+        self.cost = {Kind.F: pb.f, Kind.I: pb.i, Kind.W: pb.w}
         self.unit = pb.p / n  # one stage's micro-batch, in micro-batches of a device's layers
         self.next = {kind: [0] * n for kind in (Kind.F, Kind.I)}
         self.f_end = [[INF] * m for _ in range(n)]
@@ -129,8 +130,8 @@ class Run:
             self._wait(d, max(arrival, dev.free), dev.free)
 
     def _run(self, d: int, t: float, s: int, kind: Kind, k: int) -> None:
-        pb, dev, n = self.pb, self.devs[d], self.pb.n_stages
-        finish = t + (pb.f if kind is Kind.F else pb.i if kind is Kind.I else pb.w)[s]
+        pb, dev, n = self.pb, self.devs[d], self.n
+        finish = t + self.cost[kind][s]
         dev.order.append((s, kind, k))
         dev.first = t if dev.first is None else dev.first
         if kind is Kind.F:
@@ -166,7 +167,7 @@ class Run:
             known, nb, cost, link = self.f_arrive[s - 1][k], s - 1, pb.f[s - 1], pb.comm[s - 1]
         else:
             own = self.f_end[s][k]
-            if s == pb.n_stages - 1:
+            if s == self.n - 1:
                 return own, True
             known, nb, cost, link = max(self.i_arrive[s + 1][k], own), s + 1, pb.i[s + 1], pb.comm[s]
         if known < INF:
@@ -176,14 +177,14 @@ class Run:
     def _candidates(self, d: int, t: float, kind: Kind) -> tuple[int | None, float, list[float]]:
         """The first of device d's stages whose next `kind` may run now (None: none), the earliest time
         any of them may, and the arrival times that are known and still to come."""
-        dev, m, nxt = self.devs[d], self.pb.m, self.next[kind]
+        dev, m, nxt, forwards = self.devs[d], self.pb.m, self.next[kind], self.next[Kind.F]
         ready, soonest, known = None, INF, []
+        if kind is Kind.F and dev.held + self.unit > self.pb.limit + 1e-9:
+            return ready, soonest, known  # no room for another forward's activations
         for s in dev.stages:
             k = nxt[s]
-            if kind is Kind.I and k >= self.next[Kind.F][s]:
-                continue  # its forward has not run
-            if kind is Kind.F and (k >= m or dev.held + self.unit > self.pb.limit + 1e-9):
-                continue
+            if k >= (forwards[s] if kind is Kind.I else m):
+                continue  # an I whose forward has not run, or no forward left
             at, ok = self._input_at(s, t, kind, k)
             soonest = min(soonest, at)
             if ok and at <= t and ready is None:
@@ -197,6 +198,8 @@ class Run:
         neighbour sends what it waits for)."""
         dev, sw = self.devs[d], self.sw
         i_stage, i_at, i_known = self._candidates(d, t, Kind.I)
+        if i_stage is not None and not dev.last_was_i:  # one F, one I in turn: an I now, whatever F does
+            return (i_stage, Kind.I, self.next[Kind.I][i_stage]), t
         f_stage, f_at, f_known = self._candidates(d, t, Kind.F)
         if f_stage is not None and not (sw.delay_i or dev.last_was_i or i_at >= t + self.pb.f[f_stage]):
             f_stage = None  # it would delay an I that is about to arrive
