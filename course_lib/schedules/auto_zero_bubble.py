@@ -46,6 +46,7 @@ from course_lib.errors import require
 from course_lib.links import per_boundary
 from course_lib.schedules.basic import check_sizes
 from course_lib.schedules.ir import Schedule
+from course_lib.schedules.v_shape import v_placement, zb_v
 from course_lib.schedules.zb_heuristic import Problem, Switches, best_plan, grid, heuristic_plans
 from course_lib.schedules.zb_scoring import OBJECTIVES, simulated_score
 from course_lib.schedules.zero_bubble import zb_h1, zb_h2
@@ -60,42 +61,54 @@ def paper_memory(hidden: int, heads: int, seq_len: int) -> float:
     return 32 * hidden / (34 * hidden + 5 * heads * seq_len)
 
 
+PLACEMENTS = ("line", "v")  # stage d on device d; or two stages per device in a V (v_shape.py)
+
+
 def problem(
     n_devices: int, n_microbatches: int, memory_limit: float, costs: StageCosts | None = None,
-    comm: float | Sequence[float] = 0.0, w_memory: float = 1.0,
+    comm: float | Sequence[float] = 0.0, w_memory: float = 1.0, placement: str = "line",
 ) -> Problem:  # fmt: skip
     """Check the inputs (naming any bad value) and put them in one Problem."""
     p, m = n_devices, n_microbatches
-    check_sizes(p, m)
+    require(placement in PLACEMENTS, f"placement must be one of {PLACEMENTS}, got {placement!r}")
+    v = 2 if placement == "v" else 1
+    check_sizes(p, m, v)
     require(
         isinstance(memory_limit, (int, float)) and memory_limit >= 1,
         f"memory_limit is the most micro-batches of activations a device may hold, a number >= 1 (one "
         f"forward's worth); got {memory_limit!r}",
     )
     require(0 <= w_memory <= 1, f"w_memory is a share of a micro-batch, between 0 and 1; got {w_memory!r}")
-    f, i, w = (costs or StageCosts()).per_stage(p)
-    links = tuple(float(c) for c in per_boundary(comm, p - 1, "comm", 0.0))
-    require(all(c >= 0 for c in links), f"comm (seconds per message) must be >= 0, got {list(links)}")
-    return Problem(p, m, tuple(f), tuple(i), tuple(w), links, float(memory_limit), float(w_memory))
+    f, i, w = (costs or StageCosts()).per_stage(p * v)
+    links = [float(c) for c in per_boundary(comm, p * v - 1, "comm", 0.0)]
+    require(all(c >= 0 for c in links), f"comm (seconds per message) must be >= 0, got {links}")
+    where = tuple(v_placement(p)) if v == 2 else ()
+    if where:  # the turn of the V stays on device p-1: no message
+        links[p - 1] = 0.0
+    return Problem(p, m, tuple(f), tuple(i), tuple(w), tuple(links), float(memory_limit), float(w_memory),
+                   where)  # fmt: skip
 
 
 def auto_zero_bubble(
     n_devices: int, n_microbatches: int, memory_limit: float, costs: StageCosts | None = None,
     comm: float | Sequence[float] = 0.0, *, w_memory: float = 1.0, objective: str = "step",
-    name: str = "auto-zb",
+    placement: str = "line", name: str = "auto-zb",
 ) -> Schedule:  # fmt: skip
     """The best schedule found for p devices, m micro-batches, at most `memory_limit` micro-batches of
-    activations on any device, stage `costs` (default 1 each) and `comm` seconds per message (one
-    number, or one per link). `objective`: "step" (the simulated makespan) or "stage-span" (the Zero
-    Bubble paper's cost: the longest time from a device's first action to its last). Never worse than
-    ZB-H1 / ZB-H2 where they fit the limit (module docstring)."""
+    a device's layers held on any device, stage `costs` (default 1 each) and `comm` seconds per message
+    (one number, or one per stage boundary). `objective`: "step" (the simulated makespan) or
+    "stage-span" (the Zero Bubble paper's cost: the longest time from a device's first action to its
+    last). `placement`: "line" (stage d on device d) or "v" (2p stages in a V, each half a device's
+    layers: give one stage's costs). Never worse than the handcrafted schedules of the same placement
+    that fit the limit: ZB-H1 / ZB-H2, or ZB-V (module docstring)."""
     require(objective in OBJECTIVES, f"objective must be one of {OBJECTIVES}, got {objective!r}")
-    pb = problem(n_devices, n_microbatches, memory_limit, costs, comm, w_memory)
+    pb = problem(n_devices, n_microbatches, memory_limit, costs, comm, w_memory, placement)
     best = best_plan(pb, objective)
-    found = Schedule(name, pb.p, pb.m, best.orders(), list(range(pb.p)), split_backward=True)
+    found = Schedule(name, pb.n_stages, pb.m, best.orders(), list(pb.stage_device), split_backward=True)
     p, m = pb.p, pb.m
-    seeds = [replace(s(p, m), name=name) for s, need in ((zb_h1, min(p, m)), (zb_h2, min(2 * p - 1, m)))
-             if memory_limit >= need]  # fmt: skip
+    line = ((zb_h1, min(p, m)), (zb_h2, min(2 * p - 1, m)))
+    handcrafted = ((zb_v, min(p, m)),) if placement == "v" else line
+    seeds = [replace(s(p, m), name=name) for s, need in handcrafted if memory_limit >= need]
     if not seeds:
         return found
     scores = [simulated_score(s, costs, pb.comm, objective) for s in seeds] + [best.score(objective)]

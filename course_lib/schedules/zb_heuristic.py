@@ -75,6 +75,11 @@ class _Device:
     def __init__(self, stages: list[int]) -> None:
         self.stages = sorted(stages, reverse=True)  # later stages first: they finish micro-batches
         self.held = 0.0  # activations held (module docstring)
+        # room kept for the later stage's forwards of micro-batches the earlier stage has started: in a
+        # V, a device full of first-stage forwards could not take the second stage's, and every
+        # micro-batch would wait for it (a deadlock)
+        self.reserved = 0.0
+        self.lower = min(stages) if len(stages) > 1 else None
         self.free = 0.0  # when the device is next idle
         self.wake = 0.0  # when its one valid entry in the event heap is due (INF: waiting for a message)
         self.last_was_i: bool | None = None  # None before its first I: the warm-up
@@ -136,6 +141,8 @@ class Run:
         dev.first = t if dev.first is None else dev.first
         if kind is Kind.F:
             self.next[Kind.F][s], dev.held, dev.last_was_i = k + 1, dev.held + self.unit, False
+            if dev.lower is not None:  # the earlier stage keeps room for the later one's forward
+                dev.reserved += self.unit if s == dev.lower else -self.unit
             self.f_end[s][k] = finish
             if s < n - 1:
                 self.f_arrive[s][k] = finish + pb.comm[s]
@@ -172,6 +179,10 @@ class Run:
             known, nb, cost, link = max(self.i_arrive[s + 1][k], own), s + 1, pb.i[s + 1], pb.comm[s]
         if known < INF:
             return known, True
+        if kind is Kind.I and self.next[Kind.F][self.n - 1] <= k:
+            return INF, False  # its forward has not reached the last stage: no backward under way yet
+        if self.where[nb] == self.where[s]:
+            return INF, False  # made on this device, which has yet to choose to make it
         return max(self.devs[self.where[nb]].free, t) + cost + link, False
 
     def _candidates(self, d: int, t: float, kind: Kind) -> tuple[int | None, float, list[float]]:
@@ -179,12 +190,12 @@ class Run:
         any of them may, and the arrival times that are known and still to come."""
         dev, m, nxt, forwards = self.devs[d], self.pb.m, self.next[kind], self.next[Kind.F]
         ready, soonest, known = None, INF, []
-        if kind is Kind.F and dev.held + self.unit > self.pb.limit + 1e-9:
-            return ready, soonest, known  # no room for another forward's activations
         for s in dev.stages:
             k = nxt[s]
             if k >= (forwards[s] if kind is Kind.I else m):
                 continue  # an I whose forward has not run, or no forward left
+            if kind is Kind.F and not self._room_for_forward(dev, s):
+                continue
             at, ok = self._input_at(s, t, kind, k)
             soonest = min(soonest, at)
             if ok and at <= t and ready is None:
@@ -192,6 +203,13 @@ class Run:
             elif ok and at > t:
                 known.append(at)
         return ready, soonest, known
+
+    def _room_for_forward(self, dev: _Device, s: int) -> bool:
+        """Whether a forward of stage s fits the limit: the earlier of two stages needs room for itself
+        and for its later stage's forward; the later one's room is already kept."""
+        if dev.lower is None:
+            return dev.held + self.unit <= self.pb.limit + 1e-9
+        return s != dev.lower or dev.held + dev.reserved + 2 * self.unit <= self.pb.limit + 1e-9
 
     def _decide(self, d: int, t: float) -> tuple[tuple[int, Kind, int] | None, float]:
         """Device d is free at t: the action to run now, or None and when to look again (INF: when a
