@@ -21,6 +21,7 @@ UNEVEN = StageCosts(2.0, 1.0, 0.5)
         ("zb-1p", 2, 4, None), ("zb-2p", 4, 8, [3, 1, 2, 2]), ("zb-2p", 4, 4, None),
         (auto_zero_bubble(3, 8, 5, UNEVEN, comm=1.5), 3, 8, [1, 2, 3]),
         (auto_zero_bubble(4, 8, 8, UNEVEN, comm=0.3), 4, 8, None),
+        (auto_zero_bubble(2, 8, 1.5, UNEVEN, comm=0.3, placement="v"), 2, 8, [2, 1, 1, 2]),
     ],
 )  # fmt: skip
 def test_local_engine_equals_the_reference(corpus, schedule, p, m, partition):
@@ -44,7 +45,8 @@ def test_distributed_engine_equals_the_reference():
     from course_lib.engines.distributed import launch, make_spec
 
     # one launch takes one size of pipe: two ranks (lesson 10 trains four, locally)
-    jobs = [("zb-1p", 4), ("zb-2p", 8), (auto_zero_bubble(2, 8, 3, UNEVEN, comm=1.0), 8)]
+    jobs = [("zb-1p", 4), ("zb-2p", 8), (auto_zero_bubble(2, 8, 3, UNEVEN, comm=1.0), 8),
+            (auto_zero_bubble(2, 8, 1.5, UNEVEN, comm=1.0, placement="v"), 8)]  # fmt: skip
     specs = [make_spec(TrainConfig(**TINY, microbatches=m), s, 2 if isinstance(s, str) else None,
                        return_grads=True, threads=1) for s, m in jobs]  # fmt: skip
     for (_, m), result in zip(jobs, launch(specs), strict=True):
