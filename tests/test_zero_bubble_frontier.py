@@ -10,12 +10,16 @@ import torch
 from course_lib.costs import StageCosts
 from course_lib.errors import CourseError
 from course_lib.lessons.zero_bubble_frontier import (
+    LINE,
     PAPER_SETTINGS,
+    V,
     frontier,
     largest_difference,
     paper_bubble_rate,
     published_vs_predicted,
     schedule_for,
+    v_half_memory,
+    v_min_memory,
 )  # fmt: skip
 from course_lib.links import Link
 from course_lib.schedules import auto_zero_bubble as azb
@@ -173,14 +177,18 @@ def assert_torch_loads(ours, theirs, tmp_path) -> None:
 
 # ---- the frontier -------------------------------------------------------------------------------
 def test_the_frontier_falls_with_memory_and_starts_at_zb_h1():
-    points, curve = frontier(PAPER.p, PAPER.m, PAPER.costs, PAPER.t_comm)
+    points, curves = frontier(PAPER.p, PAPER.m, PAPER.costs, PAPER.t_comm)
     by_label = {pt.label: pt for pt in points}
-    assert [c.limit for c in curve] == list(range(PAPER.p, 2 * PAPER.p + 1))
-    assert all(c.peak <= c.limit for c in curve)
-    rates = [c.makespan_rate for c in curve]
-    assert all(b <= a + 1e-12 for a, b in zip(rates, rates[1:], strict=False))  # more memory never hurts
-    assert rates[0] == pytest.approx(by_label["ZB-H1"].makespan_rate)
-    assert rates[-1] <= by_label["ZB-H2"].makespan_rate + 1e-12
+    line, v = curves[LINE], curves[V]
+    assert [c.limit for c in line] == list(range(PAPER.p, 2 * PAPER.p + 1))
+    assert v[0].limit == v_min_memory(PAPER.p) == 4 and v_half_memory(PAPER.p) == 5 and v[-1].limit == PAPER.p
+    for curve in (line, v):
+        assert all(c.peak <= c.limit + 1e-9 for c in curve)
+        rates = [c.makespan_rate for c in curve]
+        assert all(b <= a + 1e-12 for a, b in zip(rates, rates[1:], strict=False))  # more memory never hurts
+    assert line[0].makespan_rate == pytest.approx(by_label["ZB-H1"].makespan_rate)
+    assert line[-1].makespan_rate <= by_label["ZB-H2"].makespan_rate + 1e-12
+    assert v[-1].makespan_rate <= by_label["ZB-V"].makespan_rate + 1e-12
     assert by_label["1F1B"].makespan_rate == pytest.approx(0.2431, abs=5e-5)
     assert schedule_for("zb-h1", PAPER)[0].name == "zb-h1"
 

@@ -19,6 +19,7 @@ Try it::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -153,14 +154,24 @@ def _point(label: str, sched: Schedule, costs: StageCosts, comm: float, m: int, 
 
 
 HANDCRAFTED = (("1F1B", "1f1b"), ("ZB-H1", "zb-h1"), ("ZB-H2", "zb-h2"), ("ZB-V", "zb-v"))
+LINE, V = "automatic, one stage per device", "automatic, V (two stages per device)"
 
 
-Frontier = tuple[list[FrontierPoint], list[FrontierPoint]]
+def v_min_memory(p: int) -> float:
+    """V-Min's activation memory, in micro-batches of a device's layers: (p+4)/3 against 1F1B's p (Qi et
+    al. 2024, "Pipeline Parallelism with Controllable Memory", arXiv 2405.15362; the authors' summary)."""
+    return (p + 4) / 3
 
 
-def frontier(p: int, m: int, costs: StageCosts, comm: float = 0.0, limits: Sequence[int] | None = None):
-    """(handcrafted points, the automatic scheduler's curve) for p devices, m micro-batches, a device's
-    `costs` and `comm` seconds per message; the curve sweeps the limit from p (1F1B's) to 2p."""
+def v_half_memory(p: int) -> float:
+    """V-Half's: (p+2)/2 (same source)."""
+    return (p + 2) / 2
+
+
+def frontier(p: int, m: int, costs: StageCosts, comm: float = 0.0):
+    """(handcrafted points, {curve name: points}) for p devices, m micro-batches, a device's `costs`
+    and `comm` seconds per message. One stage per device: the limit from p (1F1B's) to 2p; on a V
+    (each stage half a device): from V-Min's memory to p."""
     points = []
     for label, name in HANDCRAFTED:
         sched = build_schedule(name, p, m)
@@ -169,25 +180,34 @@ def frontier(p: int, m: int, costs: StageCosts, comm: float = 0.0, limits: Seque
             points.append(_point(label, sched, StageCosts.fused(f, i + w), comm, m))
         else:
             points.append(_point(label, sched, costs, comm, m))
-    limits = list(limits) if limits is not None else list(range(p, 2 * p + 1))
-    curve = [_point("automatic", auto_zero_bubble(p, m, lim, costs, comm), costs, comm, m, lim)
-             for lim in limits]  # fmt: skip
-    return points, curve
+    line = [_point(LINE, auto_zero_bubble(p, m, lim, costs, comm), costs, comm, m, lim)
+            for lim in range(p, 2 * p + 1)]  # fmt: skip
+    half = costs.per_virtual_stage(2)
+    v_limits = sorted({v_min_memory(p), v_half_memory(p), *range(math.ceil(v_min_memory(p)), p + 1)})
+    v = [_point(V, auto_zero_bubble(p, m, lim, half, comm, placement="v"), costs, comm, m, lim)
+         for lim in v_limits]  # fmt: skip
+    return points, {LINE: line, V: v}
 
 
-def plot_frontier(points: Sequence[FrontierPoint], curve: Sequence[FrontierPoint], title: str = ""):
-    """Bubble (makespan definition) against peak memory: handcrafted points, the automatic curve."""
+def plot_frontier(points: Sequence[FrontierPoint], curves: dict[str, list[FrontierPoint]], title: str = ""):
+    """Bubble (makespan definition) against peak memory: handcrafted points, the automatic curves, and
+    V-Min's and V-Half's memory marked."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    ax.plot([c.peak for c in curve], [c.makespan_rate * 100 for c in curve], "-o", color="C0", ms=4,
-            label="automatic zero bubble (auto_zero_bubble), one limit per dot")  # fmt: skip
+    fig, ax = plt.subplots(figsize=(8, 4.4))
+    for k, (label, curve) in enumerate(curves.items()):
+        ax.plot([c.peak for c in curve], [c.makespan_rate * 100 for c in curve], "-o", color=f"C{k}", ms=4,
+                label=f"{label}: one memory limit per dot")  # fmt: skip
     for k, pt in enumerate(points):
-        ax.plot(pt.peak, pt.makespan_rate * 100, "s", ms=9, color=f"C{k + 1}", label=pt.label)
+        ax.plot(pt.peak, pt.makespan_rate * 100, "s", ms=9, color=f"C{k + len(curves)}", label=pt.label)
+    p = max(pt.peak for pt in points if pt.label == "1F1B")
+    for x, name in ((v_min_memory(round(p)), "V-Min's memory"), (v_half_memory(round(p)), "V-Half's memory")):
+        ax.axvline(x, color="0.5", ls=":", lw=1)
+        ax.annotate(name, (x, ax.get_ylim()[1]), rotation=90, va="top", ha="right", fontsize=7, color="0.3")
     ax.set_xlabel("peak activations held on the busiest device (micro-batches of a device's layers)")
     ax.set_ylabel("bubble: idle share of the step (%)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(title or "the zero-bubble frontier · source: simulated")
+    ax.legend(fontsize=7)
+    ax.set_title(title or "the zero-bubble frontier · source: simulated", fontsize=10)
     fig.tight_layout()
     return fig
