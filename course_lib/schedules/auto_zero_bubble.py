@@ -22,7 +22,14 @@ cannot. The grid's best plan is then compared with the handcrafted schedules tha
 (ZB-H1 needs ``min(p, m)``, ZB-H2 ``min(2p-1, m)``) and the best simulated step wins, so the result is
 never worse than them at the same memory.
 
-**Memory.** A micro-batch counts 1 from its F's start to its I's end, then ``w_memory`` until its W
+**Placement.** ``placement="line"`` puts stage d on device d; ``"v"`` puts 2p stages in a V (stage s and
+2p-1-s on device s, as ZB-V), each half a device's layers. On a V a device keeps room for a micro-batch's
+second-stage forward before it starts its first-stage one: a device full of first-stage forwards could
+not take the second stage's, and no backward could start (a deadlock). The handcrafted schedule it is
+compared with there is ZB-V (fits ``limit >= min(p, m)``).
+
+**Memory.** Counted in micro-batches of a device's layers (one stage's micro-batch is 1/2 on a V). A
+micro-batch counts 1 from its F's start to its I's end, then ``w_memory`` until its W
 ends: what the W still needs (the layers' inputs, not the intermediate activations the I used). This
 course's timelines count 1 all the way to W (``w_memory=1``, the default and what ``zb-1p`` / ``zb-2p``
 use, so ``Timeline.peak_inflight`` stays within the limit). The Zero Bubble authors count a pending W
