@@ -234,8 +234,11 @@ class Run:
 
 
 def grid() -> list[Switches]:
-    """Every combination of the heuristic's switches, in the order ties are broken."""
-    return [Switches(delay, fill) for delay in (False, True) for fill in FILLS]
+    """Every combination of the heuristic's switches, in the order ties are broken: the ones that win
+    most often first, so that with the step as objective the later runs can stop early."""
+    often_best = [Switches(False, 0.0), Switches(True, 0.5)]
+    rest = [Switches(d, f) for d in (False, True) for f in FILLS]
+    return often_best + [sw for sw in rest if sw not in often_best]
 
 
 def heuristic_plans(pb: Problem) -> dict[Switches, Plan]:
