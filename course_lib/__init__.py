@@ -9,14 +9,15 @@ The library is built in floors; a module imports only from its own floor or the 
   6  lessons lesson exercises widgets grading cli __main__
   5  planner
   4  engines
-  3  reference balance plots tp
+  3  reference balance plots tp autoschedule
   2  costs links network netif geo timeline simulator model data devices partition launch saved_memory
   1  errors schedules
 
 1 the schedule spine (schedules as data, messages, builders and registry, validator, PyTorch interop);
 2 time and links (the simulator, the Timeline, the model, the data, the process launcher); 3 the
-reference trainer, balancing, plots, tensor parallelism; 4 the engines that really train; 5 the
-planner; 6 each lesson's glue, the widgets, the assignments' grading, the command line.
+reference trainer, balancing, plots, tensor parallelism, schedules found by simulated search; 4 the
+engines that really train; 5 the planner; 6 each lesson's glue, the widgets, the assignments' grading,
+the command line.
 """
 
 __version__ = "0.1.0"

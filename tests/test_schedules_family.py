@@ -63,7 +63,7 @@ def test_orders_equal_torchs_including_the_sizes_it_refuses(name, cls, rounds_ru
 
 
 def test_torchs_class_name_is_interleaved_zb_which_at_v1_is_zb_h1():
-    assert resolve_name("ScheduleInterleavedZeroBubble") == resolve_name("zb1p") == "interleaved-zb"
+    assert resolve_name("ScheduleInterleavedZeroBubble") == resolve_name("interleaved-zb") == "interleaved-zb"
     assert resolve_name("ScheduleLoopedBFS") == "looped-bfs" and resolve_name("ZB-H2") == "zb-h2"
     assert SCHEDULES["zb-h1"].torch_class == SCHEDULES["interleaved-zb"].torch_class
     for p in range(1, 7):

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from course_lib.errors import require
-from course_lib.schedules import closed_forms, v_shape
+from course_lib.schedules import closed_forms, v_shape, zero_bubble
 from course_lib.schedules.basic import LIMITS, check_sizes, gpipe, naive, one_f_one_b, within_limit
 from course_lib.schedules.closed_forms import ClosedForm
 from course_lib.schedules.interleaved import interleaved_1f1b
@@ -200,7 +200,7 @@ register(
         "ZB1P (Qi et al. 2024, arXiv 2401.10241) on Megatron's interleaving, as torch builds it",
         torch_class="ScheduleInterleavedZeroBubble", uses_virtual=True,
     ),
-    "interleaved-zero-bubble", "zb1p",
+    "interleaved-zero-bubble",  # "zb1p" spells zb-1p (issue 27): the automatic scheduler at p
 )
 register(
     ScheduleInfo(
@@ -210,7 +210,7 @@ register(
         _ANY_SIZES, closed_forms.ZB_H2_BUBBLE, closed_forms.ZB_H2_PEAK,
         "ZB-H2 (Qi et al. 2024, arXiv 2401.10241 sec 2.2)",
     ),
-    "zbh2", "zero-bubble-h2", "zb2p",
+    "zbh2", "zero-bubble-h2",  # "zb2p" spells zb-2p: the automatic scheduler at 2p
 )
 
 
@@ -237,4 +237,30 @@ register(
         torch_class="ScheduleDualPipeV", uses_virtual=True, fixed_virtual=v_shape.V_STAGES_PER_DEVICE,
     ),
     "dualpipev",
+)
+
+
+# ---- ZB-1p / ZB-2p: the automatic scheduler's result at equal costs (schedules/zero_bubble.py) ----
+_AUTO_WHERE = (
+    "any p >= 1, m >= 1; built for equal costs and free links (autoschedule.auto_zero_bubble takes yours)"
+)
+register(
+    ScheduleInfo(
+        "zb-1p", zero_bubble.zb_1p,
+        "automatic zero bubble at 1F1B's memory (at most p micro-batches held): the Zero Bubble paper's "
+        "heuristic for given costs, never worse than ZB-H1",
+        _AUTO_WHERE, closed_forms.ZB_1P_BUBBLE, closed_forms.ZB_1P_PEAK,
+        "ZB-1p (Qi et al. 2024, arXiv 2401.10241 sec 3, Table 5)",
+    ),
+    "auto-zb-1p",
+)
+register(
+    ScheduleInfo(
+        "zb-2p", zero_bubble.zb_2p,
+        "automatic zero bubble with up to 2p micro-batches held: the Zero Bubble paper's heuristic for "
+        "given costs, never worse than ZB-H1 or ZB-H2",
+        _AUTO_WHERE, closed_forms.ZB_2P_BUBBLE, closed_forms.ZB_2P_PEAK,
+        "ZB-2p (Qi et al. 2024, arXiv 2401.10241 sec 3, Table 5)",
+    ),
+    "auto-zb-2p",
 )

@@ -30,6 +30,7 @@ from typing import Protocol
 
 from course_lib.errors import require
 from course_lib.schedules.interleaved import rounds_of
+from course_lib.schedules.zero_bubble import zb_2p_keeps_h1
 
 
 class CostsLike(Protocol):  # what the spine reads of a costs.StageCosts (it imports nothing above it)
@@ -271,4 +272,28 @@ ZB_H2_BUBBLE = _bubble(
 ZB_H2_PEAK = ClosedForm(
     "min(2p-1, m)", lambda c: min(2 * c.p - 1, c.m), _always, "any p, m (on every device)",
     source="arXiv 2401.10241 sec 2.2 and Table 2: up to 2p-1 micro-batches; here every device reaches it",
+)
+
+
+# --- the automatic zero-bubble scheduler at the paper's limits (autoschedule/zero_bubble.py) ------
+_AUTO = (
+    "at equal costs and free links the heuristic (autoschedule/zero_bubble.py) finds no shorter step "
+    "than the handcrafted schedules and keeps them on a tie; checked with the simulator for p <= 8, m <= 16"
+)
+
+
+_zb_2p_keeps_h1: Callable[[Case], bool] = lambda c: zb_2p_keeps_h1(c.p, c.m)  # noqa: E731
+ZB_1P_BUBBLE = replace(ZB_H1_BUBBLE, source=f"ZB-H1's form: {_AUTO}")
+ZB_1P_PEAK = replace(ZB_H1_PEAK, source=f"ZB-H1's peak, the limit p: {_AUTO}")
+ZB_2P_BUBBLE = _bubble(
+    "ZB-H1's form if m <= p and p >= 3, else ZB-H2's",
+    lambda c: _zb_h1(c) if _zb_2p_keeps_h1(c) else _zb_h2(c),
+    lambda c: (ZB_H1_BUBBLE.holds(c) if _zb_2p_keeps_h1(c) else ZB_H2_BUBBLE.holds(c)),
+    "ZB-H1's range if m <= p and p >= 3, else ZB-H2's (I <= 2*min(F, W), and m >= 2p-1, or m >= p if I <= F)",
+    megatron_text="as ZB-H1 / ZB-H2", source=f"ZB-H2's form, ZB-H1's for m <= p: {_AUTO}",
+)
+ZB_2P_PEAK = ClosedForm(
+    "min(p, m) if m <= p and p >= 3, else min(2p-1, m)",
+    lambda c: min(c.p, c.m) if _zb_2p_keeps_h1(c) else min(2 * c.p - 1, c.m), _always,
+    "any p, m (within the limit 2p)", source=f"ZB-H1's / ZB-H2's peak: {_AUTO}",
 )

@@ -24,6 +24,8 @@ Try it::
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from course_lib.schedules.interleaved import chunk_action, rounds_of
 from course_lib.schedules.ir import Action, Kind, Schedule, loop_placement
 
@@ -99,3 +101,25 @@ def zb_h2(n_devices: int, n_microbatches: int) -> Schedule:
     p, m = n_devices, n_microbatches
     orders = [_zb_h2_order(p, m, d) for d in range(p)]
     return Schedule("zb-h2", p, m, orders, list(range(p)), split_backward=True)
+
+
+# ---- ZB-1p and ZB-2p at equal costs and free links (Qi et al. 2024 sec 3, Table 5) -----------------
+# The automatic scheduler (course_lib/autoschedule/zero_bubble.py) builds a schedule for given costs under
+# a memory limit of p or 2p micro-batches. At equal costs and free links it finds no shorter step than
+# these handcrafted ones and keeps them on a tie (tests/test_zero_bubble_frontier.py holds the two equal),
+# so the registry's names need no search, and the spine no simulator.
+def zb_1p(n_devices: int, n_microbatches: int) -> Schedule:
+    """ZB-1p at equal costs and free links: ZB-H1's order (limit p, 1F1B's memory)."""
+    return replace(zb_h1(n_devices, n_microbatches), name="zb-1p")
+
+
+def zb_2p_keeps_h1(p: int, m: int) -> bool:
+    """Where ZB-2p at equal costs is ZB-H1's order: the two tie on the step and ZB-H1 has the shorter
+    stage span, the tie-break (closed_forms.py reads this too)."""
+    return m <= p and p >= 3
+
+
+def zb_2p(n_devices: int, n_microbatches: int) -> Schedule:
+    """ZB-2p at equal costs and free links: ZB-H2's order, or ZB-H1's where ``zb_2p_keeps_h1``."""
+    keeps_h1 = zb_2p_keeps_h1(n_devices, n_microbatches)
+    return replace((zb_h1 if keeps_h1 else zb_h2)(n_devices, n_microbatches), name="zb-2p")
