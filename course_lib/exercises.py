@@ -52,7 +52,7 @@ def verdict(answer: object, expected: float, rel_tol: float = 0.02, abs_tol: flo
 
 
 def check(name: str, answer: object, expected: float, hint: str = "", rel_tol: float = 0.02) -> None:
-    """Print whether `answer` matches `expected` (within rel_tol; exactly for an integer) and a hint if not."""
+    """Print whether `answer` matches `expected` (within rel_tol; an integer exactly), and a hint if not."""
     try:  # reprlib shortens a huge list or number; whatever the answer, this prints one short line
         result, shown = verdict(answer, expected, rel_tol), reprlib.repr(answer)
     except Exception:  # an answer that cannot even be shown, such as an int of 5,000 digits

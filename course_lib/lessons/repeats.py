@@ -51,22 +51,27 @@ class Spread:
         return self.low <= other.high and other.low <= self.high
 
 
-def repeat_interleaved(
-    runs: Mapping[str, Callable[[], Run]], measure: Callable[[Run], float], repeats: int = 5
-) -> tuple[dict[str, Spread], dict[str, Run]]:
-    """Call every run `repeats` times, taking turns; the spread of `measure` per name, and each last run."""
+def repeat_all(runs: Mapping[str, Callable[[], Run]], repeats: int = 5) -> dict[str, list[Run]]:
+    """Call every run `repeats` times, taking turns (A, B, A, B, ...); every result, per name."""
     require(
         isinstance(repeats, int) and not isinstance(repeats, bool) and repeats >= 3,
         f"repeats must be a whole number >= 3 (a median and a range need three), got {repeats!r}",
     )
     require(len(runs) >= 1, "runs must name at least one run to repeat, got none")
-    values: dict[str, list[float]] = {name: [] for name in runs}
-    last: dict[str, Run] = {}
+    done: dict[str, list[Run]] = {name: [] for name in runs}
     for _ in range(repeats):
         for name, run in runs.items():
-            last[name] = run()
-            values[name].append(float(measure(last[name])))
-    return {name: Spread(tuple(v)) for name, v in values.items()}, last
+            done[name].append(run())
+    return done
+
+
+def repeat_interleaved(
+    runs: Mapping[str, Callable[[], Run]], measure: Callable[[Run], float], repeats: int = 5
+) -> tuple[dict[str, Spread], dict[str, Run]]:
+    """``repeat_all``, then the spread of `measure` per name, and each name's last run."""
+    done = repeat_all(runs, repeats)
+    spreads = {name: Spread(tuple(float(measure(r)) for r in results)) for name, results in done.items()}
+    return spreads, {name: results[-1] for name, results in done.items()}
 
 
 def plot_spreads(
