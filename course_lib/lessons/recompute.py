@@ -14,17 +14,12 @@ et al. 2022) recomputes only attention's s x s part. The last two live in the pl
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from statistics import median
 
-import torch
-from torch import nn
-
-from course_lib.engines.runtime import StageRuntime
+from course_lib.lessons import cpu_clock
 from course_lib.lessons.repeats import Spread, repeat_all
 from course_lib.lessons.runs import LessonRun, train_pipeline
-from course_lib.model import ModelConfig, build_model
 from course_lib.planner.memory import RECOMPUTE_MODES, activation_bytes
 from course_lib.planner.shapes import model
 
@@ -57,29 +52,10 @@ def measure_checkpointing(
 
 
 def stage_cpu_ms(n_blocks: int = 20, repeats: int = 7, passes: int = 8, seed: int = 0) -> dict[str, Spread]:
-    """CPU time of one micro-batch's forward + backward through `n_blocks` toy blocks, per checkpoint mode.
-
-    CPU time of this thread, not wall time: another program on the machine delays a run but does not
-    add to its CPU time, so the comparison holds on a busy laptop. Each repeat times `passes` micro-batches
-    and the modes take turns."""
-    cfg = ModelConfig(n_layers=n_blocks, d_model=32, n_heads=4, vocab_size=64, seq_len=32)
-    blocks = nn.Sequential(*build_model(cfg, seed=seed).layers[1:-1])  # no embedding, no head
-    gen = torch.Generator().manual_seed(seed)
-    x, grad = (torch.randn(1, cfg.seq_len, cfg.d_model, generator=gen) for _ in range(2))
-
-    def one(mode: str) -> float:
-        stage = StageRuntime(1, 3, blocks, n_microbatches=passes, checkpoint=mode, track_memory=False,
-                             split_backward=False)  # fmt: skip
-        start = time.thread_time()
-        for mb in range(passes):
-            stage.forward(mb, x.clone().requires_grad_(True))
-            stage.backward(mb, grad)
-        return (time.thread_time() - start) * 1e3 / passes
-
-    runs = {mode: (lambda mode=mode: one(mode)) for mode in ("never", "always")}
-    for run in runs.values():  # warm-up: the first pass pays for allocations and lazy initialisation
-        run()
-    return {mode: Spread(tuple(values)) for mode, values in repeat_all(runs, repeats).items()}
+    """CPU time of one micro-batch's forward + backward through `n_blocks` toy blocks, per checkpoint mode
+    ("never", "always"): ``cpu_clock.stage_cpu_ms``, whose CPU clock a busy laptop does not blur."""
+    configs = {"never": (1, "never"), "always": (1, "always")}
+    return cpu_clock.stage_cpu_ms(configs, n_blocks=n_blocks, repeats=repeats, passes=passes, seed=seed)
 
 
 @dataclass(frozen=True)
