@@ -12,21 +12,38 @@ so a lesson keeps running while an exercise is still open. Graded assignments us
 from __future__ import annotations
 
 import math
+import numbers
 import reprlib
 
 
+def _as_number(answer: object) -> float:
+    """The answer as a float, or nan: text is not a number even when it reads like one ("0.5")."""
+    if isinstance(answer, (str, bytes, bool)):
+        return math.nan
+    try:
+        return float(answer)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):  # a list, an int beyond a float (10**400)
+        return math.nan
+
+
 def verdict(answer: object, expected: float, rel_tol: float = 0.02, abs_tol: float = 1e-9) -> str:
-    """'ok', 'missing', 'not a number', 'too high by 3.2x', 'too low by 10%', ..."""
+    """'ok', 'missing', 'not a number', 'not a whole number', 'too high by 3.2x', 'too low by 10%', ...
+
+    An integer `expected` (a count, a smallest m) asks for that integer exactly; a fraction between 0 and 1
+    given as a percent (18 for 0.18) is answered with a word on the unit.
+    """
     if answer is None or answer is Ellipsis:
         return "missing"
-    try:
-        value = float(answer)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):  # text, a list, an int beyond a float (10**400)
-        value = math.nan
+    value = _as_number(answer)
     if not math.isfinite(value):  # nan and inf are neither too high nor too low
         return "not a number"
-    if math.isclose(value, expected, rel_tol=rel_tol, abs_tol=abs_tol):
+    whole = isinstance(expected, numbers.Integral) and not isinstance(expected, bool)
+    if whole and not math.isclose(value, round(value), rel_tol=1e-9):  # 199.99999999999997 is whole
+        return "not a whole number (the question counts something)"
+    if round(value) == expected if whole else math.isclose(value, expected, rel_tol=rel_tol, abs_tol=abs_tol):
         return "ok"
+    if 0 < abs(expected) < 1 and math.isclose(value / 100, expected, rel_tol=rel_tol):
+        return "a percent: give the share as a fraction between 0 and 1"
     if expected != 0 and value != 0 and (value / expected > 2 or value / expected < 0.5):
         ratio = value / expected
         return f"too {'high' if ratio > 1 else 'low'} by {max(ratio, 1 / ratio):.1f}x"
@@ -35,7 +52,7 @@ def verdict(answer: object, expected: float, rel_tol: float = 0.02, abs_tol: flo
 
 
 def check(name: str, answer: object, expected: float, hint: str = "", rel_tol: float = 0.02) -> None:
-    """Print whether `answer` matches `expected` (within rel_tol) and a hint if it does not."""
+    """Print whether `answer` matches `expected` (within rel_tol; an integer exactly), and a hint if not."""
     try:  # reprlib shortens a huge list or number; whatever the answer, this prints one short line
         result, shown = verdict(answer, expected, rel_tol), reprlib.repr(answer)
     except Exception:  # an answer that cannot even be shown, such as an int of 5,000 digits

@@ -12,6 +12,23 @@ def test_verdicts_say_how_far_off():
     assert verdict(0.9, 1.0) == "too low by 10%"
 
 
+def test_a_count_must_be_exact_and_text_is_not_a_number():
+    import numpy as np
+
+    assert verdict(63, 63) == verdict(63.0, 63) == verdict(np.int64(63), 63) == "ok"
+    assert verdict(2 * 0.1 * 1000, 200) == "ok"  # float rounding of a whole number is still that number
+    assert verdict(62, 63) == "too low by 2%"  # within rel_tol, but a count is exact
+    assert verdict(62.5, 63).startswith("not a whole number")
+    assert verdict(64, np.int64(63)) == "too high by 2%"
+    assert verdict("0.5", 0.5) == verdict(b"0.5", 0.5) == verdict(True, 1) == "not a number"
+
+
+def test_a_share_given_as_a_percent_is_told_its_unit():
+    assert verdict(17.9, 7 / 39).startswith("a percent")
+    assert verdict(0.179, 7 / 39) == "ok"
+    assert verdict(17.9, 17.9) == "ok"  # a value that is a percent by design stays one
+
+
 def test_check_prints_hint_and_never_raises(capsys):
     check("bubble", None, 0.5, hint="(p-1)/(m+p-1)")
     assert "no answer yet. Hint: (p-1)/(m+p-1)" in capsys.readouterr().out

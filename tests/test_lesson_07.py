@@ -8,9 +8,9 @@ import pytest
 from course_lib.lessons.compare_schedules import Candidate, compare
 from course_lib.lessons.runs import train_pipeline
 from course_lib.links import Link
-from course_lib.schedules.builders import SCHEDULES
+from course_lib.schedules.builders import SCHEDULES, build_schedule
 from course_lib.schedules.closed_forms import Case
-from course_lib.simulator import StageCosts
+from course_lib.simulator import StageCosts, simulate
 
 ONE_F_ONE_B, ZB_H1 = Candidate("1F1B", "1f1b"), Candidate("ZB-H1", "zb-h1")
 
@@ -52,6 +52,18 @@ def test_zb_h1_is_a_third_of_1f1b_idle_at_the_same_peak(p):
     assert zb.bubble == pytest.approx(SCHEDULES["zb-h1"].bubble.at(case))
     assert one.bubble == pytest.approx(SCHEDULES["1f1b"].bubble.at(case))
     assert zb.peak_activations == one.peak_activations == SCHEDULES["zb-h1"].peak.at(case) == p
+
+
+@pytest.mark.parametrize("p", [4, 8])
+def test_zb_h1_keeps_1f1b_peak_on_device_0_but_later_devices_hold_more(p):
+    # lesson 07 sec 2: ZB-H1's peak is 1F1B's (p, on device 0); its later devices hold more than under 1F1B
+    costs = StageCosts(f=1, i=1, w=1)
+    one, zb = (simulate(build_schedule(name, p, 2 * p), costs) for name in ("1f1b", "zb-h1"))
+    one_peaks = [one.peak_inflight(d) for d in range(p)]
+    zb_peaks = [zb.peak_inflight(d) for d in range(p)]
+    assert one_peaks == [p - d for d in range(p)]
+    assert max(zb_peaks) == zb_peaks[0] == one_peaks[0] == p
+    assert all(z > o for z, o in zip(zb_peaks[1:], one_peaks[1:], strict=True))
 
 
 def test_zb_h1_formula_is_out_of_range_when_w_exceeds_i():

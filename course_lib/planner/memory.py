@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from course_lib.errors import require
 from course_lib.planner.layout import Layout
 from course_lib.planner.shapes import ModelShape
 from course_lib.schedules.builders import SCHEDULES
@@ -55,12 +56,25 @@ def parameters_per_gpu(shape: ModelShape, layout: Layout) -> float:
     return (layers * shape.layer_parameters() + shape.embedding_parameters()) / layout.t
 
 
-def activation_bytes_per_layer(shape: ModelShape, b: int, t: int, recompute: bool) -> float:
-    """One layer, one micro-batch of b sequences, on one of its t GPUs (Korthikanti et al. 2022)."""
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+
+def activation_bytes(shape: ModelShape, b: int, t: int, mode: str) -> float:
+    """One layer, one micro-batch of b sequences, on one of its t GPUs, with tensor parallelism and no
+    sequence parallelism (Korthikanti et al. 2022, arXiv 2205.05198, Table 2): "none" keeps everything,
+    sbh(10 + 24/t + 5as/(ht)); "selective" recomputes the attention scores, softmax and dropout (the
+    5as/(ht) part, which grows with s^2), sbh(10 + 24/t); "full" keeps only the layer's input, 2sbh."""
+    require(mode in RECOMPUTE_MODES, f"recompute mode must be one of {RECOMPUTE_MODES}, got {mode!r}")
     sbh = shape.seq_len * b * shape.hidden
-    if recompute:
+    if mode == "full":
         return 2.0 * sbh
-    return sbh * (10 + 24 / t + 5 * shape.heads * shape.seq_len / (shape.hidden * t))
+    scores = 5 * shape.heads * shape.seq_len / (shape.hidden * t)
+    return sbh * (10 + 24 / t + (0.0 if mode == "selective" else scores))
+
+
+def activation_bytes_per_layer(shape: ModelShape, b: int, t: int, recompute: bool) -> float:
+    """The planner's two choices: full recomputation or none."""
+    return activation_bytes(shape, b, t, "full" if recompute else "none")
 
 
 def in_flight(layout: Layout, m: int) -> int:

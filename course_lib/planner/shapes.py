@@ -65,7 +65,20 @@ class ModelShape:
         """One block's forward on `sequences` sequences: 2 FLOPs per weight per token, plus attention's
         two s x s products (Q K^T and scores x V), 2 * 2 * s^2 * h per sequence."""
         tokens = sequences * self.seq_len
-        return 2.0 * tokens * self.layer_matmul_parameters() + 4.0 * tokens * self.seq_len * self.hidden
+        return 2.0 * tokens * self.layer_matmul_parameters() + self.attention_scores_forward_flops(sequences)
+
+    def attention_scores_forward_flops(self, sequences: int) -> float:
+        """The two s x s products of one block's forward (Q K^T and scores x V): what selective
+        recomputation runs again (Korthikanti et al. 2022 sec 4.3)."""
+        return 4.0 * sequences * self.seq_len * self.seq_len * self.hidden
+
+    def recompute_flops(self, sequences: int, mode: str) -> float:
+        """FLOPs one step spends again: "full" every block's forward, "selective" only its attention
+        scores, "none" nothing (the logits are never recomputed)."""
+        per_layer = {"none": 0.0, "selective": self.attention_scores_forward_flops(sequences),
+                     "full": self.layer_forward_flops(sequences)}  # fmt: skip
+        require(mode in per_layer, f"recompute mode must be one of {tuple(per_layer)}, got {mode!r}")
+        return self.layers * per_layer[mode]
 
     def logits_forward_flops(self, sequences: int) -> float:
         return 2.0 * sequences * self.seq_len * self.hidden * self.vocab
