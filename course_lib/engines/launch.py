@@ -106,9 +106,12 @@ def free_port() -> int:
 def spawn(
     target: Callable[..., Any], world: int, args: tuple = (), *, backend: str = "gloo",
     timeout_s: float = 60.0, on_progress: Callable[[int, Any], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> list:  # fmt: skip
     """Run ``target(ctx, *args)`` in `world` processes, one process group; return their values by rank.
-    `timeout_s`: how long a rank may wait for a silent peer (see the module doc for what else stops)."""
+    `timeout_s`: how long a rank may wait for a silent peer (see the module doc for what else stops).
+    `should_stop`, asked about 20 times a second (a widget's Stop button), ends the run as Ctrl-C does:
+    every rank's process ends, then KeyboardInterrupt says so."""
     require(isinstance(world, int) and world >= 1, f"world must be a whole number >= 1, got {world!r}")
     require(backend in ("gloo", "nccl"), f"backend must be 'gloo' or 'nccl', got {backend!r}")
     require(timeout_s > 0, f"timeout_s must be > 0 seconds, got {timeout_s!r}")
@@ -124,14 +127,19 @@ def spawn(
     header = [f"rendezvous: 127.0.0.1:{group.port}"] + [f"rank {r}: pid {p.pid}" for r, p in enumerate(procs)]
     with os.fdopen(log_fd, "a") as file:
         print(*header, sep="\n", file=file)
-    watch = _Watch(procs, beats)
+    watch, stopped = _Watch(procs, beats), False
     try:
-        watch.run(results, timeout_s, on_progress)
-    except BaseException:  # KeyboardInterrupt (a notebook's stop button): no failure to keep a log for
+        watch.run(results, timeout_s, on_progress, should_stop)
+    except KeyboardInterrupt:  # Ctrl-C, Kernel > Interrupt or should_stop: no failure to keep a log for
+        stopped = True
+    except BaseException:
         os.remove(log)
         raise
     finally:  # leave no rank behind
         watch.kill_leftovers()
+    if stopped:
+        os.remove(log)
+        raise KeyboardInterrupt(f"all {world} rank processes ended")
     if watch.errors or len(watch.values) < world:
         raise watch.error(log)
     os.remove(log)
@@ -209,9 +217,11 @@ class _Watch:
     last_beat: dict[int, tuple[int, float]] = field(default_factory=dict)  # rank -> (count, seen at)
     checked_at: float = field(default_factory=time.monotonic)  # the last look at the heartbeats
 
-    def run(self, results, timeout_s: float, on_progress) -> None:
+    def run(self, results, timeout_s: float, on_progress, should_stop=None) -> None:
         """Collect until every process ended; once settled, give the rest a grace, then stop."""
         while len(self.exited_at) < len(self.procs):
+            if should_stop is not None and should_stop():
+                raise KeyboardInterrupt("stopped on request")
             now = time.monotonic()
             ended = [r for r, p in enumerate(self.procs) if r not in self.exited_at and not p.is_alive()]
             self.exited_at |= dict.fromkeys(ended, now)
