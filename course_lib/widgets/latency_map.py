@@ -112,7 +112,8 @@ class LatencyMap(widgets.VBox):
             widgets.Dropdown(options=names, value=s, description=f"stage {i}") for i, s in enumerate(sites)
         ]
         self.route = widgets.FloatSlider(
-            value=1.0, min=1.0, max=3.0, step=0.1, description="route factor", **slider_size(21)
+            value=1.0, min=1.0, max=3.0, step=0.1, description="route factor", continuous_update=False,
+            **slider_size(21),
         )
         self.schedule = widgets.ToggleButtons(options=SCHEDULE_CHOICES, value="1f1b", description="schedule")
         self.m_slider = widgets.IntSlider(
@@ -130,6 +131,7 @@ class LatencyMap(widgets.VBox):
         self.output = widgets.Output()
         self.timeline: Timeline | None = None
         self.text = ""
+        self._last_chart: dict | None = None  # the last chart drawn: it stays while a setting is refused
         self._figure = Figure(figsize=(10, 3.2), dpi=80)
         controls = [
             self.route,
@@ -157,9 +159,11 @@ class LatencyMap(widgets.VBox):
             tl = simulate_placement(
                 chosen, self.m_slider.value, tf, tb, self.schedule.value, self.route.value, bandwidth, nbytes
             )
-        except CourseError as err:
+        except CourseError as err:  # the reason, beside the last chart drawn (never an empty output)
             self.timeline, self.text = None, f"cannot simulate this placement: {err}"
-            self.output.outputs = ({"output_type": "stream", "name": "stdout", "text": self.text + "\n"},)
+            said = self.text + ("\nthe chart is still the last placement's:" if self._last_chart else "")
+            kept = () if self._last_chart is None else (self._last_chart,)
+            self.output.outputs = ({"output_type": "stream", "name": "stdout", "text": said + "\n"}, *kept)
             return
         latencies = [link.latency_s for link in placement_links(chosen, self.route.value, bandwidth)]
         ideal = (self.m_slider.value + len(chosen) - 1) * (tf + tb)
@@ -172,12 +176,13 @@ class LatencyMap(widgets.VBox):
         )
         table = _rows_html(link_rows(chosen, self.route.value, bandwidth, nbytes))
         html = {"text/html": table, "text/plain": "links"}
+        self._last_chart = {"output_type": "display_data", "metadata": {},
+                            "data": {"image/png": self._png(tl), "text/plain": "<Figure>"}}  # fmt: skip
         self.output.outputs = (  # one assignment: the old content goes, exactly one chart comes
             {"output_type": "display_data", "data": html, "metadata": {}},
             {"output_type": "stream", "name": "stdout", "text": self.text + "\n"},
-            {"output_type": "display_data", "data": {"image/png": self._png(tl), "text/plain": "<Figure>"},
-             "metadata": {}},
-        )  # fmt: skip
+            self._last_chart,
+        )
 
     def _png(self, tl: Timeline) -> str:
         """The Gantt chart as base64 PNG, drawn on the one Figure this widget keeps (never pyplot)."""

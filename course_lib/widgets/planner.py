@@ -1,8 +1,11 @@
 """An ipywidgets planner: pick a model, a number of GPUs and a global batch; see the ranked layouts and
 the chosen one's simulated Gantt chart.
 
-Every change re-plans (well under a second for the presets on a few hundred GPUs) and redraws. A
-request no layout can meet shows the reason in words, never a traceback.
+Every change re-plans (well under a second for the presets on a few hundred GPUs) and redraws, once
+per change (``bench/bench_widgets.py`` times it). A request no layout can meet shows the reason in words
+beside the last chart drawn (which says the layout it shows), never a traceback or an empty image.
+The table's rows are ranked by step time; "row" names a row of it (never "rank", which in the
+course is a process of a distributed run).
 
 Try it, in a notebook cell::
 
@@ -10,7 +13,7 @@ Try it, in a notebook cell::
     box = planner_widget("megatron-145b", "a100-selene", gpus=64, global_batch=64)
     box                         # the widget box
     box.gpus_dropdown.value = 128
-    box.choice_dropdown.value = 2       # the third-ranked layout's chart
+    box.choice_dropdown.value = 2       # the chart of the table's row 2 (the third fastest layout)
     print(box.table_text)       # the ranked table shown under the controls
 """
 
@@ -28,6 +31,7 @@ from course_lib.planner.enumerate import Plan, Planned
 from course_lib.plots import gantt_figsize, plot_timeline
 
 GPU_CHOICES = (8, 16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072)
+GIB = 2**30  # memory in GiB, as everywhere in the course
 BATCH_CHOICES = (16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 2304, 3072)
 
 
@@ -51,16 +55,16 @@ class PlannerWidget(widgets.VBox):
             options=sorted({*BATCH_CHOICES, global_batch}), value=global_batch, description="global batch",
             style=style,
         )  # fmt: skip
-        self.choice_dropdown = widgets.Dropdown(
-            options=[0], value=0, description="chart of rank", style=style
-        )
+        self.choice_dropdown = widgets.Dropdown(options=[0], value=0, description="chart of row", style=style)
+        self.drawn = ""  # what the chart shows, in words (it stays while a request is refused)
+        self._replanning = False  # the choice list changes while re-planning: draw once, not twice
         self.table = widgets.HTML()
         self.image = widgets.Image(format="png")
         controls = [self.model_dropdown, self.gpus_dropdown, self.batch_dropdown, self.choice_dropdown]
         super().__init__([widgets.HBox(controls), self.table, self.image])
         for control in controls[:3]:
             control.observe(lambda _change: self.replan(), names="value")
-        self.choice_dropdown.observe(lambda _change: self.draw(), names="value")
+        self.choice_dropdown.observe(lambda _change: self._replanning or self.draw(), names="value")
         self.replan()
 
     @property
@@ -79,13 +83,18 @@ class PlannerWidget(widgets.VBox):
         except Exception as err:  # noqa: BLE001  (a student's choice must never show a traceback)
             self.result = None
             self.table_text = f"no plan: {err}"
+            kept = f"<div>the chart below is still the last plan's: {html.escape(self.drawn)}</div>"
             self.table.value = (
                 f"<pre style='color:#D55E00; white-space:pre-wrap'>{html.escape(self.table_text)}</pre>"
-            )
-            self.image.value = b""
+                + (kept if self.drawn else "")
+            )  # fmt: skip
             return
         shown = self.result.layouts[: self.top]
-        self.choice_dropdown.options = list(range(len(shown)))
+        self._replanning = True
+        try:
+            self.choice_dropdown.options = list(range(len(shown)))
+        finally:
+            self._replanning = False
         self.table_text = _table(shown)
         self.table.value = "<pre>" + html.escape(self.table_text) + "</pre>"
         self.draw()
@@ -99,11 +108,12 @@ class PlannerWidget(widgets.VBox):
         tl = pipeline_timeline(self.result.shape, self.result.cluster, chosen.layout, m)
         fig = Figure(figsize=gantt_figsize(min(tl.n_devices, 16)), dpi=70)
         ax = fig.add_axes((0.12, 0.14, 0.6, 0.7))
-        plot_timeline(
-            tl,
-            ax=ax,
-            title=f"rank {self.choice_dropdown.value}: {_label(chosen)}, {m} micro-batches (simulated)",
+        self.drawn = (
+            f"{self.result.shape.name}, {self.result.gpus} GPUs, batch {self.result.global_batch}: "
+            f"row {self.choice_dropdown.value}, {_label(chosen)}"
         )
+        title = f"row {self.choice_dropdown.value}: {_label(chosen)}, {m} micro-batches (simulated)"
+        plot_timeline(tl, ax=ax, title=title)
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png")
         self.image.value = buffer.getvalue()
@@ -114,12 +124,12 @@ def _label(x: Planned) -> str:
 
 
 def _table(rows: list[Planned]) -> str:
-    head = "rank  layout                                          step s  TFLOP/s  MFU  memory GB  bubble"
+    head = " row  layout                                          step s  TFLOP/s  MFU  memory GiB  bubble"
     lines = [head]
-    for rank, x in enumerate(rows):
+    for row, x in enumerate(rows):
         lines.append(
-            f"{rank:4d}  {_label(x) + (' recompute' if x.recompute else ''):46s} {x.step_s:7.2f} "
-            f"{x.tflops_per_gpu:8.1f} {x.mfu:4.0%} {x.memory_per_gpu_bytes / 1e9:10.1f} {x.bubble_share:7.1%}"
+            f"{row:4d}  {_label(x) + (' recompute' if x.recompute else ''):46s} {x.step_s:7.2f} "
+            f"{x.tflops_per_gpu:8.1f} {x.mfu:4.0%} {x.memory_per_gpu_bytes / GIB:11.1f} {x.bubble_share:7.1%}"
         )
     return "\n".join(lines)
 
