@@ -1,0 +1,91 @@
+"""Lesson 01's what-if: pick a link preset, training step or decode, the device count and m; see TP
+against PP as the latency sweeps from NVLink to an ocean (the cost model of course_lib/tp/cost.py).
+
+    from course_lib.widgets.tp_what_if import tp_what_if
+    box = tp_what_if()                 # two dropdowns, two sliders, the chart, a line under it
+    box.devices_slider.value = 16      # widgets are attributes, so code (and tests) can drive them
+    box.text                           # the line under the chart
+
+One redraw per change: the sliders send their value when the mouse lets go
+(``continuous_update=False``), so the chart never trails the controls (``bench/bench_widgets.py``
+times a redraw). In decode mode the m slider is off: one generated token has no micro-batches.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+from dataclasses import replace
+
+import ipywidgets as widgets
+from matplotlib.figure import Figure
+
+from course_lib.network import PRESETS
+from course_lib.tp.cost import Scenario, pp_step, sweep, tp_step
+from course_lib.tp.plots import plot_sweep
+from course_lib.widgets.controls import slider_size
+
+M_CHOICES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)  # a mouse can pick each of these
+TRAINING, DECODE = "training step", "decode (one token)"
+
+
+def scenario(link: str, what: str, devices: int, microbatches: int) -> Scenario:
+    """The lesson's 70B-class step (or one decoded token) on `devices`, at the preset's bandwidth."""
+    if what == TRAINING:
+        sc = Scenario.h200_70b_training(devices=devices, microbatches=microbatches)
+    else:
+        sc = Scenario.h200_70b_decode(devices=devices)
+    return replace(sc, bandwidth_Bps=PRESETS[link].link.bandwidth_Bps)
+
+
+class TpWhatIf(widgets.VBox):
+    """Controls are attributes (link_dropdown, what_dropdown, devices_slider, m_slider); the chart is
+    ``image`` (PNG), the line under it ``summary`` (HTML) and ``text``."""
+
+    def __init__(self, link: str = "nvlink4", what: str = TRAINING, devices: int = 8, microbatches: int = 8):
+        self.link_dropdown = widgets.Dropdown(options=list(PRESETS), value=link, description="link")
+        self.what_dropdown = widgets.Dropdown(options=[TRAINING, DECODE], value=what, description="what")
+        self.devices_slider = widgets.IntSlider(
+            value=devices, min=2, max=16, description="devices", continuous_update=False, **slider_size(15)
+        )
+        self.m_slider = widgets.SelectionSlider(
+            options=M_CHOICES, value=microbatches, description="micro-batches", continuous_update=False,
+            **slider_size(len(M_CHOICES)),
+        )  # fmt: skip
+        self.image = widgets.Image(format="png")
+        self.summary = widgets.HTML()
+        self.text = ""
+        self._figure = Figure(figsize=(11, 4), dpi=80)  # one Figure, cleared and reused (never pyplot)
+        controls = [self.link_dropdown, self.what_dropdown, self.devices_slider, self.m_slider]
+        super().__init__([widgets.HBox(controls[:2]), *controls[2:], self.image, self.summary])
+        for control in controls:
+            control.observe(lambda _change: self.redraw(), names="value")
+        self.redraw()
+
+    def redraw(self) -> None:
+        what = self.what_dropdown.value
+        self.m_slider.disabled = what == DECODE  # a decoded token has no micro-batches
+        sc = scenario(self.link_dropdown.value, what, self.devices_slider.value, self.m_slider.value)
+        link = PRESETS[self.link_dropdown.value].link
+        fig = self._figure
+        fig.clear()
+        plot_sweep(sweep(sc), marker_s=link.latency_s, ax_pair=fig.subplots(1, 2))
+        fig.tight_layout()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png")
+        self.image.value = buffer.getvalue()
+        tp, pp = tp_step(sc, link.latency_s), pp_step(sc, link.latency_s)
+        m = "" if what == DECODE else f", m={self.m_slider.value}"
+        self.text = (
+            f"{link.name}, {link.latency_s * 1e6:.3g} us, {link.bandwidth_Bps / 1e9:.1f} GB/s, "
+            f"{sc.devices} devices{m} (source: model): TP {tp.total_s * 1e3:.2f} ms, "
+            f"waits {tp.wait_share:.1%}; PP {pp.total_s * 1e3:.2f} ms, waits {pp.wait_share:.1%}"
+        )
+        self.summary.value = f"<span style='word-break:normal'>{html.escape(self.text)}</span>"
+
+
+def tp_what_if(
+    link: str = "nvlink4", what: str = TRAINING, devices: int = 8, microbatches: int = 8
+) -> TpWhatIf:
+    """Build the widget (see TpWhatIf)."""
+    return TpWhatIf(link, what, devices, microbatches)
