@@ -189,7 +189,7 @@ class LatencyMap(widgets.VBox):
         fig = self._figure
         fig.clear()
         fig.set_size_inches(10, 1.6 + 0.4 * tl.n_devices)
-        plot_timeline(tl, ax=fig.add_axes((0.1, 0.2, 0.68, 0.6)))
+        plot_timeline(tl, ax=fig.add_axes((0.1, 0.2, 0.6, 0.6)))  # room for the legend on the right
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png")
         return base64.b64encode(buffer.getvalue()).decode()

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import html
 import io
+from collections import OrderedDict
 from dataclasses import replace
 
 import ipywidgets as widgets
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator
 
 from course_lib.network import PRESETS
 from course_lib.tp.cost import Scenario, pp_step, sweep, tp_step
@@ -27,6 +29,7 @@ from course_lib.widgets.controls import slider_size
 
 M_CHOICES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)  # a mouse can pick each of these
 TRAINING, DECODE = "training step", "decode (one token)"
+CACHE_SIZE = 64  # charts kept: moving back to a setting is instant
 
 
 def scenario(link: str, what: str, devices: int, microbatches: int) -> Scenario:
@@ -56,6 +59,7 @@ class TpWhatIf(widgets.VBox):
         self.summary = widgets.HTML()
         self.text = ""
         self._figure = Figure(figsize=(11, 4), dpi=80)  # one Figure, cleared and reused (never pyplot)
+        self._cache: OrderedDict[tuple, bytes] = OrderedDict()  # (scenario, latency) -> PNG
         controls = [self.link_dropdown, self.what_dropdown, self.devices_slider, self.m_slider]
         super().__init__([widgets.HBox(controls[:2]), *controls[2:], self.image, self.summary])
         for control in controls:
@@ -67,13 +71,7 @@ class TpWhatIf(widgets.VBox):
         self.m_slider.disabled = what == DECODE  # a decoded token has no micro-batches
         sc = scenario(self.link_dropdown.value, what, self.devices_slider.value, self.m_slider.value)
         link = PRESETS[self.link_dropdown.value].link
-        fig = self._figure
-        fig.clear()
-        plot_sweep(sweep(sc), marker_s=link.latency_s, ax_pair=fig.subplots(1, 2))
-        fig.tight_layout()
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png")
-        self.image.value = buffer.getvalue()
+        self.image.value = self._png(sc, link.latency_s)
         tp, pp = tp_step(sc, link.latency_s), pp_step(sc, link.latency_s)
         m = "" if what == DECODE else f", m={self.m_slider.value}"
         self.text = (
@@ -82,6 +80,24 @@ class TpWhatIf(widgets.VBox):
             f"waits {tp.wait_share:.1%}; PP {pp.total_s * 1e3:.2f} ms, waits {pp.wait_share:.1%}"
         )
         self.summary.value = f"<span style='word-break:normal'>{html.escape(self.text)}</span>"
+
+    def _png(self, sc: Scenario, latency_s: float) -> bytes:
+        key = (sc, latency_s)
+        if key not in self._cache:  # a setting seen before comes back at once
+            fig = self._figure
+            fig.clear()
+            axes = fig.subplots(1, 2)
+            plot_sweep(sweep(sc), marker_s=latency_s, ax_pair=axes)
+            for axis in (axes[0].xaxis, axes[1].xaxis, axes[0].yaxis):  # log axes' unlabelled minor ticks
+                axis.set_minor_locator(NullLocator())  # cost half the drawing time
+            fig.subplots_adjust(left=0.07, right=0.98, bottom=0.13, top=0.86, wspace=0.22)  # no tight_layout:
+            buffer = io.BytesIO()  # it draws the figure once more, doubling the redraw
+            fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})  # fast; size barely grows
+            self._cache[key] = buffer.getvalue()
+            if len(self._cache) > CACHE_SIZE:
+                self._cache.popitem(last=False)
+        self._cache.move_to_end(key)
+        return self._cache[key]
 
 
 def tp_what_if(
