@@ -108,7 +108,8 @@ def test_train_hook_errors_become_one_line():
     dash = pipeline_dashboard("1f1b", p=2, m=2, on_train=broken)
     assert dash.train() is None
     assert dash.train_text == "the run failed: RuntimeError: no GPU here"
-    assert dash.output.outputs == ({"output_type": "stream", "name": "stdout", "text": dash.train_text + "\n"},)
+    line = {"output_type": "stream", "name": "stdout", "text": dash.train_text + "\n"}
+    assert dash.output.outputs == (line,)
     assert dash.image.value != b"" and dash.summary_text.startswith("bubble:")  # the chart stays
 
 
@@ -223,3 +224,11 @@ def test_stop_ends_a_distributed_run_and_every_process_it_started():
     assert dash.wait(timeout=30)
     assert re.fullmatch(r"stopped after \d+ of 100000 steps; all 2 rank processes ended", dash.train_text)
     assert multiprocessing.active_children() == []  # no rank left behind
+
+
+def test_a_saved_notebook_names_the_widget_before_its_cell_runs():
+    from course_lib.widgets.planner import planner_widget
+
+    bundle = pipeline_dashboard("1f1b", p=2, m=2)._repr_mimebundle_()
+    assert bundle["text/plain"] == "[the pipeline dashboard: run this cell to use it]"  # not VBox(...)
+    assert repr(planner_widget(gpus=64, global_batch=64)) == "[the planner: run this cell to use it]"

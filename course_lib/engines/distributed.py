@@ -208,7 +208,6 @@ def launch(
     timeout_s = max(s.timeout_s for s in specs)
     steps = sum(s.cfg.steps for s in specs)
     with tqdm(total=steps, desc=f"distributed, {ranks} ranks", disable=not progress) as bar:
-
         done = [0]  # steps done (a disabled bar does not count them)
 
         def on_progress(rank: int, loss: float) -> None:

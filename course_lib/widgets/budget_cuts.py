@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 from course_lib.balance import LayerProfile, OutOfMemory, balanced, format_bytes, stage_memory
 from course_lib.partition import Partition, uniform
 from course_lib.timeline import Timeline
-from course_lib.widgets.controls import slider_size
+from course_lib.widgets.controls import Shown, slider_size
 
 FITS, OVER = "#0072B2", "#BBBBBB"
 
@@ -49,19 +49,21 @@ def cuts(prof: LayerProfile, p: int, m: int, cap: int) -> dict[str, Partition]:
     }
 
 
-class BudgetCuts(widgets.VBox):
+class BudgetCuts(Shown, widgets.VBox):
     """Controls are attributes (budget_slider, p_dropdown); the chart is ``image`` (PNG), the line
     under it ``note`` (HTML) and ``text``; ``drawn``: the setting the chart shows."""
+
+    what = "the budget widget"
 
     def __init__(
         self, prof: LayerProfile, step_of: Callable[[Partition, int], Timeline], p: int = 4, m: int = 8,
         budget_factor: float = 1.1, p_choices: tuple[int, ...] = (2, 4, 8),
     ):  # fmt: skip
         self.prof, self.step_of, self.m = prof, step_of, m
-        self.budget_slider = widgets.FloatSlider(
+        self.budget_slider = widgets.FloatSlider(  # 0.90, 0.92, ... 1.50: each one a mouse can pick
             value=budget_factor, min=0.9, max=1.5, step=0.02, description="budget x avg",
             continuous_update=False, **slider_size(31),
-        )  # fmt: skip  (0.90, 0.92, ... 1.50: each one a mouse can pick)
+        )  # fmt: skip
         self.p_dropdown = widgets.Dropdown(options=list(p_choices), value=p, description="p")
         self.image = widgets.Image(format="png")
         self.note = widgets.HTML()

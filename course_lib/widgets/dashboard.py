@@ -31,27 +31,24 @@ of the simulation, with its own source in the title. ``dash.train()`` runs the s
 from __future__ import annotations
 
 import html
-import io
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import ipywidgets as widgets
-from matplotlib.figure import Figure
 
 from course_lib.links import FREE, Link
 from course_lib.network import PRESETS
-from course_lib.plots import COLORS, IDLE_COLOR, LABELS, format_bytes, gantt_figsize, plot_timeline
+from course_lib.plots import format_bytes
 from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
 from course_lib.schedules.closed_forms import Case
-from course_lib.schedules.ir import Kind
 from course_lib.simulator import StageCosts, simulate
 from course_lib.timeline import Timeline
-from course_lib.widgets.controls import wide_slider
+from course_lib.widgets.controls import Shown, wide_slider
+from course_lib.widgets.gantt_png import GanttPNG, key_html
 from course_lib.widgets.run_panel import RunControl, RunPanel
 
 NBSP = "\u00a0"  # a non-breaking space: number and unit stay on one line
-LABELLED_ACTIONS = 64  # micro-batch numbers in the boxes up to this many actions (each costs ~0.5 ms)
 CACHE_SIZE = 64  # settings kept (timeline, PNG, figures): moving back to one is instant
 
 
@@ -86,10 +83,12 @@ class DashboardConfig:
 TrainHook = Callable[[DashboardConfig, RunControl], "Timeline | None"]  # "train for real" (see above)
 
 
-class PipelineDashboard(widgets.VBox):
+class PipelineDashboard(Shown, widgets.VBox):
     """The widget box; controls are attributes (p_slider, m_slider, v_slider, schedule_dropdown,
     link_dropdown, fixed_model_checkbox), the chart is ``image`` (PNG), the figures ``summary`` (HTML)
     and ``summary_text``."""
+
+    what = "the pipeline dashboard"
 
     def __init__(
         self, schedule: str = "1f1b", p: int = 4, m: int = 8, v: int = 2, link: str = "free",
@@ -108,7 +107,7 @@ class PipelineDashboard(widgets.VBox):
         self.timeline: Timeline | None = None
         self._last_drawn: Timeline | None = None  # kept on screen while a setting is refused
         self._cache: OrderedDict[tuple, tuple[Timeline, bytes, str]] = OrderedDict()
-        self._figure_of_size: dict[tuple[float, float], Figure] = {}  # one Figure per chart height, reused
+        self._gantt = GanttPNG()  # draws the chart (a Figure per height, reused)
 
         style = {"description_width": "initial"}
         self.schedule_dropdown = widgets.Dropdown(
@@ -196,14 +195,14 @@ class PipelineDashboard(widgets.VBox):
         except Exception as err:  # noqa: BLE001  (a student's slider move must never show a traceback)
             self._show_problem(err)
             return
-        self._cache[key] = (tl, self._png(tl), self._figures(tl))
+        self._cache[key] = (tl, self._gantt.png(tl), self._figures(tl))
         if len(self._cache) > CACHE_SIZE:
             self._cache.popitem(last=False)
         self._display(*self._cache[key])
 
     def show(self, tl: Timeline) -> None:
         """Draw `tl` (simulated here, or measured by an engine) and print its figures."""
-        self._display(tl, self._png(tl), self._figures(tl))
+        self._display(tl, self._gantt.png(tl), self._figures(tl))
 
     def _display(self, tl: Timeline, png: bytes, text: str) -> None:
         self.timeline = tl
@@ -211,24 +210,7 @@ class PipelineDashboard(widgets.VBox):
         self.summary_text = text
         # pre-wrap lets a long line wrap in a narrow page, but only between words: never in "5.1 MiB"
         style = "white-space:pre-wrap; word-break:normal; overflow-wrap:normal"
-        self.summary.value = f"<pre style='{style}'>" + html.escape(text) + "</pre>" + _key_html(tl)
-
-    def _png(self, tl: Timeline) -> bytes:
-        """The Gantt chart as PNG. Its title and legend go under it as HTML (_key_html), a third of the
-        drawing time saved; a Figure per size is kept and cleared (building a new one costs more)."""
-        size = gantt_figsize(tl.n_devices)
-        if size not in self._figure_of_size:
-            self._figure_of_size[size] = Figure(figsize=size, dpi=80)
-        fig = self._figure_of_size[size]
-        fig.clear()
-        ax = fig.add_axes((0.1, 0.17, 0.87, 0.78))
-        labels = len(tl.spans) if len(tl.spans) <= LABELLED_ACTIONS else 0  # all or none, never half a chart
-        plot_timeline(tl, ax=ax, max_labels=labels)
-        ax.get_legend().remove()
-        ax.set_title("")
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})  # fast; size barely grows
-        return buffer.getvalue()
+        self.summary.value = f"<pre style='{style}'>" + html.escape(text) + "</pre>" + key_html(tl)
 
     def _figures(self, tl: Timeline) -> str:
         c = self.config()
@@ -253,7 +235,7 @@ class PipelineDashboard(widgets.VBox):
             self._last_drawn = drawn
         if self._last_drawn is not None:
             shown += "<div>the chart above is still the last setting that could be simulated:</div>"
-            shown += _key_html(self._last_drawn)
+            shown += key_html(self._last_drawn)
         self.summary.value = shown
 
     # ---- "train for real" (RunPanel: the course's one stop rule) ----------------------------------
@@ -293,20 +275,6 @@ class PipelineDashboard(widgets.VBox):
 
 def _what(c: DashboardConfig) -> str:
     return f"training {c.schedule}, p={c.p}, m={c.m}"
-
-
-def _key_html(tl: Timeline) -> str:
-    """The chart's title and colour key, as one line of HTML under the figures."""
-    kinds = [k for k in (Kind.F, Kind.B, Kind.I, Kind.W) if any(s.action.kind is k for s in tl.spans)]
-    swatches = [(COLORS[k], LABELS[k]) for k in kinds] + [(IDLE_COLOR, "idle (bubble)")]
-    key = " ".join(
-        f"<span style='white-space:nowrap'><span style='background:{color}; border:1px solid #999; "
-        f"display:inline-block; width:0.9em; height:0.9em'></span> {html.escape(label)}</span>"
-        for color, label in swatches
-    )
-    name = tl.schedule_name or "schedule"
-    what = f"{name}: p={tl.n_devices}" + (f", m={tl.n_microbatches}" if tl.n_microbatches is not None else "")
-    return f"<div>chart: {html.escape(what)}, source: {tl.source} &nbsp; {key}</div>"
 
 
 def pipeline_dashboard(

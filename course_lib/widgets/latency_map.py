@@ -42,7 +42,7 @@ from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.latency_aware import extra_in_flight, flush_bound, latency_aware_1f1b
 from course_lib.simulator import StageCosts, simulate
 from course_lib.timeline import Timeline
-from course_lib.widgets.controls import slider_size
+from course_lib.widgets.controls import Shown, slider_size
 
 SCHEDULE_CHOICES = ("1f1b", "latency-aware-1f1b")
 
@@ -100,10 +100,12 @@ def _rows_html(rows: list[dict[str, object]]) -> str:
     return f"<table>{head}{body}</table>"
 
 
-class LatencyMap(widgets.VBox):
+class LatencyMap(Shown, widgets.VBox):
     """The widget: a dropdown per stage, route factor, schedule, m, t_f, t_b, message size and
     bandwidth; shows the links and the simulated Gantt chart. Bad input becomes a message, never a
     traceback. After each redraw: ``timeline`` (None after a problem) and ``text`` (the line shown)."""
+
+    what = "the latency map"
 
     def __init__(self, sites: Sequence[str], microbatches: int, t_f: float, t_b: float, nbytes: int,
                  bandwidth_Gbps: float):  # fmt: skip
@@ -114,7 +116,7 @@ class LatencyMap(widgets.VBox):
         self.route = widgets.FloatSlider(
             value=1.0, min=1.0, max=3.0, step=0.1, description="route factor", continuous_update=False,
             **slider_size(21),
-        )
+        )  # fmt: skip
         self.schedule = widgets.ToggleButtons(options=SCHEDULE_CHOICES, value="1f1b", description="schedule")
         self.m_slider = widgets.IntSlider(
             value=microbatches, min=1, max=64, description="m", continuous_update=False, **slider_size(64)

@@ -29,15 +29,18 @@ from course_lib.planner import MODELS, cluster, plan
 from course_lib.planner.cost import pipeline_timeline
 from course_lib.planner.enumerate import Plan, Planned
 from course_lib.plots import gantt_figsize, plot_timeline
+from course_lib.widgets.controls import Shown
 
 GPU_CHOICES = (8, 16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072)
 GIB = 2**30  # memory in GiB, as everywhere in the course
 BATCH_CHOICES = (16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 2304, 3072)
 
 
-class PlannerWidget(widgets.VBox):
+class PlannerWidget(Shown, widgets.VBox):
     """Controls are attributes (model_dropdown, gpus_dropdown, batch_dropdown, choice_dropdown); the
     ranked table is ``table`` (HTML) and ``table_text``; the chart ``image`` (PNG); ``result`` the Plan."""
+
+    what = "the planner"
 
     def __init__(self, model: str, cluster_name: str, gpus: int, global_batch: int, top: int = 8):
         self.cluster = cluster(cluster_name)

@@ -25,7 +25,7 @@ from matplotlib.ticker import NullLocator
 from course_lib.network import PRESETS
 from course_lib.tp.cost import Scenario, pp_step, sweep, tp_step
 from course_lib.tp.plots import plot_sweep
-from course_lib.widgets.controls import slider_size
+from course_lib.widgets.controls import Shown, slider_size
 
 M_CHOICES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)  # a mouse can pick each of these
 TRAINING, DECODE = "training step", "decode (one token)"
@@ -41,9 +41,11 @@ def scenario(link: str, what: str, devices: int, microbatches: int) -> Scenario:
     return replace(sc, bandwidth_Bps=PRESETS[link].link.bandwidth_Bps)
 
 
-class TpWhatIf(widgets.VBox):
+class TpWhatIf(Shown, widgets.VBox):
     """Controls are attributes (link_dropdown, what_dropdown, devices_slider, m_slider); the chart is
     ``image`` (PNG), the line under it ``summary`` (HTML) and ``text``."""
+
+    what = "the TP-against-PP what-if"
 
     def __init__(self, link: str = "nvlink4", what: str = TRAINING, devices: int = 8, microbatches: int = 8):
         self.link_dropdown = widgets.Dropdown(options=list(PRESETS), value=link, description="link")
