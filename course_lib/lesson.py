@@ -55,8 +55,26 @@ def setup(seed: int = 0, quiet: bool = False, threads: int = 1) -> None:
     mpl.rcParams["axes.grid"] = True
     mpl.rcParams["grid.alpha"] = 0.3
     stop_on_interrupt()
+    wrap_between_words()
     if not quiet:
         print(run_line(seed))
+
+
+# JupyterLab breaks a long output line at any letter ("per d / evice"); wrap between words instead, and
+# inside a word only where one word is wider than the page
+READABLE_OUTPUT = ".jp-OutputArea-output pre { word-break: normal; overflow-wrap: break-word; }"
+
+
+def wrap_between_words() -> bool:
+    """In a notebook, style every cell's printed text to wrap between words. False outside one."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None or not hasattr(shell, "kernel"):  # a terminal IPython would print the object
+        return False
+    from IPython.display import HTML, display
+
+    display(HTML(f"<style>{READABLE_OUTPUT}</style>"))
+    return True
 
 
 INTERRUPTED = "stopped by Kernel > Interrupt; what this cell computed is lost: run it again to start over"

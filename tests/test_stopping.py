@@ -43,7 +43,7 @@ def run(kernel, code: str, interrupt_on: str | None = None, timeout_s: float = 1
         kind, content = msg["msg_type"], msg["content"]
         if kind == "status" and content["execution_state"] == "idle":
             break
-        if kind in ("stream", "error"):
+        if kind in ("stream", "error", "display_data"):
             outputs.append((kind, content))
             if interrupt_on and kind == "stream" and interrupt_on in content["text"]:
                 time.sleep(0.5)  # inside the training loop by now
@@ -52,7 +52,11 @@ def run(kernel, code: str, interrupt_on: str | None = None, timeout_s: float = 1
 
 
 def test_an_interrupted_training_cell_shows_one_line_and_stops_run_all(kernel):
-    assert run(kernel, "from course_lib import lesson\nlesson.setup(quiet=True)")[0] == "ok"
+    status, outputs = run(kernel, "from course_lib import lesson\nlesson.setup(quiet=True)")
+    from course_lib.lesson import READABLE_OUTPUT
+
+    styles = [c["data"].get("text/html", "") for kind, c in outputs if kind == "display_data"]
+    assert status == "ok" and styles == [f"<style>{READABLE_OUTPUT}</style>"]  # lines wrap between words
     status, outputs = run(kernel, TRAINING_CELL, interrupt_on="training")
     errors = [content for kind, content in outputs if kind == "error"]
     assert status == "error"  # the cell failed: "Run All" stops here, not in a later cell that needs it

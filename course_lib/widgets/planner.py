@@ -30,6 +30,7 @@ from course_lib.planner.cost import pipeline_timeline
 from course_lib.planner.enumerate import Plan, Planned
 from course_lib.plots import gantt_figsize, plot_timeline
 from course_lib.widgets.controls import Shown
+from course_lib.widgets.gantt_png import LABELLED_ACTIONS
 
 GPU_CHOICES = (8, 16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072)
 GIB = 2**30  # memory in GiB, as everywhere in the course
@@ -107,18 +108,21 @@ class PlannerWidget(Shown, widgets.VBox):
         chosen = self.chosen
         if chosen is None or self.result is None:
             return
-        m = min(chosen.layout.microbatches(self.result.global_batch), 2 * chosen.p)
+        every = chosen.layout.microbatches(self.result.global_batch)
+        m = min(every, 2 * chosen.p)  # more only repeat the steady state, and draw too thin to read
         tl = pipeline_timeline(self.result.shape, self.result.cluster, chosen.layout, m)
-        fig = Figure(figsize=gantt_figsize(min(tl.n_devices, 16)), dpi=70)
-        ax = fig.add_axes((0.12, 0.14, 0.6, 0.7))
+        fig = Figure(figsize=gantt_figsize(min(tl.n_devices, 16)), dpi=80)
+        ax = fig.add_axes((0.1, 0.1, 0.62, 0.78))
         self.drawn = (
             f"{self.result.shape.name}, {self.result.gpus} GPUs, batch {self.result.global_batch}: "
             f"row {self.choice_dropdown.value}, {_label(chosen)}"
         )
-        title = f"row {self.choice_dropdown.value}: {_label(chosen)}, {m} micro-batches (simulated)"
-        plot_timeline(tl, ax=ax, title=title)
+        shown = f"{m} micro-batches" if m == every else f"the first {m} of its {every} micro-batches"
+        title = f"row {self.choice_dropdown.value}: {_label(chosen)}, {shown} (simulated)"
+        labels = len(tl.spans) if len(tl.spans) <= LABELLED_ACTIONS else 0  # numbers only where they fit
+        plot_timeline(tl, ax=ax, title=title, max_labels=labels)
         buffer = io.BytesIO()
-        fig.savefig(buffer, format="png")
+        fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})
         self.image.value = buffer.getvalue()
 
 
