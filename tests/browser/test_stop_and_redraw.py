@@ -78,14 +78,17 @@ def test_stop_ends_button_started_runs_in_two_dashboards_and_interrupt_ends_a_tr
         "from course_lib.lessons.scale_out import train_distributed_for\n"
         f"hook = functools.partial(train_distributed_for, n_layers=8, steps={ENDLESS}, seq_len=16)\n"
         "pipeline_dashboard('1f1b', p=2, m=4, on_train=hook, max_p=8, max_m=16)  # lesson 08's, longer",
+        "from dataclasses import replace\n"
         "from course_lib.reference import TrainConfig, train\n"
-        "print('training until interrupted')\n"
         f"cfg = TrainConfig(n_layers=8, steps={ENDLESS}, seq_len=16, batch_size=4, microbatches=2)\n"
+        "train(replace(cfg, steps=1), progress=False)  # what train imports on first use is in by now\n"
+        "print('training until interrupted')\n"
         "result = train(cfg, progress=False)",
     ]
     name = write_notebook(lab.root, "browser_stopping.ipynb", cells)
     open_and_run_all(page, lab, name, timeout_ms=None)  # its last cell trains until interrupted
-    page.get_by_text("training until interrupted").first.wait_for(timeout=120_000)
+    printed = page.locator(".jp-OutputArea-output", has_text="training until interrupted")  # not the source
+    printed.first.wait_for(timeout=120_000)
     page.wait_for_timeout(2000)  # inside the training loop by now
     menu(page, "Kernel", "Interrupt Kernel")
     wait_until_all_ran(page)
@@ -93,7 +96,9 @@ def test_stop_ends_button_started_runs_in_two_dashboards_and_interrupt_ends_a_tr
     interrupted = [t for t in texts if "stopped by Kernel > Interrupt" in t]
     assert len(interrupted) == 1 and "Traceback" not in interrupted[0] and 'File "' not in interrupted[0]
     assert interrupted[0].strip().count("\n") == 0, interrupted[0]  # one line
-    page.screenshot(path=ARTIFACTS / "stop_1_cell_interrupted.png")
+    said = page.locator(".jp-OutputArea-output", has_text="Kernel > Interrupt")
+    cell = page.locator(".jp-CodeCell", has=said)
+    cell.last.screenshot(path=ARTIFACTS / "stop_1_cell_interrupted.png")
 
     views = page.locator(".widget-vbox", has=page.locator("label", has_text="p (devices)"))
     for index, (what, done) in enumerate(
