@@ -31,8 +31,11 @@ def kernel():
         manager.shutdown_kernel(now=True)
 
 
-def run(kernel, code: str, interrupt_on: str | None = None, timeout_s: float = 120) -> tuple[str, list]:
-    """Execute `code`; SIGINT the kernel once `interrupt_on` was printed. Returns (status, outputs)."""
+def run(
+    kernel, code: str, interrupt_on: str | None = None, wait_s: float = 0.5, timeout_s: float = 120
+) -> tuple[str, list]:
+    """Execute `code`; SIGINT the kernel `wait_s` after `interrupt_on` was printed, as Kernel > Interrupt
+    does (to the kernel's process group). Returns (status, outputs)."""
     manager, client = kernel
     msg_id, outputs = client.execute(code), []
     deadline = time.monotonic() + timeout_s
@@ -46,7 +49,7 @@ def run(kernel, code: str, interrupt_on: str | None = None, timeout_s: float = 1
         if kind in ("stream", "error", "display_data"):
             outputs.append((kind, content))
             if interrupt_on and kind == "stream" and interrupt_on in content["text"]:
-                time.sleep(0.5)  # inside the training loop by now
+                time.sleep(wait_s)  # inside the training loop by now
                 manager.interrupt_kernel()
     return client.get_shell_msg(timeout=30)["content"]["status"], outputs
 
@@ -73,3 +76,22 @@ def test_an_error_that_is_no_interrupt_keeps_its_traceback(kernel):
     status, outputs = run(kernel, "def f():\n    raise ValueError('a real bug')\nf()")
     (error,) = [content for kind, content in outputs if kind == "error"]
     assert status == "error" and error["ename"] == "ValueError" and len(error["traceback"]) > 1
+
+
+DISTRIBUTED_CELL = """
+from course_lib.engines.distributed import run_distributed
+from course_lib.reference import TrainConfig
+cfg = TrainConfig(n_layers=2, steps=100_000, seq_len=8, batch_size=2, microbatches=2, eval_batches=1)
+print("starting the ranks", flush=True)
+run_distributed(cfg, "1f1b", stages=2)
+"""
+
+
+def test_an_interrupted_distributed_run_says_its_processes_ended_and_none_is_left(kernel):
+    run(kernel, "from course_lib import lesson\nlesson.setup(quiet=True)")
+    status, outputs = run(kernel, DISTRIBUTED_CELL, interrupt_on="starting the ranks", wait_s=8)
+    (error,) = [content for kind, content in outputs if kind == "error"]
+    assert status == "error" and len(error["traceback"]) == 1
+    assert error["traceback"][0].endswith("(all 2 rank processes ended)"), error["traceback"]
+    status, outputs = run(kernel, "import multiprocessing\nprint(len(multiprocessing.active_children()))")
+    assert outputs[-1][1]["text"].strip() == "0"  # no rank left behind
