@@ -2,11 +2,11 @@
 saying that "stop" is the way to end a run, and a progress line while it goes on.
 
     from course_lib.widgets.run_panel import RunPanel
-    panel = RunPanel()
-    panel.on_start = lambda: panel.start("training 1f1b, p=4, m=8", job, shown)   # the button's click
+    panel = RunPanel()                       # panel.box: the buttons and the line; panel.output: the run's
+    panel.train_button.on_click(lambda _: panel.start("training 1f1b, p=4, m=8", job, shown))
     # job(control) trains, passing `control` as the engine's stop(steps_done) and setting control.steps;
     # shown(value) draws what it returned
-    panel.run("training ...", job, shown)    # the same, here and now (from a cell)
+    panel.run("training 1f1b, p=4, m=8", job, shown)    # the same, here and now (from a cell)
 
 Why a thread: ipykernel 7 (checked in JupyterLab 4.6) runs a widget's click on the thread that last
 sent that widget's state, the main shell at first, then a subshell all widgets share. A run inside
