@@ -232,3 +232,10 @@ def test_a_saved_notebook_names_the_widget_before_its_cell_runs():
     bundle = pipeline_dashboard("1f1b", p=2, m=2)._repr_mimebundle_()
     assert bundle["text/plain"] == "[the pipeline dashboard: run this cell to use it]"  # not VBox(...)
     assert repr(planner_widget(gpus=64, global_batch=64)) == "[the planner: run this cell to use it]"
+
+
+def test_train_without_a_hook_says_how_to_get_one():
+    from course_lib.errors import CourseError
+
+    with pytest.raises(CourseError, match="on_train"):
+        pipeline_dashboard("1f1b", p=2, m=2).train()

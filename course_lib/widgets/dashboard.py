@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import ipywidgets as widgets
 
+from course_lib.errors import require
 from course_lib.links import FREE, Link
 from course_lib.network import PRESETS
 from course_lib.plots import format_bytes
@@ -246,6 +247,7 @@ class PipelineDashboard(Shown, widgets.VBox):
     def train(self, c: DashboardConfig | None = None):
         """Run "train for real" here and now (from a cell: Kernel > Interrupt stops it with one line);
         returns what the hook returned, None when it was refused, failed or stopped."""
+        require(self.panel is not None, "this dashboard has no 'train for real': build it with on_train=...")
         return self.panel.run(*self._run_of(self.config() if c is None else c))
 
     def _run_of(self, c: DashboardConfig) -> tuple:
