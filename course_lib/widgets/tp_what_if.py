@@ -20,7 +20,7 @@ from dataclasses import replace
 
 import ipywidgets as widgets
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullLocator
+from matplotlib.ticker import FuncFormatter, NullLocator
 
 from course_lib.network import PRESETS
 from course_lib.tp.cost import Scenario, pp_step, sweep, tp_step
@@ -30,6 +30,7 @@ from course_lib.widgets.controls import Shown, slider_size
 M_CHOICES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)  # a mouse can pick each of these
 TRAINING, DECODE = "training step", "decode (one token)"
 CACHE_SIZE = 64  # charts kept: moving back to a setting is instant
+PLAIN = FuncFormatter(lambda value, _pos: f"{value:g}")  # 1, 10, 100, 1000, 10000 on log axes
 
 
 def scenario(link: str, what: str, devices: int, microbatches: int) -> Scenario:
@@ -90,8 +91,9 @@ class TpWhatIf(Shown, widgets.VBox):
             fig.clear()
             axes = fig.subplots(1, 2)
             plot_sweep(sweep(sc), marker_s=latency_s, ax_pair=axes)
-            for axis in (axes[0].xaxis, axes[1].xaxis, axes[0].yaxis):  # log axes' unlabelled minor ticks
-                axis.set_minor_locator(NullLocator())  # cost half the drawing time
+            for axis in (axes[0].xaxis, axes[1].xaxis, axes[0].yaxis):  # log axes: minor ticks, and labels
+                axis.set_minor_locator(NullLocator())  # set in TeX (10^3), cost most of the drawing time
+                axis.set_major_formatter(PLAIN)
             fig.subplots_adjust(left=0.07, right=0.98, bottom=0.13, top=0.86, wspace=0.22)  # no tight_layout:
             buffer = io.BytesIO()  # it draws the figure once more, doubling the redraw
             fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})  # fast; size barely grows
