@@ -119,6 +119,7 @@ def main(argv: list[str]) -> int:
             f"slowest {max(walls):4.0f} ms | CPU median {statistics.median(cpus):4.0f} ms, "
             f"slowest {max(cpus):4.0f} ms | redraws per change {min(redraws)}-{max(redraws)}"
         )
+    print("(0 redraws: a setting the widget refused; the last chart stays, with the reason beside it)")
     return 0
 
 
