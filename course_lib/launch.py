@@ -4,28 +4,26 @@ tensor parallelism and the benchmarks.
     from course_lib.launch import spawn
     values = spawn(my_target, world=2, args=(job,), timeout_s=60)   # [rank 0's value, rank 1's]
 
-``spawn`` starts `world` processes on this machine (spawn start method, so it works from a notebook
-too); each joins one process group (gloo, or NCCL with one GPU per rank) and calls
-``target(ctx, *args)`` with a RankContext (rank, world, device, progress). What the targets return
-comes back by rank, through one queue. `target` must be a module-level function and `args` must pickle.
+``spawn`` starts `world` processes here (spawn start method: it works from a notebook); each joins one
+process group (gloo, or NCCL with a GPU per rank) and calls ``target(ctx, *args)`` with a RankContext.
+What the targets return comes back by rank; `target` must be a module-level function, `args` must pickle.
 
-Only this machine can join: the rendezvous (TCPStore) listens on 127.0.0.1 alone, on a socket the
-launcher opens and hands to rank 0; gloo and NCCL connect over the loopback interface. The launcher
-owns its ranks' lifetime: they ignore Ctrl-C (a terminal sends it to all; the launcher stops them)
-and exit within a second of the launcher's death. Their stderr goes to one log per run in the temp
-folder, headed by the port and every rank's pid; a run that ends without a failed rank deletes it.
+Only this machine can join: the rendezvous (TCPStore) listens on 127.0.0.1 alone, on a socket handed to
+rank 0; gloo and NCCL use the loopback. Ranks ignore Ctrl-C (the launcher stops them) and exit within a
+second of the launcher's death. Their stderr goes to one log per run in the temp folder, headed by the
+port and every rank's pid; a run that ends without a failed rank deletes it.
 
-Failures are diagnosed the same way for every caller. A rank that raises reports its exception and
-exits at once; its peers, blocked in a receive or a collective, see the closed connection and stop
-too. A rank that hangs is caught by the process group's timeout (`timeout_s`) in its peers; one whose
-process stopped (SIGSTOP) or froze, by its heartbeat, silent for STALL_S. After the first failure the
-others get GRACE_S (at most `timeout_s`) to stop; the launcher kills what is left and raises
-DistributedError naming the rank that failed first (never one that only saw a peer disappear) and the
-log. No process outlives ``spawn``. A rank's wait for a peer that fails raises PeerFailure.
+Failures are diagnosed alike for every caller. A rank that raises reports it and exits at once; its peers,
+blocked in a receive or a collective, see the closed connection and stop too. A hung rank is caught by
+the group's timeout (`timeout_s`) in its peers; a stopped (SIGSTOP) or frozen one by its heartbeat,
+silent for STALL_S. After the first failure the others get GRACE_S (at most `timeout_s`); the launcher
+kills what is left and raises DistributedError naming the rank that failed first (never one that only
+saw a peer go) and the log. No process outlives ``spawn``; a wait for a failed peer raises PeerFailure.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import pickle
@@ -47,8 +45,7 @@ import torch.distributed as dist
 
 from course_lib.errors import require
 
-# what gloo says when the other end of a connection went away: this rank only saw a peer disappear
-_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")  # gloo: a peer went
 STALL_S = 10.0  # a rank silent this long (no heartbeat: its process is stopped or frozen) has failed
 GRACE_S = 5.0  # after the first failure, the others' time to stop by themselves (peers notice in < 1 s)
 
@@ -112,9 +109,12 @@ def free_port() -> int:
 def spawn(
     target: Callable[..., Any], world: int, args: tuple = (), *, backend: str = "gloo",
     timeout_s: float = 60.0, on_progress: Callable[[int, Any], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> list:  # fmt: skip
     """Run ``target(ctx, *args)`` in `world` processes, one process group; return their values by rank.
-    `timeout_s`: how long a rank may wait for a silent peer (see the module doc for what else stops)."""
+    `timeout_s`: how long a rank may wait for a silent peer (see the module doc for what else stops).
+    `should_stop`, asked about 20 times a second (a widget's Stop button), ends the run as Ctrl-C does:
+    every rank's process ends, then KeyboardInterrupt says so."""
     require(isinstance(world, int) and world >= 1, f"world must be a whole number >= 1, got {world!r}")
     require(backend in ("gloo", "nccl"), f"backend must be 'gloo' or 'nccl', got {backend!r}")
     require(timeout_s > 0, f"timeout_s must be > 0 seconds, got {timeout_s!r}")
@@ -132,11 +132,13 @@ def spawn(
               sep="\n", file=file)  # fmt: skip
     watch = _Watch(procs, beats)
     try:
-        watch.run(results, timeout_s, on_progress)
-    except BaseException:  # KeyboardInterrupt (a notebook's stop button): no failure to keep a log for
+        watch.run(results, timeout_s, on_progress, should_stop)
+    except BaseException as err:  # not a rank's failure: no log to keep
         os.remove(log)
+        if isinstance(err, KeyboardInterrupt):  # Ctrl-C, Kernel > Interrupt or should_stop
+            raise KeyboardInterrupt(f"all {world} rank processes ended") from None
         raise
-    finally:  # leave no rank behind
+    finally:  # leave no rank behind (before the caller hears of any of the above)
         watch.kill_leftovers()
     if watch.errors or len(watch.values) < world:
         raise watch.error(log)
@@ -194,10 +196,8 @@ def _join(rank: int, group: _Group, listener: socket.socket | None) -> torch.dev
 
 
 def _failure(err: BaseException) -> Failure:
-    message = f"{type(err).__name__}: {err}"
-    if isinstance(err, PeerFailure):
-        return Failure(True, message, err.peer)
-    return Failure(any(words in message for words in _PEER_GONE), message)
+    message, peer = f"{type(err).__name__}: {err}", getattr(err, "peer", None)
+    return Failure(isinstance(err, PeerFailure) or any(w in message for w in _PEER_GONE), message, peer)
 
 
 # ---- in the launcher ---------------------------------------------------------------------------------
@@ -215,9 +215,11 @@ class _Watch:
     last_beat: dict[int, tuple[int, float]] = field(default_factory=dict)  # rank -> (count, seen at)
     checked_at: float = field(default_factory=time.monotonic)  # the last look at the heartbeats
 
-    def run(self, results, timeout_s: float, on_progress) -> None:
+    def run(self, results, timeout_s: float, on_progress, should_stop=None) -> None:
         """Collect until every process ended; once settled, give the rest a grace, then stop."""
         while len(self.exited_at) < len(self.procs):
+            if should_stop is not None and should_stop():
+                raise KeyboardInterrupt("stopped on request")
             now = time.monotonic()
             ended = [r for r, p in enumerate(self.procs) if r not in self.exited_at and not p.is_alive()]
             self.exited_at |= dict.fromkeys(ended, now)
@@ -252,7 +254,7 @@ class _Watch:
         return Failure(False, f"the process {how} without reporting")
 
     def _drain(self, results, on_progress) -> None:
-        try:
+        with contextlib.suppress(queue.Empty):  # until nothing has come for 50 ms
             while True:
                 kind, rank, payload = results.get(timeout=0.05)
                 if kind == "progress" and on_progress is not None:
@@ -261,8 +263,6 @@ class _Watch:
                     self.values[rank] = pickle.loads(payload)
                 elif kind == "error":
                     self.errors[rank] = payload
-        except queue.Empty:
-            pass
 
     def kill_leftovers(self) -> None:
         self.killed = {rank for rank, p in enumerate(self.procs) if p.is_alive()}

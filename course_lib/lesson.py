@@ -8,11 +8,19 @@ It seeds every random generator, picks a colour-blind-safe plotting style, and p
 and devices this run uses (course_lib/devices.py), so that a screenshot of any lesson says where its
 numbers came from. ``train_config()`` gives the model size to train here: the CPU toy, or a wider
 model when there is a GPU.
+
+The stop rule for a run started from a cell: Kernel > Interrupt ends it with one line, never a
+traceback from deep inside torch. ``setup()`` tells IPython (when there is one) to show an interrupt
+as ``stopped(...)``'s line; the cell still counts as failed, so "Run All" stops there instead of
+running on into cells that need what was cut short. A multi-process run ends its processes first
+(course_lib/engines/launch.py) and its line says so. Runs started by a widget's button run on a thread
+an interrupt cannot reach: those stop with the widget's Stop button (course_lib/widgets/run_panel.py).
 """
 
 from __future__ import annotations
 
 import random
+import sys
 
 import matplotlib as mpl
 import numpy as np
@@ -46,8 +54,55 @@ def setup(seed: int = 0, quiet: bool = False, threads: int = 1) -> None:
     mpl.rcParams["figure.dpi"] = 90
     mpl.rcParams["axes.grid"] = True
     mpl.rcParams["grid.alpha"] = 0.3
+    stop_on_interrupt()
+    wrap_between_words()
     if not quiet:
         print(run_line(seed))
+
+
+# JupyterLab breaks a long output line at any letter ("per d / evice"); wrap between words instead, and
+# inside a word only where one word is wider than the page
+READABLE_OUTPUT = ".jp-OutputArea-output pre { word-break: normal; overflow-wrap: break-word; }"
+
+
+def wrap_between_words() -> bool:
+    """In a notebook, style every cell's printed text to wrap between words. False outside one."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None or not hasattr(shell, "kernel"):  # a terminal IPython would print the object
+        return False
+    from IPython.display import HTML, display
+
+    display(HTML(f"<style>{READABLE_OUTPUT}</style>"))
+    return True
+
+
+INTERRUPTED = "stopped by Kernel > Interrupt; what this cell computed is lost: run it again to start over"
+
+
+def stopped(err: BaseException) -> str:
+    """The one line an interrupted cell shows: what stopped, plus what the run said (its processes ended)."""
+    said = str(err).strip()
+    return f"{INTERRUPTED} ({said})" if said else INTERRUPTED
+
+
+def _one_line(shell, etype, value, tb, tb_offset=None) -> list[str]:
+    # IPython's custom exception handler: the error output is this one line (no frames, no "%tb" hint);
+    # _showtraceback is what ipykernel overrides to send an error message to the notebook
+    line = f"KeyboardInterrupt: {stopped(value)}"
+    shell._showtraceback(etype, value, [line])
+    return [line]
+
+
+def stop_on_interrupt() -> bool:
+    """In a notebook (IPython), show a KeyboardInterrupt from any cell as one line (``stopped``).
+    Returns False outside IPython, where Ctrl-C keeps Python's usual traceback."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None:
+        return False
+    shell.set_custom_exc((KeyboardInterrupt,), _one_line)
+    return True
 
 
 def run_line(seed: int = 0) -> str:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import threading
+import time
+
 import ipywidgets as widgets
 import pytest
 
@@ -66,10 +70,13 @@ def test_a_slow_link_shows_up():
 
 def test_invalid_combination_is_a_message_not_a_traceback():
     dash = pipeline_dashboard("interleaved-1f1b", p=4, m=8)
+    last_good = dash.image.value
     dash.m_slider.value = 9
     assert dash.summary_text.startswith("cannot simulate this combination")
     assert "m=8 or m=10" in dash.summary_text
-    assert dash.image.value == b"" and dash.timeline is None
+    # the last good chart stays (no empty image), named as the setting it shows, beside the reason
+    assert dash.image.value == last_good != b"" and dash.timeline is None
+    assert "still the last setting" in dash.summary.value and "p=4, m=8" in dash.summary.value
     dash.m_slider.value = 10  # and it recovers
     assert _bubble_line(dash).startswith("bubble:")
 
@@ -78,25 +85,52 @@ def test_extra_controls_and_train_hook():
     seen = []
     extra = widgets.Checkbox(description="my option")
 
-    def on_train(config):
+    def on_train(config, control):
         seen.append(config)
         return Timeline(MEASURED, 1, list(dash.timeline.spans[:0]), schedule_name="measured run")
 
     dash = pipeline_dashboard("1f1b", p=2, m=4, extra_controls=[extra], on_train=on_train)
-    assert extra in dash.children[1].children and dash.train_button in dash.children[1].children
-    assert dash.train_button.description == "train for real"
-    dash.train_button.click()
+    row = dash.children[1].children
+    assert extra in row and dash.train_button in row and dash.stop_button in row and dash.panel.hint in row
+    assert dash.train_button.description == "train for real" and dash.stop_button.disabled
+    assert "stop" in dash.panel.hint.value and "Kernel &gt; Interrupt" in dash.panel.hint.value
+    dash.train_button.click()  # on a thread of its own (RunPanel)
+    assert dash.wait(timeout=30)
     assert seen[0].schedule == "1f1b" and (seen[0].p, seen[0].m, seen[0].v) == (2, 4, 1)
     assert "(measured)" in _bubble_line(dash)
+    assert dash.train_text == "trained 1f1b, p=2, m=4 for real: the chart shows that run"
 
 
-def test_train_hook_errors_become_messages():
-    def broken(config):
+def test_train_hook_errors_become_one_line():
+    def broken(config, control):
         raise RuntimeError("no GPU here")
 
     dash = pipeline_dashboard("1f1b", p=2, m=2, on_train=broken)
+    assert dash.train() is None
+    assert dash.train_text == "the run failed: RuntimeError: no GPU here"
+    line = {"output_type": "stream", "name": "stdout", "text": dash.train_text + "\n"}
+    assert dash.output.outputs == (line,)
+    assert dash.image.value != b"" and dash.summary_text.startswith("bubble:")  # the chart stays
+
+
+def test_the_stop_button_ends_a_hooked_run_with_one_line_and_says_how_far_it_got():
+    started = threading.Event()
+
+    def endless(config, control):  # as an engine does: asks control(steps_done) many times a second
+        control.steps = 1000
+        for step in range(1000):
+            started.set()
+            if control(step):
+                raise KeyboardInterrupt("all 2 rank processes ended")  # the launcher's words
+            time.sleep(0.01)
+
+    dash = pipeline_dashboard("1f1b", p=2, m=2, on_train=endless)
     dash.train_button.click()
-    assert "no GPU here" in dash.summary_text
+    assert started.wait(10) and dash.running and not dash.stop_button.disabled
+    dash.stop_button.click()
+    assert dash.wait(timeout=10)
+    assert re.fullmatch(r"stopped after \d+ of 1000 steps; all 2 rank processes ended", dash.train_text)
+    assert not dash.train_button.disabled and dash.stop_button.disabled
 
 
 def test_custom_links():
@@ -167,3 +201,41 @@ def test_the_chart_title_and_colour_key_sit_under_the_chart_as_html():
     assert all(label in dash.summary.value for label in ("F: forward", "I: backward", "W: backward", "idle"))
     assert "B: backward" not in dash.summary.value  # only the kinds the chart shows
     assert dash.summary_text.startswith("bubble:")  # the figures come first, as before
+
+
+@pytest.mark.processes
+def test_stop_ends_a_distributed_run_and_every_process_it_started():
+    """Lesson 08's hook: "stop" ends the ranks' processes (the launcher's should_stop) and says so."""
+    import functools
+    import multiprocessing
+
+    from course_lib.lessons.scale_out import train_distributed_for
+
+    hook = functools.partial(train_distributed_for, n_layers=2, steps=100_000, seq_len=8)
+    dash = pipeline_dashboard("1f1b", p=2, m=2, on_train=hook)
+    dash.train_button.click()
+    deadline = time.monotonic() + 120
+    try:  # stop while the ranks start (the launcher asks should_stop as soon as they are spawned)
+        while not re.search(r"0 of 100000 steps done, [1-9]", dash.train_text):
+            assert time.monotonic() < deadline and dash.running, dash.train_text
+            time.sleep(0.05)
+    finally:
+        dash.stop_button.click()
+    assert dash.wait(timeout=30)
+    assert re.fullmatch(r"stopped after \d+ of 100000 steps; all 2 rank processes ended", dash.train_text)
+    assert multiprocessing.active_children() == []  # no rank left behind
+
+
+def test_a_saved_notebook_names_the_widget_before_its_cell_runs():
+    from course_lib.widgets.planner import planner_widget
+
+    bundle = pipeline_dashboard("1f1b", p=2, m=2)._repr_mimebundle_()
+    assert bundle["text/plain"] == "[the pipeline dashboard: run this cell to use it]"  # not VBox(...)
+    assert repr(planner_widget(gpus=64, global_batch=64)) == "[the planner: run this cell to use it]"
+
+
+def test_train_without_a_hook_says_how_to_get_one():
+    from course_lib.errors import CourseError
+
+    with pytest.raises(CourseError, match="on_train"):
+        pipeline_dashboard("1f1b", p=2, m=2).train()

@@ -50,3 +50,24 @@ def test_tp_moves_280_gib_per_device_per_step_against_1_gib_for_pp():
     rows = {r.scheme: r for r in rows if r.what == "training step"}
     assert rows["TP"].bytes_per_device == 280 * 2**30
     assert rows["PP"].bytes_per_device == 1 * 2**30
+
+
+# ---- the what-if widget (course_lib/widgets/tp_what_if.py) --------------------------------------------
+def test_what_if_redraws_once_per_change_and_its_chart_matches_the_controls():
+    from course_lib.widgets.tp_what_if import DECODE, tp_what_if
+
+    box = tp_what_if()
+    sliders = [box.devices_slider, box.m_slider]
+    assert all(not s.continuous_update for s in sliders)  # a drag sends one value, when the mouse lets go
+    drawn = []
+    box.image.observe(lambda change: drawn.append(change["new"]), names="value")
+    box.devices_slider.value = 16
+    assert len(drawn) == 1 and "16 devices, m=8" in box.text
+    nvlink = PRESETS["nvlink4"].link
+    sixteen = replace(Scenario.h200_70b_training(16, 8), bandwidth_Bps=nvlink.bandwidth_Bps)
+    tp = tp_step(sixteen, nvlink.latency_s)
+    assert f"TP {tp.total_s * 1e3:.2f} ms" in box.text
+    box.what_dropdown.value = DECODE
+    assert len(drawn) == 2 and box.m_slider.disabled and "m=" not in box.text  # m does nothing in decode
+    box.what_dropdown.value = "training step"
+    assert not box.m_slider.disabled and "m=8" in box.text

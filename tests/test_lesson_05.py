@@ -56,3 +56,36 @@ def test_under_the_lessons_budget_only_the_memory_and_optimal_splits_fit(prof):
     }
     assert slowest["best"] < 0.9 * slowest["memory"]
     assert best.sizes[0] < uni.sizes[0]  # the budget takes layers off stage 0
+
+
+# ---- the widget of sec 5 (course_lib/widgets/budget_cuts.py) -----------------------------------------
+def _step_of(prof):
+    from course_lib.schedules.builders import build_schedule
+    from course_lib.simulator import StageCosts, simulate
+
+    def step(part, p):  # as the lesson's simulated_step: stage cost = summed layer times, F:B = 1:2
+        t = stage_totals(prof.time_s, part)
+        costs = StageCosts.fused(f=[x / 3 for x in t], b=[2 * x / 3 for x in t])
+        return simulate(build_schedule("1f1b", p, M), costs)
+
+    return step
+
+
+def test_budget_widget_redraws_once_per_change_and_keeps_its_chart_when_nothing_fits(prof):
+    from course_lib.widgets.budget_cuts import budget_bytes, budget_cuts, cuts
+
+    box = budget_cuts(prof, _step_of(prof), p=P, m=M, budget_factor=BUDGET_FACTOR)
+    assert not box.budget_slider.continuous_update  # a drag sends one value, when the mouse lets go
+    drawn = []
+    box.image.observe(lambda change: drawn.append(change["new"]), names="value")
+    box.budget_slider.value = 1.3
+    assert len(drawn) == 1 and box.image.value[:4] == b"\x89PNG"
+    assert box.drawn.startswith("p=4, budget 1.30x")
+    best = cuts(prof, P, M, budget_bytes(prof, P, M, 1.3))["optimal under budget"]
+    assert str(best.sizes) in box.text
+    box.budget_slider.value = 0.9  # below about 0.94x no contiguous partition into 4 stages fits
+    assert len(drawn) == 1 and box.image.value == drawn[0]  # the chart stays ...
+    assert box.text.startswith("no partition into 4 stages fits")  # ... beside the reason
+    assert "still the last setting that fits: p=4, budget 1.30x" in box.note.value
+    box.budget_slider.value = 1.2  # and it recovers
+    assert len(drawn) == 2 and box.drawn.startswith("p=4, budget 1.20x") and "still" not in box.note.value

@@ -124,8 +124,19 @@ def test_latency_map_uses_the_boundary_bytes_and_the_bandwidth():
     table = box.output.outputs[0]["data"]["text/html"]
     assert "message arrives after, ms" in table  # latency + bytes / bandwidth
     assert "<td>50.29</td><td>1</td><td>587.16</td>" in table  # Frankfurt-Singapore: 50.29 + 536.87 ms
+    chart = _pngs(box)
     box.mib_box.value = -1.0
     assert box.timeline is None and box.text.startswith("cannot simulate this placement: MiB per message")
+    assert _pngs(box) == chart  # the last chart stays beside the reason
+    assert "the chart is still the last placement's" in box.output.outputs[0]["text"]
+
+
+def test_latency_map_sends_a_value_once_per_drag():
+    from course_lib.widgets.latency_map import latency_map
+
+    box = latency_map(PLACES)
+    sliders = [box.route, box.m_slider, box.gbps_slider]
+    assert all(not s.continuous_update for s in sliders)  # the value comes when the mouse lets go
 
 
 def test_latency_map_sliders_leave_room_to_pick_each_value():

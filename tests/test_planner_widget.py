@@ -16,7 +16,7 @@ def test_widgets_are_attributes_and_the_table_is_the_libraries_plan():
     box = planner_widget("megatron-145b", "a100-selene", gpus=64, global_batch=64)
     assert isinstance(box, widgets.VBox)
     controls = [box.model_dropdown, box.gpus_dropdown, box.batch_dropdown, box.choice_dropdown]
-    assert [c.description for c in controls] == ["model", "GPUs", "global batch", "chart of rank"]
+    assert [c.description for c in controls] == ["model", "GPUs", "global batch", "chart of row"]
     best = plan("megatron-145b", "a100-selene", 64, 64).best
     assert f"t={best.t} p={best.p} d={best.d} b={best.b} {best.schedule} v={best.v}" in _first_row(box)
     assert box.image.value[:4] == b"\x89PNG"
@@ -35,7 +35,7 @@ def test_changing_gpus_batch_and_model_replans():
     assert f"d={best.d}" in _first_row(box)
 
 
-def test_choosing_another_rank_redraws_its_chart():
+def test_choosing_another_row_redraws_its_chart():
     box = planner_widget("megatron-145b", "a100-selene", gpus=64, global_batch=64)
     first = box.image.value
     box.choice_dropdown.value = 1
@@ -45,6 +45,21 @@ def test_choosing_another_rank_redraws_its_chart():
 
 def test_a_request_nothing_fits_shows_the_reason():
     box = planner_widget("megatron-145b", "a100-selene", gpus=64, global_batch=64)
+    before = box.image.value
     box.model_dropdown.value = "megatron-1t"  # 1T parameters do not fit 64 GPUs
     assert box.table_text.startswith("no plan: no layout of megatron-1t fits 64 GPUs' memory")
-    assert box.image.value == b""
+    # the last chart stays, and the reason says whose chart it is
+    assert box.image.value == before != b""
+    assert "still the last plan's: megatron-145b, 64 GPUs, batch 64: row 0" in box.table.value
+
+
+def test_one_change_draws_one_chart_and_memory_is_in_gib():
+    box = planner_widget("megatron-145b", "a100-selene", gpus=64, global_batch=64)
+    drawn = []
+    box.image.observe(lambda change: drawn.append(change["new"]), names="value")
+    box.gpus_dropdown.value = 128  # re-plans; the choice list changes with it: still one chart
+    assert len(drawn) == 1
+    head = box.table_text.splitlines()[0]
+    assert "memory GiB" in head and " GB" not in head and head.split()[0] == "row"
+    best = box.result.layouts[0]
+    assert f"{best.memory_per_gpu_bytes / 2**30:.1f}" in _first_row(box)

@@ -49,6 +49,7 @@ each rank does, from joining the group to handing rank 0 its record, is ``dist_w
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import replace
 
 import torch
@@ -160,9 +161,13 @@ def _check_data(cfg: TrainConfig) -> None:
         corpus.batch(split, 1, cfg.seq_len, torch.Generator())
 
 
-def launch(specs: list[RunSpec], progress: bool = False) -> list[DistributedResult]:
+def launch(
+    specs: list[RunSpec], progress: bool = False, stop: Callable[[int], bool] | None = None
+) -> list[DistributedResult]:
     """Spawn the ranks once and run every spec (all with the same ranks and backend) in turn.
-    Starting processes is the slow part on a laptop, so the tests group several runs this way."""
+    Starting processes is the slow part on a laptop, so the tests group several runs this way.
+    `stop(steps_done)`, the local engine's protocol, is asked many times a second; True ends every
+    rank's process and raises KeyboardInterrupt (``spawn``'s `should_stop`)."""
     require(len(specs) >= 1, "launch needs at least one spec (from make_spec)")
     mesh, backend = specs[0].mesh, specs[0].backend
     require(
@@ -173,28 +178,33 @@ def launch(specs: list[RunSpec], progress: bool = False) -> list[DistributedResu
     timeout_s = max(s.timeout_s for s in specs)
     steps = sum(s.cfg.steps for s in specs)
     with tqdm(total=steps, desc=f"distributed, {ranks} ranks", disable=not progress) as bar:
+        done = [0]  # steps done (a disabled bar does not count them)
 
         def on_progress(rank: int, loss: float) -> None:
+            done[0] += 1
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.3f}")
 
+        asked = None if stop is None else (lambda: stop(done[0]))
         values = spawn(
-            run_specs, ranks, (specs,), backend=backend, timeout_s=timeout_s, on_progress=on_progress
-        )
+            run_specs, ranks, (specs,), backend=backend, timeout_s=timeout_s, on_progress=on_progress,
+            should_stop=asked,
+        )  # fmt: skip
     return values[0]
 
 
 def run_distributed(
     cfg: TrainConfig, schedule: str | Schedule = "1f1b", stages: int | None = None, *, progress: bool = False,
-    **options,
+    stop: Callable[[int], bool] | None = None, **options,
 ) -> DistributedResult:  # fmt: skip
     """Train with `stages` processes on this machine (gloo on CPU, NCCL with ``cfg.device='cuda'``).
 
     `schedule` and the options are ``make_spec``'s, all checked before any process starts. A failed
     rank raises DistributedError naming it, its exception and the log of the ranks' tracebacks: a
     crash at once, a stopped process in seconds, a hang within ``timeout_s`` (``launch.py`` says how).
-    ``progress=True`` shows a progress bar (steps done, last loss)."""
-    return launch([make_spec(cfg, schedule, stages, **options)], progress)[0]
+    ``progress=True`` shows a progress bar (steps done, last loss); `stop(steps_done)` (see ``launch``)
+    ends the run early."""
+    return launch([make_spec(cfg, schedule, stages, **options)], progress, stop)[0]
 
 
 if __name__ == "__main__":  # the old `torchrun ... -m course_lib.engines.distributed` still works: it runs

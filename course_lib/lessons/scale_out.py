@@ -65,11 +65,13 @@ def torchrun_commands(
 
 
 def train_distributed_for(
-    config, n_layers: int = 80, steps: int = 3, seq_len: int = 32, max_ranks: int = 4
+    config, control=None, n_layers: int = 80, steps: int = 3, seq_len: int = 32, max_ranks: int = 4
 ) -> Timeline:
     """The lesson dashboard's "train for real": run what its DashboardConfig says on real processes,
     one sequence per micro-batch, the link injected for real unless it is free; returns the last
-    step's measured Timeline. More than `max_ranks` processes would only fight over the cores: refused."""
+    step's measured Timeline. More than `max_ranks` processes would only fight over the cores: refused.
+    `control` (the dashboard's RunControl, the engines' ``stop(steps_done)``) hears of every step and
+    ends the run, every process with it, when the dashboard's stop button is pressed."""
     from course_lib.engines.distributed import run_distributed
     from course_lib.reference import TrainConfig
 
@@ -84,7 +86,10 @@ def train_distributed_for(
         n_layers=n_layers, steps=steps, seq_len=seq_len, batch_size=config.m, microbatches=config.m,
         eval_batches=1, device="auto",
     )  # fmt: skip
+    if control is not None:
+        control.steps = steps
     result = run_distributed(
-        cfg, config.schedule, config.p, virtual=config.v, links=link if inject else None, progress=True
-    )
+        cfg, config.schedule, config.p, virtual=config.v, links=link if inject else None,
+        progress=control is None, stop=control,
+    )  # fmt: skip
     return result.timeline

@@ -6,6 +6,9 @@
 
 An ipywidgets slider is about 300 px wide whatever its range, so 32 values sit 9 px apart and 64 sit
 4 px apart: the mouse cannot pick one. These set the layout width from the number of values.
+
+``Shown`` is what every lesson widget says in a saved notebook before its cell has run (the widget's
+plain-text stand-in): one line naming it, instead of ipywidgets' ``VBox(children=(...))``.
 """
 
 from __future__ import annotations
@@ -33,3 +36,13 @@ def wide_slider(value: int, lowest: int, highest: int, description: str) -> widg
         value=value, min=lowest, max=highest, description=description, continuous_update=False,
         **slider_size(highest - lowest + 1),
     )  # fmt: skip
+
+
+class Shown:
+    """Mix into a lesson widget (before the ipywidgets class) and set `what`: a saved notebook shows
+    "[<what>: run this cell to use it]" where the live widget will be."""
+
+    what = "widget"
+
+    def __repr__(self) -> str:
+        return f"[{self.what}: run this cell to use it]"

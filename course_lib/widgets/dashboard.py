@@ -1,8 +1,10 @@
 """An ipywidgets dashboard: pick a schedule, p, m (and v), a link; see the Gantt chart and the bubble.
 
-Every change re-simulates and redraws; a setting seen before comes back from a cache at once
-(``bench/bench_dashboard.py`` times it). A size the schedule cannot take shows the reason in words
-instead of a chart, never a traceback.
+Every change re-simulates and redraws, once per change: the sliders send their value when the mouse
+lets go (``continuous_update=False``), and a setting seen before comes back from a cache at once
+(``bench/bench_dashboard.py`` and ``bench/bench_widgets.py`` time it). A size the schedule cannot take
+shows the reason in words beside the last chart that could be drawn (labelled with its own setting),
+never a traceback or an empty image.
 
 The model is held fixed as p grows (the checkbox "same model as p grows"): the costs given are a
 device's share of the model at ``costs_p`` devices (by default the starting p), so at p devices each
@@ -18,36 +20,36 @@ Try it, in a notebook cell::
     dash.p_slider.value = 8    # widgets are attributes, so code (and tests) can drive them
     print(dash.summary_text)   # the figures shown under the chart
 
-Later lessons can add controls: ``extra_controls=[...]`` appends widgets, and ``on_train=f`` adds a
-"train for real" button that calls ``f(dash.config())``; if ``f`` returns a Timeline (say, measured
-by an engine) it is drawn in place of the simulation, with its own source in the title. ``on_stop=g``
-adds a "stop" button beside it that calls ``g()``, for an ``f`` that trains on a thread (the button
-starts disabled: ``f`` enables it while its run goes on).
+Later lessons can add controls: ``extra_controls=[...]`` appends widgets, and ``on_train=f`` adds
+"train for real" and "stop" buttons (course_lib/widgets/run_panel.py: the course's one stop rule):
+the button runs ``f(dash.config(), control)`` on a thread, where `control` is the engines'
+``stop(steps_done)`` callable (set ``control.steps`` for the progress line); "stop" ends it within a
+second, with one line. If ``f`` returns a Timeline (say, measured by an engine) it is drawn in place
+of the simulation, with its own source in the title. ``dash.train()`` runs the same from a cell.
 """
 
 from __future__ import annotations
 
 import html
-import io
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import ipywidgets as widgets
-from matplotlib.figure import Figure
 
+from course_lib.errors import require
 from course_lib.links import FREE, Link
 from course_lib.network import PRESETS
-from course_lib.plots import COLORS, IDLE_COLOR, LABELS, format_bytes, gantt_figsize, plot_timeline
+from course_lib.plots import format_bytes
 from course_lib.schedules.builders import SCHEDULES, resolve_name
 from course_lib.schedules.closed_forms import Case
-from course_lib.schedules.ir import Kind
 from course_lib.simulator import StageCosts, simulate_named
 from course_lib.timeline import Timeline
-from course_lib.widgets.controls import wide_slider
+from course_lib.widgets.controls import Shown, wide_slider
+from course_lib.widgets.gantt_png import GanttPNG, key_html
+from course_lib.widgets.run_panel import RunControl, RunPanel
 
 NBSP = "\u00a0"  # a non-breaking space: number and unit stay on one line
-LABELLED_ACTIONS = 64  # micro-batch numbers in the boxes up to this many actions (each costs ~0.5 ms)
 CACHE_SIZE = 64  # settings kept (timeline, PNG, figures): moving back to one is instant
 
 
@@ -79,17 +81,21 @@ class DashboardConfig:
     boundary_bytes: int  # one micro-batch's message across every stage boundary
 
 
-class PipelineDashboard(widgets.VBox):
+TrainHook = Callable[[DashboardConfig, RunControl], "Timeline | None"]  # "train for real" (see above)
+
+
+class PipelineDashboard(Shown, widgets.VBox):
     """The widget box; controls are attributes (p_slider, m_slider, v_slider, schedule_dropdown,
     link_dropdown, fixed_model_checkbox), the chart is ``image`` (PNG), the figures ``summary`` (HTML)
     and ``summary_text``."""
+
+    what = "the pipeline dashboard"
 
     def __init__(
         self, schedule: str = "1f1b", p: int = 4, m: int = 8, v: int = 2, link: str = "free",
         costs: StageCosts | None = None, boundary_bytes: int = 64 * 2**20, max_p: int = 16, max_m: int = 64,
         links: dict[str, Link] | None = None, extra_controls: Sequence[widgets.Widget] = (),
-        on_train: Callable[[DashboardConfig], Timeline | None] | None = None,
-        on_stop: Callable[[], None] | None = None, costs_p: int | None = None, fixed_model: bool = True,
+        on_train: TrainHook | None = None, costs_p: int | None = None, fixed_model: bool = True,
     ):  # fmt: skip
         # default costs: 20 ms for each of F, I (input grad), W per device's share of the model,
         # so that link presets from NVLink to an ocean show their real weight
@@ -100,8 +106,9 @@ class PipelineDashboard(widgets.VBox):
         self.on_train = on_train
         self.summary_text = ""
         self.timeline: Timeline | None = None
+        self._last_drawn: Timeline | None = None  # kept on screen while a setting is refused
         self._cache: OrderedDict[tuple, tuple[Timeline, bytes, str]] = OrderedDict()
-        self._figure_of_size: dict[tuple[float, float], Figure] = {}  # one Figure per chart height, reused
+        self._gantt = GanttPNG()  # draws the chart (a Figure per height, reused)
 
         style = {"description_width": "initial"}
         self.schedule_dropdown = widgets.Dropdown(
@@ -119,19 +126,16 @@ class PipelineDashboard(widgets.VBox):
         )
         self.image = widgets.Image(format="png")
         self.summary = widgets.HTML()
-        self.output = widgets.Output()  # for messages from extra controls / on_train
         own = [self.schedule_dropdown, self.p_slider, self.m_slider, self.v_slider, self.link_dropdown,
                self.fixed_model_checkbox]  # fmt: skip
         buttons = list(extra_controls)
+        self.panel = RunPanel() if on_train is not None else None  # train / stop, and the run's lines
         self.train_button = self.stop_button = None
-        if on_train is not None:
-            self.train_button = widgets.Button(description="train for real", button_style="success")
-            self.train_button.on_click(lambda _: self._train())
-            buttons.append(self.train_button)
-        if on_stop is not None:
-            self.stop_button = widgets.Button(description="stop", button_style="danger", disabled=True)
-            self.stop_button.on_click(lambda _: on_stop())
-            buttons.append(self.stop_button)
+        if self.panel is not None:
+            self.train_button, self.stop_button = self.panel.train_button, self.panel.stop_button
+            self.train_button.on_click(lambda _: self._start())
+            buttons += list(self.panel.box.children)
+        self.output = self.panel.output if self.panel is not None else widgets.Output()
         top = widgets.HBox([self.schedule_dropdown, self.link_dropdown, self.fixed_model_checkbox])
         super().__init__(
             [top, widgets.HBox(buttons), self.p_slider, self.m_slider, self.v_slider, self.image,
@@ -190,14 +194,14 @@ class PipelineDashboard(widgets.VBox):
         except Exception as err:  # noqa: BLE001  (a student's slider move must never show a traceback)
             self._show_problem(err)
             return
-        self._cache[key] = (tl, self._png(tl), self._figures(tl))
+        self._cache[key] = (tl, self._gantt.png(tl), self._figures(tl))
         if len(self._cache) > CACHE_SIZE:
             self._cache.popitem(last=False)
         self._display(*self._cache[key])
 
     def show(self, tl: Timeline) -> None:
         """Draw `tl` (simulated here, or measured by an engine) and print its figures."""
-        self._display(tl, self._png(tl), self._figures(tl))
+        self._display(tl, self._gantt.png(tl), self._figures(tl))
 
     def _display(self, tl: Timeline, png: bytes, text: str) -> None:
         self.timeline = tl
@@ -205,24 +209,7 @@ class PipelineDashboard(widgets.VBox):
         self.summary_text = text
         # pre-wrap lets a long line wrap in a narrow page, but only between words: never in "5.1 MiB"
         style = "white-space:pre-wrap; word-break:normal; overflow-wrap:normal"
-        self.summary.value = f"<pre style='{style}'>" + html.escape(text) + "</pre>" + _key_html(tl)
-
-    def _png(self, tl: Timeline) -> bytes:
-        """The Gantt chart as PNG. Its title and legend go under it as HTML (_key_html), a third of the
-        drawing time saved; a Figure per size is kept and cleared (building a new one costs more)."""
-        size = gantt_figsize(tl.n_devices)
-        if size not in self._figure_of_size:
-            self._figure_of_size[size] = Figure(figsize=size, dpi=80)
-        fig = self._figure_of_size[size]
-        fig.clear()
-        ax = fig.add_axes((0.1, 0.17, 0.87, 0.78))
-        labels = len(tl.spans) if len(tl.spans) <= LABELLED_ACTIONS else 0  # all or none, never half a chart
-        plot_timeline(tl, ax=ax, max_labels=labels)
-        ax.get_legend().remove()
-        ax.set_title("")
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})  # fast; size barely grows
-        return buffer.getvalue()
+        self.summary.value = f"<pre style='{style}'>" + html.escape(text) + "</pre>" + key_html(tl)
 
     def _figures(self, tl: Timeline) -> str:
         c = self.config()
@@ -239,35 +226,55 @@ class PipelineDashboard(widgets.VBox):
         return "\n".join(lines)
 
     def _show_problem(self, err: Exception) -> None:
-        self.timeline = None
-        self.image.value = b""
+        """The reason in words, beside the last chart drawn (kept, and named as another setting's)."""
+        drawn, self.timeline = self.timeline, None  # no Timeline matches these controls
         self.summary_text = f"cannot simulate this combination: {err}"
-        shown = html.escape(self.summary_text)
-        self.summary.value = f"<pre style='color:#D55E00; white-space:pre-wrap'>{shown}</pre>"
+        shown = f"<pre style='color:#D55E00; white-space:pre-wrap'>{html.escape(self.summary_text)}</pre>"
+        if drawn is not None:
+            self._last_drawn = drawn
+        if self._last_drawn is not None:
+            shown += "<div>the chart above is still the last setting that could be simulated:</div>"
+            shown += key_html(self._last_drawn)
+        self.summary.value = shown
 
-    def _train(self) -> None:
-        # The engines' hook: run for real, then draw what came back (its source says "measured").
-        try:
-            result = self.on_train(self.config())
-        except Exception as err:  # noqa: BLE001
-            self._show_problem(err)
-            return
+    # ---- "train for real" (RunPanel: the course's one stop rule) ----------------------------------
+    def _start(self) -> None:
+        """The train button: the run goes on a thread, so that "stop" is heard."""
+        self.panel.start(*self._run_of(self.config()))
+
+    def train(self, c: DashboardConfig | None = None):
+        """Run "train for real" here and now (from a cell: Kernel > Interrupt stops it with one line);
+        returns what the hook returned, None when it was refused, failed or stopped."""
+        require(self.panel is not None, "this dashboard has no 'train for real': build it with on_train=...")
+        return self.panel.run(*self._run_of(self.config() if c is None else c))
+
+    def _run_of(self, c: DashboardConfig) -> tuple:
+        return _what(c), lambda control: self.on_train(c, control), lambda result: self._shown(result, c)
+
+    def _shown(self, result, c: DashboardConfig) -> None:
+        # what came back from a run: a Timeline (its source says "measured") replaces the simulation
         if isinstance(result, Timeline):
             self.show(result)
+            self.panel.say(f"trained {c.schedule}, p={c.p}, m={c.m} for real: the chart shows that run")
+
+    def stop(self) -> None:
+        self.panel.stop()
+
+    @property
+    def running(self) -> bool:
+        return self.panel is not None and self.panel.running
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for a button-started run to end (at most `timeout` seconds); True when none is left."""
+        return self.panel is None or self.panel.wait(timeout)
+
+    @property
+    def train_text(self) -> str:
+        return self.panel.text if self.panel is not None else ""  # the run's last line
 
 
-def _key_html(tl: Timeline) -> str:
-    """The chart's title and colour key, as one line of HTML under the figures."""
-    kinds = [k for k in (Kind.F, Kind.B, Kind.I, Kind.W) if any(s.action.kind is k for s in tl.spans)]
-    swatches = [(COLORS[k], LABELS[k]) for k in kinds] + [(IDLE_COLOR, "idle (bubble)")]
-    key = " ".join(
-        f"<span style='white-space:nowrap'><span style='background:{color}; border:1px solid #999; "
-        f"display:inline-block; width:0.9em; height:0.9em'></span> {html.escape(label)}</span>"
-        for color, label in swatches
-    )
-    name = tl.schedule_name or "schedule"
-    what = f"{name}: p={tl.n_devices}" + (f", m={tl.n_microbatches}" if tl.n_microbatches is not None else "")
-    return f"<div>chart: {html.escape(what)}, source: {tl.source} &nbsp; {key}</div>"
+def _what(c: DashboardConfig) -> str:
+    return f"training {c.schedule}, p={c.p}, m={c.m}"
 
 
 def pipeline_dashboard(

@@ -42,7 +42,7 @@ from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.latency_aware import extra_in_flight, flush_bound, latency_aware_1f1b
 from course_lib.simulator import StageCosts, simulate
 from course_lib.timeline import Timeline
-from course_lib.widgets.controls import slider_size
+from course_lib.widgets.controls import Shown, slider_size
 
 SCHEDULE_CHOICES = ("1f1b", "latency-aware-1f1b")
 
@@ -100,10 +100,12 @@ def _rows_html(rows: list[dict[str, object]]) -> str:
     return f"<table>{head}{body}</table>"
 
 
-class LatencyMap(widgets.VBox):
+class LatencyMap(Shown, widgets.VBox):
     """The widget: a dropdown per stage, route factor, schedule, m, t_f, t_b, message size and
     bandwidth; shows the links and the simulated Gantt chart. Bad input becomes a message, never a
     traceback. After each redraw: ``timeline`` (None after a problem) and ``text`` (the line shown)."""
+
+    what = "the latency map"
 
     def __init__(self, sites: Sequence[str], microbatches: int, t_f: float, t_b: float, nbytes: int,
                  bandwidth_Gbps: float):  # fmt: skip
@@ -112,8 +114,9 @@ class LatencyMap(widgets.VBox):
             widgets.Dropdown(options=names, value=s, description=f"stage {i}") for i, s in enumerate(sites)
         ]
         self.route = widgets.FloatSlider(
-            value=1.0, min=1.0, max=3.0, step=0.1, description="route factor", **slider_size(21)
-        )
+            value=1.0, min=1.0, max=3.0, step=0.1, description="route factor", continuous_update=False,
+            **slider_size(21),
+        )  # fmt: skip
         self.schedule = widgets.ToggleButtons(options=SCHEDULE_CHOICES, value="1f1b", description="schedule")
         self.m_slider = widgets.IntSlider(
             value=microbatches, min=1, max=64, description="m", continuous_update=False, **slider_size(64)
@@ -130,6 +133,7 @@ class LatencyMap(widgets.VBox):
         self.output = widgets.Output()
         self.timeline: Timeline | None = None
         self.text = ""
+        self._last_chart: dict | None = None  # the last chart drawn: it stays while a setting is refused
         self._figure = Figure(figsize=(10, 3.2), dpi=80)
         controls = [
             self.route,
@@ -157,9 +161,11 @@ class LatencyMap(widgets.VBox):
             tl = simulate_placement(
                 chosen, self.m_slider.value, tf, tb, self.schedule.value, self.route.value, bandwidth, nbytes
             )
-        except CourseError as err:
+        except CourseError as err:  # the reason, beside the last chart drawn (never an empty output)
             self.timeline, self.text = None, f"cannot simulate this placement: {err}"
-            self.output.outputs = ({"output_type": "stream", "name": "stdout", "text": self.text + "\n"},)
+            said = self.text + ("\nthe chart is still the last placement's:" if self._last_chart else "")
+            kept = () if self._last_chart is None else (self._last_chart,)
+            self.output.outputs = ({"output_type": "stream", "name": "stdout", "text": said + "\n"}, *kept)
             return
         latencies = [link.latency_s for link in placement_links(chosen, self.route.value, bandwidth)]
         ideal = (self.m_slider.value + len(chosen) - 1) * (tf + tb)
@@ -172,19 +178,20 @@ class LatencyMap(widgets.VBox):
         )
         table = _rows_html(link_rows(chosen, self.route.value, bandwidth, nbytes))
         html = {"text/html": table, "text/plain": "links"}
+        self._last_chart = {"output_type": "display_data", "metadata": {},
+                            "data": {"image/png": self._png(tl), "text/plain": "<Figure>"}}  # fmt: skip
         self.output.outputs = (  # one assignment: the old content goes, exactly one chart comes
             {"output_type": "display_data", "data": html, "metadata": {}},
             {"output_type": "stream", "name": "stdout", "text": self.text + "\n"},
-            {"output_type": "display_data", "data": {"image/png": self._png(tl), "text/plain": "<Figure>"},
-             "metadata": {}},
-        )  # fmt: skip
+            self._last_chart,
+        )
 
     def _png(self, tl: Timeline) -> str:
         """The Gantt chart as base64 PNG, drawn on the one Figure this widget keeps (never pyplot)."""
         fig = self._figure
         fig.clear()
         fig.set_size_inches(10, 1.6 + 0.4 * tl.n_devices)
-        plot_timeline(tl, ax=fig.add_axes((0.1, 0.2, 0.68, 0.6)))
+        plot_timeline(tl, ax=fig.add_axes((0.1, 0.2, 0.6, 0.6)))  # room for the legend on the right
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png")
         return base64.b64encode(buffer.getvalue()).decode()

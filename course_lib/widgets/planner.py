@@ -1,8 +1,11 @@
 """An ipywidgets planner: pick a model, a number of GPUs and a global batch; see the ranked layouts and
 the chosen one's simulated Gantt chart.
 
-Every change re-plans (well under a second for the presets on a few hundred GPUs) and redraws. A
-request no layout can meet shows the reason in words, never a traceback.
+Every change re-plans (well under a second for the presets on a few hundred GPUs) and redraws, once
+per change (``bench/bench_widgets.py`` times it). A request no layout can meet shows the reason in words
+beside the last chart drawn (which says the layout it shows), never a traceback or an empty image.
+The table's rows are ranked by step time; "row" names a row of it (never "rank", which in the
+course is a process of a distributed run).
 
 Try it, in a notebook cell::
 
@@ -10,7 +13,7 @@ Try it, in a notebook cell::
     box = planner_widget("megatron-145b", "a100-selene", gpus=64, global_batch=64)
     box                         # the widget box
     box.gpus_dropdown.value = 128
-    box.choice_dropdown.value = 2       # the third-ranked layout's chart
+    box.choice_dropdown.value = 2       # the chart of the table's row 2 (the third fastest layout)
     print(box.table_text)       # the ranked table shown under the controls
 """
 
@@ -26,14 +29,19 @@ from course_lib.planner import MODELS, cluster, plan
 from course_lib.planner.cost import pipeline_timeline
 from course_lib.planner.enumerate import Plan, Planned
 from course_lib.plots import gantt_figsize, plot_timeline
+from course_lib.widgets.controls import Shown
+from course_lib.widgets.gantt_png import LABELLED_ACTIONS
 
 GPU_CHOICES = (8, 16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072)
+GIB = 2**30  # memory in GiB, as everywhere in the course
 BATCH_CHOICES = (16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 2304, 3072)
 
 
-class PlannerWidget(widgets.VBox):
+class PlannerWidget(Shown, widgets.VBox):
     """Controls are attributes (model_dropdown, gpus_dropdown, batch_dropdown, choice_dropdown); the
     ranked table is ``table`` (HTML) and ``table_text``; the chart ``image`` (PNG); ``result`` the Plan."""
+
+    what = "the planner"
 
     def __init__(self, model: str, cluster_name: str, gpus: int, global_batch: int, top: int = 8):
         self.cluster = cluster(cluster_name)
@@ -51,16 +59,16 @@ class PlannerWidget(widgets.VBox):
             options=sorted({*BATCH_CHOICES, global_batch}), value=global_batch, description="global batch",
             style=style,
         )  # fmt: skip
-        self.choice_dropdown = widgets.Dropdown(
-            options=[0], value=0, description="chart of rank", style=style
-        )
+        self.choice_dropdown = widgets.Dropdown(options=[0], value=0, description="chart of row", style=style)
+        self.drawn = ""  # what the chart shows, in words (it stays while a request is refused)
+        self._replanning = False  # the choice list changes while re-planning: draw once, not twice
         self.table = widgets.HTML()
         self.image = widgets.Image(format="png")
         controls = [self.model_dropdown, self.gpus_dropdown, self.batch_dropdown, self.choice_dropdown]
         super().__init__([widgets.HBox(controls), self.table, self.image])
         for control in controls[:3]:
             control.observe(lambda _change: self.replan(), names="value")
-        self.choice_dropdown.observe(lambda _change: self.draw(), names="value")
+        self.choice_dropdown.observe(lambda _change: self._replanning or self.draw(), names="value")
         self.replan()
 
     @property
@@ -79,13 +87,18 @@ class PlannerWidget(widgets.VBox):
         except Exception as err:  # noqa: BLE001  (a student's choice must never show a traceback)
             self.result = None
             self.table_text = f"no plan: {err}"
+            kept = f"<div>the chart below is still the last plan's: {html.escape(self.drawn)}</div>"
             self.table.value = (
                 f"<pre style='color:#D55E00; white-space:pre-wrap'>{html.escape(self.table_text)}</pre>"
-            )
-            self.image.value = b""
+                + (kept if self.drawn else "")
+            )  # fmt: skip
             return
         shown = self.result.layouts[: self.top]
-        self.choice_dropdown.options = list(range(len(shown)))
+        self._replanning = True
+        try:
+            self.choice_dropdown.options = list(range(len(shown)))
+        finally:
+            self._replanning = False
         self.table_text = _table(shown)
         self.table.value = "<pre>" + html.escape(self.table_text) + "</pre>"
         self.draw()
@@ -95,17 +108,21 @@ class PlannerWidget(widgets.VBox):
         chosen = self.chosen
         if chosen is None or self.result is None:
             return
-        m = min(chosen.layout.microbatches(self.result.global_batch), 2 * chosen.p)
+        every = chosen.layout.microbatches(self.result.global_batch)
+        m = min(every, 2 * chosen.p)  # more only repeat the steady state, and draw too thin to read
         tl = pipeline_timeline(self.result.shape, self.result.cluster, chosen.layout, m)
-        fig = Figure(figsize=gantt_figsize(min(tl.n_devices, 16)), dpi=70)
-        ax = fig.add_axes((0.12, 0.14, 0.6, 0.7))
-        plot_timeline(
-            tl,
-            ax=ax,
-            title=f"rank {self.choice_dropdown.value}: {_label(chosen)}, {m} micro-batches (simulated)",
+        fig = Figure(figsize=gantt_figsize(min(tl.n_devices, 16)), dpi=80)
+        ax = fig.add_axes((0.1, 0.1, 0.62, 0.78))
+        self.drawn = (
+            f"{self.result.shape.name}, {self.result.gpus} GPUs, batch {self.result.global_batch}: "
+            f"row {self.choice_dropdown.value}, {_label(chosen)}"
         )
+        shown = f"{m} micro-batches" if m == every else f"the first {m} of its {every} micro-batches"
+        title = f"row {self.choice_dropdown.value}: {_label(chosen)}, {shown} (simulated)"
+        labels = len(tl.spans) if len(tl.spans) <= LABELLED_ACTIONS else 0  # numbers only where they fit
+        plot_timeline(tl, ax=ax, title=title, max_labels=labels)
         buffer = io.BytesIO()
-        fig.savefig(buffer, format="png")
+        fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})
         self.image.value = buffer.getvalue()
 
 
@@ -114,12 +131,12 @@ def _label(x: Planned) -> str:
 
 
 def _table(rows: list[Planned]) -> str:
-    head = "rank  layout                                          step s  TFLOP/s  MFU  memory GB  bubble"
+    head = " row  layout                                          step s  TFLOP/s  MFU  memory GiB  bubble"
     lines = [head]
-    for rank, x in enumerate(rows):
+    for row, x in enumerate(rows):
         lines.append(
-            f"{rank:4d}  {_label(x) + (' recompute' if x.recompute else ''):46s} {x.step_s:7.2f} "
-            f"{x.tflops_per_gpu:8.1f} {x.mfu:4.0%} {x.memory_per_gpu_bytes / 1e9:10.1f} {x.bubble_share:7.1%}"
+            f"{row:4d}  {_label(x) + (' recompute' if x.recompute else ''):46s} {x.step_s:7.2f} "
+            f"{x.tflops_per_gpu:8.1f} {x.mfu:4.0%} {x.memory_per_gpu_bytes / GIB:11.1f} {x.bubble_share:7.1%}"
         )
     return "\n".join(lines)
 

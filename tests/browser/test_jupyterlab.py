@@ -142,8 +142,8 @@ class DashboardView:
         self.root = page.locator(".widget-vbox", has=label).last
         self.root.wait_for(timeout=WIDGET_TIMEOUT_MS)
         self.image = self.root.locator("img.widget-image").first
-        # the HTML widget's own element: its <pre> child is replaced on every redraw
-        self.summary = self.root.locator(".widget-html").first
+        # the summary HTML widget's own element (a child of the box): its <pre> is replaced on every redraw
+        self.summary = self.root.locator(":scope > .widget-html").first  # not the line beside the buttons
 
     def button(self, description: str):
         return self.root.locator("button", has_text=re.compile(f"^{description}$"))

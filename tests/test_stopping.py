@@ -1,0 +1,97 @@
+"""The course's one stop rule, from a cell: Kernel > Interrupt ends a run with one line, no traceback.
+
+A real kernel (the lessons' own, started by jupyter_client) runs ``lesson.setup()``, then a cell that
+trains; the test interrupts it as JupyterLab's Kernel > Interrupt does (SIGINT to the kernel). Runs
+started by a widget's button are covered in test_dashboard.py and test_lessons_02_04.py.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.processes, pytest.mark.timeout(180)]  # a kernel process
+
+TRAINING_CELL = """
+from course_lib.reference import TrainConfig, train
+print("training", flush=True)
+train(TrainConfig(n_layers=2, steps=100_000, seq_len=8, batch_size=2, microbatches=1), progress=False)
+"""
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    jupyter_client = pytest.importorskip("jupyter_client")
+    manager, client = jupyter_client.manager.start_new_kernel(kernel_name="python3")
+    try:
+        yield manager, client
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+def run(
+    kernel, code: str, interrupt_on: str | None = None, wait_s: float = 0.5, timeout_s: float = 120
+) -> tuple[str, list]:
+    """Execute `code`; SIGINT the kernel `wait_s` after `interrupt_on` was printed, as Kernel > Interrupt
+    does (to the kernel's process group). Returns (status, outputs)."""
+    manager, client = kernel
+    msg_id, outputs = client.execute(code), []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        msg = client.get_iopub_msg(timeout=max(1.0, deadline - time.monotonic()))
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "status" and content["execution_state"] == "idle":
+            break
+        if kind in ("stream", "error", "display_data"):
+            outputs.append((kind, content))
+            if interrupt_on and kind == "stream" and interrupt_on in content["text"]:
+                time.sleep(wait_s)  # inside the training loop by now
+                manager.interrupt_kernel()
+    return client.get_shell_msg(timeout=30)["content"]["status"], outputs
+
+
+def test_an_interrupted_training_cell_shows_one_line_and_stops_run_all(kernel):
+    status, outputs = run(kernel, "from course_lib import lesson\nlesson.setup(quiet=True)")
+    from course_lib.lesson import READABLE_OUTPUT
+
+    styles = [c["data"].get("text/html", "") for kind, c in outputs if kind == "display_data"]
+    assert status == "ok" and styles == [f"<style>{READABLE_OUTPUT}</style>"]  # lines wrap between words
+    status, outputs = run(kernel, TRAINING_CELL, interrupt_on="training")
+    errors = [content for kind, content in outputs if kind == "error"]
+    assert status == "error"  # the cell failed: "Run All" stops here, not in a later cell that needs it
+    assert len(errors) == 1 and errors[0]["ename"] == "KeyboardInterrupt"
+    assert errors[0]["traceback"] == [
+        "KeyboardInterrupt: stopped by Kernel > Interrupt; what this cell computed is lost: run it again to "
+        "start over"
+    ]  # one line: no frames from inside torch
+    assert run(kernel, "1 + 1")[0] == "ok"  # the kernel works on
+
+
+def test_an_error_that_is_no_interrupt_keeps_its_traceback(kernel):
+    run(kernel, "from course_lib import lesson\nlesson.setup(quiet=True)")
+    status, outputs = run(kernel, "def f():\n    raise ValueError('a real bug')\nf()")
+    (error,) = [content for kind, content in outputs if kind == "error"]
+    assert status == "error" and error["ename"] == "ValueError" and len(error["traceback"]) > 1
+
+
+DISTRIBUTED_CELL = """
+from course_lib.engines.distributed import run_distributed
+from course_lib.reference import TrainConfig
+cfg = TrainConfig(n_layers=2, steps=100_000, seq_len=8, batch_size=2, microbatches=2, eval_batches=1)
+print("starting the ranks", flush=True)
+run_distributed(cfg, "1f1b", stages=2)
+"""
+
+
+def test_an_interrupted_distributed_run_says_its_processes_ended_and_none_is_left(kernel):
+    run(kernel, "from course_lib import lesson\nlesson.setup(quiet=True)")
+    status, outputs = run(kernel, DISTRIBUTED_CELL, interrupt_on="starting the ranks", wait_s=8)
+    (error,) = [content for kind, content in outputs if kind == "error"]
+    assert status == "error" and len(error["traceback"]) == 1
+    assert error["traceback"][0].endswith("(all 2 rank processes ended)"), error["traceback"]
+    status, outputs = run(kernel, "import multiprocessing\nprint(len(multiprocessing.active_children()))")
+    assert outputs[-1][1]["text"].strip() == "0"  # no rank left behind
