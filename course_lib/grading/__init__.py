@@ -10,8 +10,10 @@ validator's sentences). Lessons use ``course_lib.exercises.check`` instead, whic
     grading.schedule_valid(my_schedule, p=4, m=8)       # raises, listing every problem in words
     value = grading.call("idle_fraction", idle_fraction, 4, 8, hint="...")  # unwritten -> message
 
-The assignments' visible checks live in ``course_lib.grading.checks``: they compute the right answer
-from the library's primitives and say only how far off a student is, never the answer itself.
+The assignments' checks live in ``course_lib.grading.schedule_checks`` (A1, A2), ``memory_checks`` (A3)
+and ``wan_checks`` (A4): they compute the right answer from the library's primitives and say only how far
+off a student is, never the answer itself. ``course_lib.grading.kit`` builds the student's working copy
+(lessons and released assignments only) that `make lab` serves.
 ``course_lib.grading.feedback`` is the nbgrader preprocessor that keeps the hidden tests out of the
 feedback students get. ``course_lib.grading.guard.without`` switches off a library function while a
 student's function runs (so "write 1F1B yourself" cannot be answered by calling the library's).
