@@ -385,7 +385,8 @@ def test_new_assignments_failed_checks_teach_without_the_answer(graded):
     messages = {
         grade_info(c)["grade_id"]: c["outputs"][-1]["evalue"] for c in cells(a6) if grade_info(c).get("grade")
     }
-    tp_message = messages["a6_test_tp_count"]
-    assert "tp_allreduces_per_step(80, 8, 8, training=True): you gave 0" in tp_message
-    assert "between 1000 and 10000" in tp_message and "2560" not in tp_message  # its size, not its value
+    tp_message = messages["a6_test_tp_count"]  # the visible case passes, a hidden one fails: no sizes shown
+    assert tp_message.startswith("a hidden case (other sizes than the one shown) fails: tp_allreduces")
+    assert "your answer is zero, but the right value is positive" in tp_message
+    assert not re.search(r"\d", tp_message.split(" Hint: ")[0])  # no argument, no value
     assert "smaller m" in messages["a6_test_crossover"] or "larger m" in messages["a6_test_crossover"]

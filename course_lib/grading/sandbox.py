@@ -92,7 +92,19 @@ def bwrap_argv() -> list[str]:
     unshare = ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     argv = ["bwrap", *(unshare if root else ["--unshare-all", "--cap-drop", "ALL"])]
     argv += ["--die-with-parent", "--new-session"]
-    argv += ["--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    argv += [
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/tmp",
+    ]
     for name in ("bin", "lib", "lib64", "sbin"):  # /bin -> /usr/bin on Debian: the links, kept
         path = Path("/") / name
         if path.is_symlink():

@@ -30,16 +30,28 @@ from course_lib.grading import plain
 class Gates:
     """Library functions that refuse to answer while a graded call has them closed."""
 
-    def __init__(self) -> None:
+    def __init__(self, space: dict[str, Any]) -> None:
+        self.space = space  # the notebook's namespace: where "__main__:name" keys live
         self.real: dict[str, types.FunctionType] = {}
         self.closed: dict[str, str] = {}
+        self.pending: list[str] = []  # "__main__:name" keys whose function the notebook has not defined yet
+
+    def _find(self, key: str) -> types.FunctionType | None:
+        module, qualname = key.split(":")
+        owner: Any = self.space if module == "__main__" else importlib.import_module(module)
+        *path, name = qualname.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        found = owner.get(name) if isinstance(owner, dict) else vars(owner).get(name)
+        return getattr(found, "__func__", found)  # a classmethod's function
 
     def install(self, key: str) -> None:
-        module, qualname = key.split(":")
-        owner: Any = importlib.import_module(module)
-        for part in qualname.split(".")[:-1]:
-            owner = getattr(owner, part)
-        fn = getattr(owner, qualname.split(".")[-1])
+        fn = self._find(key)
+        if fn is None and key.startswith("__main__:"):
+            self.pending.append(key)
+            return
+        if not isinstance(fn, types.FunctionType) or fn.__closure__:
+            raise TypeError(f"{key} cannot be switched off: only plain functions without a closure can")
         real = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
         real.__kwdefaults__ = fn.__kwdefaults__
         self.real[key] = real
@@ -47,7 +59,12 @@ class Gates:
         source = f"def gate(*args, **kwargs):\n    return __course_gate__({key!r}, args, kwargs)\n"
         space: dict = {}
         exec(compile(source, f"<gate {key}>", "exec"), space)  # noqa: S102
-        fn.__code__ = space["gate"].__code__  # needs a function without a closure (module-level)
+        fn.__code__ = space["gate"].__code__  # every reference to fn, and every copy made later, is the gate
+
+    def install_pending(self) -> None:
+        waiting, self.pending = self.pending, []
+        for key in waiting:
+            self.install(key)
 
     def through(self, key: str, args: tuple, kwargs: dict) -> Any:
         if key in self.closed:
@@ -84,7 +101,7 @@ class Worker:
     def __init__(self) -> None:
         self.space: dict[str, Any] = {"__name__": "__main__", "get_ipython": _Shell}
         self.seen: dict[str, int] = {}
-        self.gates = Gates()
+        self.gates = Gates(self.space)
         self.cells = 0
 
     def gate(self, functions: list[str]) -> dict:

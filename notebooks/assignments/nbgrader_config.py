@@ -18,6 +18,21 @@ c.Execute.timeout = 600
 # Same kernel the lessons use; a student's notebook says "python3".
 c.Execute.kernel_name = "python3"
 
+# The student's code runs in a sandbox (bubblewrap: no network, no course directory or gradebook, bounded
+# time, memory and processes); the test cells run in nbgrader's own process, where student code never
+# runs, and receive only plain data from it (course_lib/grading/execute.py; README.md, "What the sandbox
+# protects"). Everything else is nbgrader's own autograde.
+c.Autograde.autograde_preprocessors = [
+    "course_lib.grading.execute.SandboxedExecute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+c.SandboxedExecute.timeout = 600  # seconds per cell or graded call: A2 and A7 train the 80-layer model
+
 # The feedback students get shows each failed test's teaching message, wrapped to the page, but not the
 # hidden tests' code, their tracebacks or their expected values (course_lib/grading/feedback.py).
 c.GenerateFeedback.preprocessors = [
