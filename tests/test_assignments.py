@@ -12,6 +12,7 @@ Hermetic: HOME, the Jupyter dirs, the exchange and the gradebook live in a temp 
 from __future__ import annotations
 
 import ast
+import contextlib
 import csv
 import html
 import json
@@ -136,10 +137,12 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """Generate every assignment, submit and autograde it; returns the course dir, scores, seconds."""
-    tmp = tmp_path_factory.mktemp("nbgrader")
+@contextlib.contextmanager
+def course_copy(tmp: Path):
+    """A temp copy of the course directory, its own HOME, Jupyter dirs, exchange and gradebook, as the
+    working directory: yields (course, config, nbgrader's API); puts everything back afterwards."""
+    from nbgrader.apps import NbGraderAPI
+
     course, exchange = tmp / "course", tmp / "exchange"
     shutil.copytree(
         COURSE, course, ignore=shutil.ignore_patterns("release", "submitted", "autograded", "*.db")
@@ -148,11 +151,24 @@ def graded(tmp_path_factory):
     saved, cwd = _hermetic_env(tmp), Path.cwd()
     os.chdir(course)
     try:
-        from nbgrader.api import Gradebook
-        from nbgrader.apps import NbGraderAPI
-
         config = _course_config(course, exchange)
-        api = NbGraderAPI(config=config)
+        yield course, config, NbGraderAPI(config=config)
+    finally:
+        os.chdir(cwd)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Generate every assignment, submit and autograde it; returns the course dir, scores, seconds."""
+    tmp = tmp_path_factory.mktemp("nbgrader")
+    with course_copy(tmp) as (course, config, api):
+        from nbgrader.api import Gradebook
+
         students: dict[str, list[str]] = {}
         for name in ASSIGNMENTS:
             result = api.generate_assignment(name, force=True)
@@ -185,13 +201,6 @@ def graded(tmp_path_factory):
         )
         print("scores:", scores)
         yield course, scores, late
-    finally:
-        os.chdir(cwd)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def test_every_assignment_has_points_hidden_tests_and_the_course_setup():

@@ -10,12 +10,10 @@ function that exits or floods its output fails only its own tests.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
-from test_assignments import _course_config, _hermetic_env
+from test_assignments import course_copy
 from test_assignments_cases import ASSIGNMENTS, COURSE, cells, grade_info, solution_secrets
 
 from course_lib.grading.sandbox import unavailable
@@ -115,7 +113,7 @@ def trick(course: Path, name: str, kind: str) -> dict:
     elif kind == "library_copy":
         answers[0]["source"] = LIBRARY_COPY[name]
     elif kind == "exit":  # the solution, but idle_fraction ends its process
-        answers[0]["source"] = answers[0]["source"].replace(
+        answers[0]["source"] = "".join(answers[0]["source"]).replace(
             "    return (p - 1) / (m + p - 1)", "    import os\n    os._exit(0)"
         )
     return nb
@@ -130,23 +128,11 @@ SUBMISSIONS += [("a2_one_f_one_b", "library_copy"), ("a1_bubble", "exit"), ("a1_
 def tricked(tmp_path_factory):
     if reason := unavailable():
         pytest.skip(reason)
-    tmp = tmp_path_factory.mktemp("tricks")
-    course, exchange = tmp / "course", tmp / "exchange"
-    shutil.copytree(
-        COURSE, course, ignore=shutil.ignore_patterns("release", "submitted", "autograded", "*.db")
-    )
-    exchange.mkdir()
-    saved, cwd = _hermetic_env(tmp), Path.cwd()
-    os.chdir(course)
-    try:
+    with course_copy(tmp_path_factory.mktemp("tricks")) as (course, config, api):
         from nbgrader.api import Gradebook
-        from nbgrader.apps import NbGraderAPI
 
-        config = _course_config(course, exchange)
-        api = NbGraderAPI(config=config)
         for name in sorted({n for n, _ in SUBMISSIONS}):
             assert api.generate_assignment(name, force=True)["success"]
-        scores = {}
         for name, kind in SUBMISSIONS:
             folder = course / "submitted" / kind / name
             folder.mkdir(parents=True)
@@ -157,18 +143,10 @@ def tricked(tmp_path_factory):
         for name in sorted({n for n, _ in SUBMISSIONS}):
             assert api.generate_feedback(name)["success"]
         with Gradebook(config.CourseDirectory.db_url) as gb:
-            for name, kind in SUBMISSIONS:
-                sub = gb.find_submission(name, kind)
-                scores[(name, kind)] = (sub.score, sub.max_score)
+            scores = {(n, k): (gb.find_submission(n, k).score, gb.find_submission(n, k).max_score)
+                      for n, k in SUBMISSIONS}  # fmt: skip
         print("\ntricks' scores:", scores)
         yield course, scores
-    finally:
-        os.chdir(cwd)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @pytest.mark.parametrize(("name", "kind"), [s for s in SUBMISSIONS if s[1] not in ("exit", "flood")])

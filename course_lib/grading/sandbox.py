@@ -261,21 +261,28 @@ class Sandbox:
         )
 
     def restart(self) -> None:
-        """A fresh sandbox with the cells run so far run again (their output and errors ignored)."""
+        """A fresh sandbox with the cells run so far run again (their output and errors ignored); a cell
+        that ends the process even then is left out, of this replay and of later ones."""
         self.close()
         self._start()
+        kept = []
         for code in self._cells:
-            self._request({"op": "exec", "code": code})
+            try:
+                self._request({"op": "exec", "code": code})
+                kept.append(code)
+            except StudentError:
+                self._start()
+        self._cells = kept
 
     def exec(self, code: str) -> tuple[str, dict | None, dict]:
         """Run a cell: (printed output, error or None, {name: description})."""
         if self._proc is None:
             self.restart()
-        self._cells.append(code)
         try:
             reply = self._request({"op": "exec", "code": code})
-        except StudentError as err:
+        except StudentError as err:  # the cell ended the process (or ran out of time): not replayed later
             return self._output.take(), {"ename": err.ename, "evalue": err.evalue, "traceback": ""}, {}
+        self._cells.append(code)
         return self._output.take(), reply.get("error"), reply.get("names", {})
 
     def call(

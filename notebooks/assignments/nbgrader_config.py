@@ -5,12 +5,20 @@ directory: source/, release/, submitted/, autograded/, feedback/ and gradebook.d
 except source/ is git-ignored).
 """
 
+import os
 import warnings
 
 c = get_config()  # noqa: F821  (nbgrader provides get_config when it reads this file)
 
-c.CourseDirectory.course_id = "pipeline-parallelism"
-c.CourseDirectory.root = "."
+HERE = os.path.dirname(os.path.abspath(__file__))
+c.CourseDirectory.course_id = "pipeline-parallelism"  # students pass it too: --course pipeline-parallelism
+c.CourseDirectory.root = HERE
+# nbgrader's exchange (release, fetch, submit, collect, feedback) inside the course directory, git-ignored:
+# not the world-writable /usr/local/share/nbgrader/exchange it uses by default
+c.Exchange.root = os.path.join(HERE, "exchange")
+# zip_collect: files downloaded from an LMS go in downloaded/<assignment>/archive/ named
+# <student id>__<notebook>.ipynb (or zips of such files); nbgrader puts each in submitted/<student>/<assignment>/
+c.FileNameCollectorPlugin.named_regexp = r"(?P<student_id>[A-Za-z0-9_-]+?)__(?P<file_id>[^/]+\.ipynb)"
 # Where the assignments are: source/<assignment>/<notebook>.ipynb
 c.CourseDirectory.source_directory = "source"
 # Training the 80-layer model in assignment 2 takes seconds; give slow laptops plenty of room per cell.

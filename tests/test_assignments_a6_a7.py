@@ -5,11 +5,8 @@ test cells in this process (fast). test_assignments.py grades them with nbgrader
 
 from __future__ import annotations
 
-import json
-import re
-from pathlib import Path
-
 import pytest
+from test_assignments_cases import COURSE, cells, grade_info
 
 nbgrader = pytest.importorskip("nbgrader", reason="nbgrader is in the dev extra: pip install -e '.[dev]'")
 
@@ -18,25 +15,9 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Object of type .* not in session"),  # nbgrader's own
 ]
 
-COURSE = Path(__file__).resolve().parent.parent / "notebooks" / "assignments"
 NEW = ("a6_tp_vs_pp", "a7_zero_bubble")
 SET_UP = ("_imports", "_tools", "_scenario")  # cells run before a student's code in run_test_cell
 SETUP = "%matplotlib inline\nfrom course_lib import lesson\nlesson.setup()"  # every notebook's first cell
-STUDENTS = ("solution", "untouched", "hardcoded")
-REGION = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", re.S)
-
-
-def cells(path: Path) -> list[dict]:
-    return json.loads(path.read_text())["cells"]
-
-
-def grade_info(cell: dict) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {})
-
-
-def notebook_text(path: Path) -> str:
-    return "\n".join("".join(c["source"]) for c in cells(path))
-
 
 def test_new_assignments_are_worth_ten_points_with_hidden_tests():
     for name in NEW:
