@@ -17,8 +17,8 @@ c.CourseDirectory.root = HERE
 # not the world-writable /usr/local/share/nbgrader/exchange it uses by default
 c.Exchange.root = os.path.join(HERE, "exchange")
 # zip_collect: files downloaded from an LMS go in downloaded/<assignment>/archive/ named
-# <student id>__<notebook>.ipynb (or zips of such files); nbgrader puts each in submitted/<student>/<assignment>/
-c.FileNameCollectorPlugin.named_regexp = r"(?P<student_id>[A-Za-z0-9_-]+?)__(?P<file_id>[^/]+\.ipynb)"
+# <student id>__<notebook>.ipynb (the id: letters, digits, '-'; or zips of such files); nbgrader puts each in submitted/<student>/<assignment>/
+c.FileNameCollectorPlugin.named_regexp = r".*/(?P<student_id>[A-Za-z0-9-]+)__(?P<file_id>[^/]+\.ipynb)$"
 # Where the assignments are: source/<assignment>/<notebook>.ipynb
 c.CourseDirectory.source_directory = "source"
 # Training the 80-layer model in assignment 2 takes seconds; give slow laptops plenty of room per cell.
