@@ -63,8 +63,10 @@ lab-refresh: | $(SETUP)
 	$(BIN)/python -m course_lib.grading.kit $(LAB_DIR) --refresh
 
 # Instructors: nbgrader on, served from the course directory (nbgrader reads nbgrader_config.py there),
-# with .venv/bin on PATH (nbgrader runs `alembic` to set up its gradebook).
+# with .venv/bin on PATH (nbgrader runs `alembic` to set up its gradebook). Autograde runs students' code
+# in bubblewrap (course_lib/grading/sandbox.py): installed here when it is missing and we may.
 instructor: $(SETUP)
+	@bash course_lib/grading/ensure_sandbox.sh || true
 	cd notebooks/assignments && PATH="$(abspath $(BIN)):$$PATH" JUPYTER_PREFER_ENV_PATH=1 \
 	  $(abspath $(BIN))/jupyter lab --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
 
