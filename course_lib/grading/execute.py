@@ -30,7 +30,7 @@ from traitlets import Bool, Float, Integer
 
 from course_lib.grading import plain
 from course_lib.grading.sandbox import Limits, Sandbox, StudentError, unavailable
-from course_lib.grading.switched_off import SWITCHED_OFF, gates
+from course_lib.grading.switched_off import gates, table
 
 try:
     from nbgrader.preprocessors import NbGraderPreprocessor
@@ -176,7 +176,7 @@ class SandboxedExecute(NbGraderPreprocessor):
 
     def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
         assignment = resources.get("nbgrader", {}).get("assignment", "")
-        table = SWITCHED_OFF.get(assignment, {})
+        switched_off = table(assignment)
         reason = unavailable()
         if reason and not self.allow_unsandboxed:
             raise RuntimeError(f"refusing to run student code without its sandbox: {reason}")
@@ -186,7 +186,7 @@ class SandboxedExecute(NbGraderPreprocessor):
         with Sandbox(limits, gates=gates(assignment), contained=reason is None) as box:
             for cell in nb.cells:
                 if cell.cell_type == "code":
-                    cell.outputs = [from_dict(o) for o in self._run(cell, box, grader, table)]
+                    cell.outputs = [from_dict(o) for o in self._run(cell, box, grader, switched_off)]
                     cell.execution_count = None
         return nb, resources
 
