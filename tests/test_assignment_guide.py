@@ -45,8 +45,8 @@ def test_the_guide_runs_as_written_from_a_fresh_clone(tmp_path):
     home.mkdir()
     commands = guide_commands(clone / "notebooks" / "assignments" / "README.md")
     fetch = next(i for i, c in enumerate(commands) if c.startswith("nbgrader fetch_assignment"))
-    solution = clone / "notebooks/assignments/source/a1_bubble/bubble.ipynb"
-    commands.insert(fetch + 1, f"cp {solution} a1_bubble/bubble.ipynb  # alice's work")
+    solution = clone / "notebooks/assignments/source/a03_bubble/bubble.ipynb"
+    commands.insert(fetch + 1, f"cp {solution} a03_bubble/bubble.ipynb  # alice's work")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "NBGRADER"))}
     env |= {"HOME": str(home), "COURSE": str(clone), "PYTHONPATH": str(clone)}
     env |= {f"JUPYTER_{k}_DIR": str(tmp_path / k.lower()) for k in ("CONFIG", "DATA", "RUNTIME")}
@@ -56,13 +56,13 @@ def test_the_guide_runs_as_written_from_a_fresh_clone(tmp_path):
     course = clone / "notebooks" / "assignments"
     with (course / "grades.csv").open() as f:
         scores = {
-            r["student_id"]: float(r["score"]) for r in csv.DictReader(f) if r["assignment"] == "a1_bubble"
+            r["student_id"]: float(r["score"]) for r in csv.DictReader(f) if r["assignment"] == "a03_bubble"
         }
     assert scores == {"alice": 10.0, "bob": 0.0}
     assert (course / "exchange" / "pipeline-parallelism" / "inbound").is_dir()  # the exchange lives here
-    (page,) = (home / "alice" / "a1_bubble" / "feedback").glob("*/bubble.html")  # alice got hers back
+    (page,) = (home / "alice" / "a03_bubble" / "feedback").glob("*/bubble.html")  # alice got hers back
     assert "HIDDEN TESTS" not in page.read_text()
-    (bobs,) = (course / "feedback" / "bob" / "a1_bubble").glob("*.html")
+    (bobs,) = (course / "feedback" / "bob" / "a03_bubble").glob("*.html")
     assert "not written yet" in bobs.read_text()
     status = subprocess.run(
         ["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True

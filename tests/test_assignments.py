@@ -47,7 +47,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Object of type .* not in session"),  # nbgrader's own
 ]
 
-FLOW = "a1_bubble"  # the assignment that goes through the exchange, with every kind of student
+FLOW = "a03_bubble"  # the assignment that goes through the exchange, with every kind of student
 BROKEN_GPIPE = "def my_gpipe(p, m):\n    return [Action(d, Kind.F, 0) for d in range(p)][p]  # IndexError\n"
 
 
@@ -361,7 +361,7 @@ def test_untouched_student_version_fails_only_at_exercises_with_teaching_message
                 assert len(message) > 30 and ("Hint:" in message or "not written yet" in message), message
 
 
-NEW = ("a6_tp_vs_pp", "a7_zero_bubble")
+NEW = ("a01_tp_vs_pp", "a07_zero_bubble")
 
 
 def test_new_assignments_name_no_library_shortcut(graded):
@@ -373,7 +373,7 @@ def test_new_assignments_name_no_library_shortcut(graded):
         for shortcut in (r"schedules\.zero_bubble", r"\bzb_h1\b", r"\bzb-h1\b", r"\baccounting\b",
                          r"\btp_allreduces\(", r"\bpp_sends\(", r"expected="):  # fmt: skip
             assert not re.search(shortcut, text), (name, shortcut)
-    a7 = released_text(course, "a7_zero_bubble")
+    a7 = released_text(course, "a07_zero_bubble")
     assert "build_schedule" not in a7 and "SCHEDULES" not in a7
 
 
@@ -390,7 +390,7 @@ def test_new_assignments_failed_checks_teach_without_the_answer(graded):
                 message = error["evalue"]
                 assert len(message) > 40 and ("Hint:" in message or "not written yet" in message), message
     # a copied answer is told what is wrong on the hidden size, in words
-    (a6,) = (course / "autograded" / "hardcoded" / "a6_tp_vs_pp").glob("*.ipynb")
+    (a6,) = (course / "autograded" / "hardcoded" / "a01_tp_vs_pp").glob("*.ipynb")
     messages = {
         grade_info(c)["grade_id"]: c["outputs"][-1]["evalue"] for c in cells(a6) if grade_info(c).get("grade")
     }

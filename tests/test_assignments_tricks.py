@@ -71,11 +71,11 @@ for _db in [pathlib.Path("../../../gradebook.db"), pathlib.Path("{course}/gradeb
         print("no gradebook:", type(err).__name__)
 """
 LIBRARY_COPY = {  # a copy of the library's answer, made before the grader switches it off
-    "a1_bubble": "import types\nfrom course_lib.schedules import closed_forms as _cf\n"
+    "a03_bubble": "import types\nfrom course_lib.schedules import closed_forms as _cf\n"
     "_copy = types.FunctionType(_cf.gpipe_bubble.__code__, _cf.gpipe_bubble.__globals__)\n"
     "idle_fraction = lambda p, m: _copy(p, m)\n"
     "bubble_over_ideal = lambda p, m: _copy(p, m, convention='megatron')",
-    "a2_one_f_one_b": "import types\nfrom course_lib.schedules import builders as _b\n"
+    "a04_one_f_one_b": "import types\nfrom course_lib.schedules import builders as _b\n"
     "_copy = types.FunctionType(_b.one_f_one_b.__code__, _b.one_f_one_b.__globals__)\n"
     "my_1f1b = lambda p, m: _copy(p, m)",
 }
@@ -120,8 +120,8 @@ def trick(course: Path, name: str, kind: str) -> dict:
 
 
 A1_TRICKS = ("transformer", "patch_checks", "frame_reader", "gradebook", "library_copy")
-SUBMISSIONS = [(name, "exec_source") for name in ASSIGNMENTS] + [("a1_bubble", kind) for kind in A1_TRICKS]
-SUBMISSIONS += [("a2_one_f_one_b", "library_copy"), ("a1_bubble", "exit"), ("a1_bubble", "flood")]
+SUBMISSIONS = [(name, "exec_source") for name in ASSIGNMENTS] + [("a03_bubble", kind) for kind in A1_TRICKS]
+SUBMISSIONS += [("a04_one_f_one_b", "library_copy"), ("a03_bubble", "exit"), ("a03_bubble", "flood")]
 
 
 @pytest.fixture(scope="module")
@@ -158,24 +158,24 @@ def test_a_trick_scores_at_most_3_of_10(tricked, name, kind):
 
 def test_the_gradebook_was_neither_read_nor_written(tricked):
     course, scores = tricked
-    (page,) = (course / "feedback" / "gradebook" / "a1_bubble").glob("*.html")
+    (page,) = (course / "feedback" / "gradebook" / "a03_bubble").glob("*.html")
     text = page.read_text()
     assert "no gradebook: FileNotFoundError" in text
     lines = {line.strip() for line in text.splitlines()}
-    assert not [line for line in solution_secrets("a1_bubble") if line in lines]
+    assert not [line for line in solution_secrets("a03_bubble") if line in lines]
 
 
 def test_a_function_that_exits_fails_its_own_tests_only(tricked):
     course, scores = tricked
-    score, _ = scores[("a1_bubble", "exit")]
+    score, _ = scores[("a03_bubble", "exit")]
     assert score == 10 - 2 - 2  # idle_fraction's test, and smallest_m's, which calls it
-    (notebook,) = (course / "autograded" / "exit" / "a1_bubble").glob("*.ipynb")
+    (notebook,) = (course / "autograded" / "exit" / "a03_bubble").glob("*.ipynb")
     messages = [o.get("evalue", "") for c in cells(notebook) for o in c.get("outputs", [])]
     assert any("idle_fraction(4, 8) raised SystemExit" in m and "os._exit" in m for m in messages)
 
 
 def test_a_flood_of_output_is_capped_in_the_feedback(tricked):
     course, scores = tricked
-    assert scores[("a1_bubble", "flood")][0] == 10  # the solution still gets its points
-    (page,) = (course / "feedback" / "flood" / "a1_bubble").glob("*.html")
+    assert scores[("a03_bubble", "flood")][0] == 10  # the solution still gets its points
+    (page,) = (course / "feedback" / "flood" / "a03_bubble").glob("*.html")
     assert page.stat().st_size < 1_000_000 and "more characters of output not shown" in page.read_text()

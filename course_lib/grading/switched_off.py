@@ -52,22 +52,22 @@ _A5_FLOPS = {
 _A5_STATES = "work the model states out from the shape yourself"
 
 SWITCHED_OFF: dict[str, dict[str, dict[str, str]]] = {
-    "a1_bubble": {
+    "a03_bubble": {
         "idle_fraction": _A1_FORMULA,
         "bubble_over_ideal": _A1_FORMULA,
         "smallest_m": _A1_FORMULA,
         "my_gpipe": {"course_lib.schedules.builders:gpipe": OWN_SCHEDULE + ", in my_gpipe"},
     },
-    "a2_one_f_one_b": {
+    "a04_one_f_one_b": {
         "my_1f1b": {"course_lib.schedules.builders:one_f_one_b": OWN_SCHEDULE + ", in my_1f1b"},
     },
-    "a3_memory_budget": {
+    "a05_memory_budget": {
         "stage_bytes": {"course_lib.balance:stage_memory": "add up the profile's bytes yourself"},
         "held": {"course_lib.balance:inflight_per_stage": "count the micro-batches in flight yourself"},
         "fit_partition": _A3_CUT,
         "min_stages": _A3_CUT,
     },
-    "a4_two_continents": {
+    "a06_two_continents": {
         "one_way_latency_ms": {
             "course_lib.network:fiber_latency_s": "work it out from the distance and the speed of light",
             "course_lib.network:site_link": "work it out from the distance and the speed of light",
@@ -81,7 +81,7 @@ SWITCHED_OFF: dict[str, dict[str, dict[str, str]]] = {
             "course_lib.schedules.latency_aware:flush_bound": "predict from the plan's numbers yourself",
         },
     },
-    "a5_plan_a_run": {
+    "a09_plan_a_run": {
         "model_states_gib": {
             "course_lib.planner.memory:memory_per_gpu": _A5_STATES,
             "course_lib.planner.memory:parameters_per_gpu": _A5_STATES,
@@ -97,11 +97,11 @@ SWITCHED_OFF: dict[str, dict[str, dict[str, str]]] = {
         },
         "tflops_per_gpu": _A5_FLOPS,
     },
-    "a6_tp_vs_pp": {
+    "a01_tp_vs_pp": {
         "tp_allreduces_per_step": _A6_COUNTS,
         "pp_messages_per_step": _A6_COUNTS,
     },
-    "a7_zero_bubble": {
+    "a07_zero_bubble": {
         "my_zb_h1": _A7_BUILD,
         "predicted_bubble": _A7_PREDICT,
     },

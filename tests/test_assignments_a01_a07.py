@@ -15,7 +15,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Object of type .* not in session"),  # nbgrader's own
 ]
 
-NEW = ("a6_tp_vs_pp", "a7_zero_bubble")
+NEW = ("a01_tp_vs_pp", "a07_zero_bubble")
 SET_UP = ("_imports", "_tools", "_scenario")  # cells run before a student's code in run_test_cell
 SETUP = "%matplotlib inline\nfrom course_lib import lesson\nlesson.setup()"  # every notebook's first cell
 
@@ -59,11 +59,11 @@ def my_zb_h1(p, m):
     return build_schedule("zb-h1", p, m)
 """
     assert "not take the course library's ZB-H1" in run_test_cell(
-        "a7_zero_bubble", "a7_test_valid", borrowed_zb
+        "a07_zero_bubble", "a7_test_valid", borrowed_zb
     )
     imported_zb = "from course_lib.schedules.zero_bubble import zb_h1 as my_zb_h1"
     assert "not take the course library's ZB-H1" in run_test_cell(
-        "a7_zero_bubble", "a7_test_valid", imported_zb
+        "a07_zero_bubble", "a7_test_valid", imported_zb
     )
     borrowed_formula = """
 from course_lib.schedules.closed_forms import Case, ZB_H1_BUBBLE
@@ -73,15 +73,15 @@ def my_zb_h1(p, m):
 def predicted_bubble(p, m, f, i, w):
     return ZB_H1_BUBBLE.value(Case(p, m, f=f, i=i, w=w))
 """
-    assert "RuntimeError" in run_test_cell("a7_zero_bubble", "a7_test_predict", borrowed_formula)
+    assert "RuntimeError" in run_test_cell("a07_zero_bubble", "a7_test_predict", borrowed_formula)
     simulated = """
 from course_lib.schedules.zero_bubble import zb_h1 as my_zb_h1
 def predicted_bubble(p, m, f, i, w):
     return simulate(my_zb_h1(p, m), StageCosts(f=f, i=i, w=w)).bubble_fraction
 """
-    assert "RuntimeError" in run_test_cell("a7_zero_bubble", "a7_test_predict", simulated)
+    assert "RuntimeError" in run_test_cell("a07_zero_bubble", "a7_test_predict", simulated)
     measured = "tp_allreduces_per_step = measured_tp_allreduces"
-    message = run_test_cell("a6_tp_vs_pp", "a6_test_tp_count", measured)
+    message = run_test_cell("a01_tp_vs_pp", "a6_test_tp_count", measured)
     assert "may not call the course's counting tools" in message
 
 
@@ -102,8 +102,8 @@ def my_zb_h1(p, m):
 
 def test_zb_attempts_are_told_what_they_cost():
     """1F1B with W at once is valid but idles like 1F1B; every W at the end idles less but holds m."""
-    assert run_test_cell("a7_zero_bubble", "a7_test_valid", ONE_F_ONE_B_SPLIT) == ""
-    message = run_test_cell("a7_zero_bubble", "a7_test_zero_bubble", ONE_F_ONE_B_SPLIT)
+    assert run_test_cell("a07_zero_bubble", "a7_test_valid", ONE_F_ONE_B_SPLIT) == ""
+    message = run_test_cell("a07_zero_bubble", "a7_test_zero_bubble", ONE_F_ONE_B_SPLIT)
     assert (
         "most idle time of a device in my_zb_h1(3, 6), T_F = T_I = T_W = 1 is 4, but it must be at most 2"
         in message
@@ -111,5 +111,5 @@ def test_zb_attempts_are_told_what_they_cost():
     at_once = "order += [Action(d, Kind.I, k), Action(d, Kind.W, k)]  # W at once"
     at_the_end = "order += [Action(d, Kind.I, k)] + [Action(d, Kind.W, w) for w in range(m) if k == m - 1]"
     late_ws = ONE_F_ONE_B_SPLIT.replace(at_once, at_the_end)
-    message = run_test_cell("a7_zero_bubble", "a7_test_zero_bubble", late_ws)
+    message = run_test_cell("a07_zero_bubble", "a7_test_zero_bubble", late_ws)
     assert "stage 0 holds 6 micro-batches' activations at once" in message and "at most 3" in message
