@@ -127,7 +127,8 @@ def test_ten_gigabytes_are_refused(box):
 def test_exiting_fails_the_call_only(box):
     error = failed(box, "import os\ndef attack():\n    os._exit(0)\n")
     assert error.ename == "SystemExit" and "os._exit" in error.evalue
-    assert failed(box, "import sys\ndef attack():\n    sys.exit(3)\n").ename == "SystemExit"
+    error = failed(box, "import sys\ndef attack():\n    sys.exit(3)\n")
+    assert error.ename == "SystemExit" and "sys.exit(3) ends the program" in error.evalue
 
 
 def test_a_flood_of_output_is_capped(box):

@@ -75,7 +75,10 @@ class Gates:
 
 def _error(err: BaseException) -> dict:
     lines = traceback.format_exception(type(err), err, err.__traceback__)
-    return {"ename": type(err).__name__, "evalue": str(err)[:4000], "traceback": "".join(lines)[-8000:]}
+    evalue = str(err)[:4000]
+    if isinstance(err, SystemExit):  # sys.exit(3) says only "3"
+        evalue = f"sys.exit({err.code!r}) ends the program: a graded function must return its answer instead"
+    return {"ename": type(err).__name__, "evalue": evalue, "traceback": "".join(lines)[-8000:]}
 
 
 class _Shell:
