@@ -196,3 +196,28 @@ def test_the_kit_is_built_once_and_a_refresh_keeps_the_students_work(tmp_path):
     (tmp_path / "other" / "notes.txt").write_text("mine")
     with pytest.raises(RuntimeError, match="is not a student kit"):
         build(tmp_path / "other")
+
+
+def test_running_a_lesson_in_the_kit_changes_no_tracked_file(tmp_path):
+    """What a student does in `make lab`: run a lesson (here the first, as nbconvert would) and save it.
+    The saved notebook is the kit's copy; `git status` of the checkout is what it was."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    import nbformat
+    from nbclient import NotebookClient
+
+    def status() -> str:
+        return subprocess.run(
+            ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True
+        ).stdout
+
+    kit, before = tmp_path / "lab", status()
+    build(kit)
+    lesson = kit / "00_welcome.ipynb"
+    notebook = nbformat.read(lesson, as_version=4)
+    NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(kit)}}
+    ).execute()
+    nbformat.write(notebook, lesson)  # as JupyterLab's autosave would
+    assert lesson.read_bytes() != (ROOT / "notebooks" / "00_welcome.ipynb").read_bytes()  # it did run
+    assert status() == before
