@@ -4,11 +4,9 @@
 network, PID, IPC and UTS namespace whose file system holds only the system's read-only /usr (and /etc),
 the Python environment and ``course_lib`` / ``data`` (read-only) and an empty /tmp. The course directory
 (sources, gradebook.db, other students' submissions) is not there, and there is no network but a
-loopback of its own. Limits (setrlimit, before bwrap starts): address space, CPU seconds, processes
-(the worker runs as the unprivileged user ``nobody`` when the grader is root, so that the limit
-applies), file size and open files. Every request has a wall-clock timeout; past it the whole
-sandbox is killed (its PID namespace goes with it) and started again, and the cells run so far are
-replayed, so one runaway function fails only its own test.
+loopback of its own. Limits (setrlimit): address space, CPU seconds, processes (as ``nobody`` when the
+grader is root), file size, open files; and a wall clock per request, past which the sandbox is killed
+and started again with its cells replayed, so one runaway function fails only its own test.
 
     with Sandbox() as box:
         box.exec("def f(x):\\n    return 2 * x")
@@ -17,6 +15,7 @@ replayed, so one runaway function fails only its own test.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -219,17 +218,13 @@ class Sandbox:
         )
 
     def close(self) -> None:
-        proc = getattr(self, "_proc", None)
+        proc, self._proc = getattr(self, "_proc", None), None
         if proc is None:
             return
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, 9)
-            except ProcessLookupError:
-                pass
+        with contextlib.suppress(ProcessLookupError):  # its PID namespace, and all in it, go with it
+            os.killpg(proc.pid, 9)
         proc.wait()
         self._replies.close()
-        self._proc = None
 
     def _request(self, request: dict, timeout_s: float | None = None) -> dict:
         """Send one request; its reply, or StudentError if the sandbox died or ran past the time."""
