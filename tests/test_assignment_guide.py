@@ -18,8 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from course_lib.grading.sandbox import unavailable
+from test_assignments_cases import sandbox_or_skip
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest.importorskip("nbgrader", reason="nbgrader is in the dev extra: pip install -e '.[dev]'")
@@ -37,8 +36,7 @@ def guide_commands(readme: Path) -> list[str]:
 def test_the_guide_runs_as_written_from_a_fresh_clone(tmp_path):
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    if reason := unavailable():
-        pytest.skip(reason)
+    sandbox_or_skip()
     clone, home = tmp_path / "pipeline-course", tmp_path / "home"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     (clone / ".venv").symlink_to(Path(sys.prefix).resolve())  # `make setup`'s environment, not rebuilt here

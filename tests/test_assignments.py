@@ -34,6 +34,7 @@ from test_assignments_cases import (
     errors,
     grade_info,
     hard_coded_notebook,
+    sandbox_or_skip,
     solution_secrets,
 )  # fmt: skip
 
@@ -165,6 +166,7 @@ def course_copy(tmp: Path):
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """Generate every assignment, submit and autograde it; returns the course dir, scores, seconds."""
+    sandbox_or_skip()  # autograde runs the students' code in it
     tmp = tmp_path_factory.mktemp("nbgrader")
     with course_copy(tmp) as (course, config, api):
         from nbgrader.api import Gradebook

@@ -19,6 +19,7 @@ NEW = ("a01_tp_vs_pp", "a07_zero_bubble")
 SET_UP = ("_imports", "_tools", "_scenario")  # cells run before a student's code in run_test_cell
 SETUP = "%matplotlib inline\nfrom course_lib import lesson\nlesson.setup()"  # every notebook's first cell
 
+
 def test_new_assignments_are_worth_ten_points_with_hidden_tests():
     for name in NEW:
         (notebook,) = (COURSE / "source" / name).glob("*.ipynb")

@@ -12,14 +12,27 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
+
 from course_lib.balance import inflight_per_stage
+from course_lib.grading.sandbox import unavailable
 from course_lib.schedules.builders import build_schedule
 
 COURSE = Path(__file__).resolve().parent.parent / "notebooks" / "assignments"
 ASSIGNMENTS = sorted(p.parent.name for p in (COURSE / "source").glob("*/*.ipynb"))
 REGION = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", re.S)
+
+
+def sandbox_or_skip() -> None:
+    """Install bubblewrap if it is missing and we may (course_lib/grading/ensure_sandbox.sh: autograde runs
+    students' code in it); skip with its one line of why where it cannot be had."""
+    script = COURSE.parent.parent / "course_lib" / "grading" / "ensure_sandbox.sh"
+    installer = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    if reason := (installer.stdout.strip() if installer.returncode else unavailable()):
+        pytest.skip(reason)
 
 
 def cells(path: Path) -> list[dict]:
@@ -143,7 +156,8 @@ HARD_CODED: dict[str, dict[str, str]] = {  # assignment -> answer cell's grade_i
     "a01_tp_vs_pp": {k: v.strip() for k, v in NEW_HARD_CODED.items() if k.startswith("a6")},
     "a07_zero_bubble": {
         k: v.replace("{ZB_ORDERS}", _zb_orders_text()).strip()
-        for k, v in NEW_HARD_CODED.items() if k.startswith("a7")
+        for k, v in NEW_HARD_CODED.items()
+        if k.startswith("a7")
     },  # fmt: skip
 }
 

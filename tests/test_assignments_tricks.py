@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 from test_assignments import course_copy
-from test_assignments_cases import ASSIGNMENTS, COURSE, cells, grade_info, solution_secrets
+from test_assignments_cases import ASSIGNMENTS, COURSE, cells, grade_info, sandbox_or_skip, solution_secrets
 
-from course_lib.grading.sandbox import unavailable
 from course_lib.grading.switched_off import SWITCHED_OFF
 
 nbgrader = pytest.importorskip("nbgrader", reason="nbgrader is in the dev extra: pip install -e '.[dev]'")
@@ -126,8 +125,7 @@ SUBMISSIONS += [("a04_one_f_one_b", "library_copy"), ("a03_bubble", "exit"), ("a
 
 @pytest.fixture(scope="module")
 def tricked(tmp_path_factory):
-    if reason := unavailable():
-        pytest.skip(reason)
+    sandbox_or_skip()
     with course_copy(tmp_path_factory.mktemp("tricks")) as (course, config, api):
         from nbgrader.api import Gradebook
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from test_assignments_cases import sandbox_or_skip
 
 from course_lib.grading import sandbox
 from course_lib.schedules.ir import Schedule
@@ -21,13 +21,7 @@ pytestmark = pytest.mark.processes
 
 @pytest.fixture(scope="module")
 def box():
-    installer = subprocess.run(
-        ["bash", ROOT / "course_lib/grading/ensure_sandbox.sh"], capture_output=True, text=True
-    )
-    if installer.returncode:
-        pytest.skip(installer.stdout.strip())
-    if reason := sandbox.unavailable():
-        pytest.skip(reason)
+    sandbox_or_skip()
     gates = ("course_lib.schedules.builders:one_f_one_b",)
     with sandbox.Sandbox(sandbox.Limits(request_s=4, output_chars=2000), gates=gates) as box:
         output, error, names = box.exec("def double(x):\n    return 2 * x\nprint('ready')")
