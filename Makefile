@@ -1,7 +1,7 @@
 # The course's two commands (see README.md):
-#   make lab    - set everything up (once) and open the course in JupyterLab
+#   make lab    - set everything up (once) and open your working copy of the course (lab/) in JupyterLab
 #   make test   - set everything up (once) and run the whole test suite: lint, unit tests, notebooks
-# and one for instructors:
+# and make lab-refresh brings lab/ up to date after a git pull (your changed files are kept). For instructors:
 #   make instructor - JupyterLab in notebooks/assignments with nbgrader's menu and formgrader (see its README)
 # Everything lives in .venv; delete it to start over. PYTHON picks the interpreter that makes it.
 
@@ -22,7 +22,11 @@ LAB_ARGS ?=
 # Jupyter refuses to run as root unless told; containers and cloud notebooks often are root
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab instructor test lint unit notebooks setup clean gpu-check
+# The student's working copy (course_lib/grading/kit.py): the lessons and the released assignments only,
+# git-ignored, so running a lesson never changes a tracked file and no solution is a click away
+LAB_DIR ?= lab
+
+.PHONY: lab lab-refresh instructor test lint unit notebooks setup clean gpu-check
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,13 +52,21 @@ $(STUDENT_CONFIG)/jupyter_server_config.json: $(STAMP)
 
 # JUPYTER_PREFER_ENV_PATH: this .venv's kernel wins over one of the same name in ~/.local (older
 # checkouts installed theirs there)
-lab: $(SETUP) $(STUDENT_CONFIG)/jupyter_server_config.json
+$(LAB_DIR)/.kit.json: | $(SETUP)
+	$(BIN)/python -m course_lib.grading.kit $(LAB_DIR)
+
+lab: $(SETUP) $(STUDENT_CONFIG)/jupyter_server_config.json $(LAB_DIR)/.kit.json
 	JUPYTER_CONFIG_PATH=$(abspath $(STUDENT_CONFIG)) JUPYTER_PREFER_ENV_PATH=1 \
-	  $(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
+	  $(BIN)/jupyter lab --notebook-dir=$(LAB_DIR) --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
+
+lab-refresh: | $(SETUP)
+	$(BIN)/python -m course_lib.grading.kit $(LAB_DIR) --refresh
 
 # Instructors: nbgrader on, served from the course directory (nbgrader reads nbgrader_config.py there),
-# with .venv/bin on PATH (nbgrader runs `alembic` to set up its gradebook).
+# with .venv/bin on PATH (nbgrader runs `alembic` to set up its gradebook). Autograde runs students' code
+# in bubblewrap (course_lib/grading/sandbox.py): installed here when it is missing and we may.
 instructor: $(SETUP)
+	@bash course_lib/grading/ensure_sandbox.sh || true
 	cd notebooks/assignments && PATH="$(abspath $(BIN)):$$PATH" JUPYTER_PREFER_ENV_PATH=1 \
 	  $(abspath $(BIN))/jupyter lab --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
 

@@ -23,9 +23,23 @@ def raised(fn, *args, **kwargs) -> str:
 def test_number_passes_and_explains():
     grading.number("bubble", 3 / 11 * 1.01, 3 / 11)
     msg = raised(grading.number, "bubble", 0.6, 3 / 11, hint="(p-1)/(m+p-1)")
-    assert "too high by 2.2x" in msg and "between 0.1 and 1" in msg and "(p-1)/(m+p-1)" in msg
+    assert "bubble: your answer is too high, by one and a half to three times." in msg
+    assert "(p-1)/(m+p-1)" in msg
+    assert "0.6" not in msg and "0.27" not in msg  # neither the answer nor the value
     assert "no answer yet" in raised(grading.number, "bubble", None, 0.5, hint="h")
     assert "expected a finite number, got 'abc' (str)" in raised(grading.number, "bubble", "abc", 0.5)
+
+
+def test_how_far_never_pins_the_value():
+    """Every band is at least 1.47x wide: no message puts the right value within 10% of one number."""
+    assert grading.how_far(0.375, 3 / 11) == "too high, by less than half again"
+    assert grading.how_far(1.0, 10.0) == "too low, by three to ten times"
+    assert grading.how_far(0, 2.0) == "zero, but the right value is positive"
+    assert grading.how_far(-1, 2.0) == "of the wrong sign (the right value is positive)"
+    for answer in (0.1, 0.5, 0.9, 1.2, 1.49, 2.9, 7.0, 40.0):
+        text = grading.how_far(answer, 1.0)
+        consistent = [e / 1000 for e in range(1, 100_000) if grading.how_far(answer, e / 1000) == text]
+        assert max(consistent) / min(consistent) > 1.3, (answer, text)
 
 
 def test_magnitude():
@@ -88,7 +102,7 @@ def test_partition_fits_reports_out_of_memory():
 def test_close_to_best():
     grading.close_to_best("throughput", 50.0, 55.0, within=0.2, higher_is_better=True)
     msg = raised(grading.close_to_best, "throughput", 16.0, 55.0, within=0.2, higher_is_better=True)
-    assert "you are at 29%" in msg
+    assert "yours is not within 20% of the best; below it by three to ten times" in msg
 
 
 def test_wan_plan_problems_and_the_best_plan():
@@ -193,19 +207,19 @@ def test_checks_say_what_is_wrong_without_the_value():
     from course_lib.grading import memory_checks, schedule_checks, wan_checks
 
     msg = raised(schedule_checks.idle_fraction, lambda p, m: 0.5)
-    assert "too high by" in msg and "between 0.1 and 1" in msg and "0.27" not in msg
+    assert "your answer is too high, by one and a half to three times" in msg and "0.27" not in msg
     schedule_checks.idle_fraction(lambda p, m: (p - 1) / (m + p - 1), [(1, 1), (8, 32)])
     schedule_checks.smallest_m(lambda p, limit: 118)  # 3/120 is not below 0.025: 118, not 117
     assert "too low" in raised(schedule_checks.smallest_m, lambda p, limit: 117)
     msg = raised(memory_checks.held, lambda s: [1] * s.n_stages, [("gpipe", 3, 5)])
-    assert "held(gpipe with p=3, m=5)[0]: you gave 1, which is too low" in msg
+    assert "held(gpipe with p=3, m=5)[0]: your answer is too low, by three to ten times" in msg
     memory_checks.held(_peaks, [("1f1b", 4, 8), ("gpipe", 2, 3)])
     problem = WanProblem()
     msg = raised(wan_checks.predict_throughput, lambda pr, plan: throughput(pr, plan),
                  [(problem, WanPlan(2, 64, "1f1b", (40, 40)))])  # fmt: skip
     assert "switched off while your code is graded" in msg
     msg = raised(wan_checks.choose_plan, lambda pr: WanPlan(8, 64, "1f1b", (10,) * 8), [problem])
-    assert "a higher one exists" in msg and "you are at 29% of it" in msg
+    assert "a higher one exists" in msg and "below it by three to ten times" in msg
 
 
 def _peaks(schedule):

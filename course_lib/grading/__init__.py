@@ -1,17 +1,20 @@
 """Graders for the nbgrader assignments: a failed check raises AssertionError with a message that teaches.
 
 nbgrader marks a test cell wrong when it raises, and shows the error. So every grader here raises
-``AssertionError`` (never a bare one): the message says what was expected, how far off the answer is,
-and gives a hint. For schedules it says which action breaks which dependency on which device (the
-validator's sentences). Lessons use ``course_lib.exercises.check`` instead, which only prints.
+``AssertionError`` (never a bare one): the message says what was expected, in which direction and
+roughly how far off the answer is (bands too wide to pin the right value), and gives a hint. For
+schedules it says which action breaks which dependency on which device (the validator's sentences).
+Lessons use ``course_lib.exercises.check`` instead, which only prints.
 
     from course_lib import grading
-    grading.number("bubble at p=4, m=8", 0.3, expected=3 / 11, hint="(p-1)/(m+p-1)")   # raises
+    grading.number("bubble at p=4, m=8", 0.3, expected=3 / 11, hint="count idle slots")   # raises
     grading.schedule_valid(my_schedule, p=4, m=8)       # raises, listing every problem in words
     value = grading.call("idle_fraction", idle_fraction, 4, 8, hint="...")  # unwritten -> message
 
-The assignments' visible checks live in ``course_lib.grading.checks``: they compute the right answer
-from the library's primitives and say only how far off a student is, never the answer itself.
+The assignments' checks live in ``course_lib.grading.schedule_checks`` (A1, A2), ``memory_checks`` (A3)
+and ``wan_checks`` (A4): they compute the right answer from the library's primitives and say only how far
+off a student is, never the answer itself. ``course_lib.grading.kit`` builds the student's working copy
+(lessons and released assignments only) that `make lab` serves.
 ``course_lib.grading.feedback`` is the nbgrader preprocessor that keeps the hidden tests out of the
 feedback students get. ``course_lib.grading.guard.without`` switches off a library function while a
 student's function runs (so "write 1F1B yourself" cannot be answered by calling the library's).
@@ -56,6 +59,29 @@ def _graded(grader: Callable) -> Callable:
     return graded
 
 
+# How far off an answer is, in words and in bands wide enough that no message pins the right value
+# (the narrowest, "less than half again", leaves it anywhere in a range about 47% wide). No digits:
+# the grader strips numbers from a hidden case's message, and these must survive it.
+BANDS = ((1.5, "by less than half again"), (3.0, "by one and a half to three times"),
+         (10.0, "by three to ten times"), (math.inf, "by more than ten times"))  # fmt: skip
+
+
+def how_far(answer: float, expected: float) -> str:
+    """'too high, by less than half again', 'too low, by three to ten times', ...: a direction and a
+    coarse size, never a value close to `expected`."""
+    if expected == 0:
+        return f"too {'high' if answer > 0 else 'low'} (the right value is zero)"
+    sign = "positive" if expected > 0 else "negative"
+    if answer == 0:
+        return f"zero, but the right value is {sign}"
+    if (answer > 0) != (expected > 0):
+        return f"of the wrong sign (the right value is {sign})"
+    ratio = answer / expected
+    size = max(ratio, 1 / ratio)
+    band = next(text for limit, text in BANDS if size <= limit)
+    return f"too {'high' if ratio > 1 else 'low'}, {band}"
+
+
 def magnitude(value: float) -> str:
     """'between 0.1 and 1', 'between 10 and 100': how big the right answer is, without giving it."""
     if value == 0:
@@ -97,7 +123,7 @@ def call(name: str, fn: Callable, *args, hint: str = "", **kwargs):
 
 @_graded
 def number(name: str, answer: object, expected: float, hint: str = "", rel_tol: float = 0.02) -> None:
-    """Fail unless `answer` is within rel_tol of `expected`; say how far off and how big it should be."""
+    """Fail unless `answer` is within rel_tol of `expected`; say in which direction and roughly how far."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
     result = verdict(answer, expected, rel_tol)
     if result == "ok":
@@ -106,7 +132,7 @@ def number(name: str, answer: object, expected: float, hint: str = "", rel_tol: 
     shown, tip = reprlib.repr(answer), _hint(hint)  # reprlib: a huge list or number shortened in the middle
     if result == "not a number":
         fail(f"{name}: expected a finite number, got {shown} ({type(answer).__name__}).{tip}")
-    fail(f"{name}: you gave {shown}, which is {result}; the right value is {magnitude(expected)}.{tip}")
+    fail(f"{name}: your answer is {how_far(float(answer), expected)}.{tip}")  # type: ignore[arg-type]
 
 
 @_graded
@@ -203,6 +229,7 @@ def close_to_best(
     if ratio < 1 - within:
         better = "higher" if higher_is_better else "lower"
         fail(
-            f"{name}: yours is {value:.4g}; a {better} one exists, and you need to be within {within:.0%} "
-            f"of the best (you are at {ratio:.0%} of it).{_hint(hint)}"
+            f"{name}: a {better} one exists, and yours is not within {within:.0%} of the best; "
+            f"{'below' if higher_is_better else 'above'} it {how_far(ratio, 1.0).split(', ')[1]}."
+            + _hint(hint)
         )

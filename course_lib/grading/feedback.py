@@ -67,4 +67,3 @@ class StudentFeedback(Preprocessor):
             outputs.append(out)
         cell.outputs = [from_dict(o) for o in outputs]
         return cell, resources
-

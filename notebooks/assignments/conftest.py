@@ -5,4 +5,6 @@ runs it in this folder; those are not lessons and must not run as tests (a stude
 design until it is answered).
 """
 
-collect_ignore_glob = ["release/*", "submitted/*", "autograded/*", "feedback/*", "nbgrader_config.py"]
+collect_ignore_glob = [
+    "release/*", "submitted/*", "autograded/*", "feedback/*", "exchange/*", "downloaded/*", "nbgrader_config.py",
+]

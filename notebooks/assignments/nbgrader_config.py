@@ -5,18 +5,41 @@ directory: source/, release/, submitted/, autograded/, feedback/ and gradebook.d
 except source/ is git-ignored).
 """
 
+import os
 import warnings
 
 c = get_config()  # noqa: F821  (nbgrader provides get_config when it reads this file)
 
-c.CourseDirectory.course_id = "pipeline-parallelism"
-c.CourseDirectory.root = "."
+HERE = os.path.dirname(os.path.abspath(__file__))
+c.CourseDirectory.course_id = "pipeline-parallelism"  # students pass it too: --course pipeline-parallelism
+c.CourseDirectory.root = HERE
+# nbgrader's exchange (release, fetch, submit, collect, feedback) inside the course directory, git-ignored:
+# not the world-writable /usr/local/share/nbgrader/exchange it uses by default
+c.Exchange.root = os.path.join(HERE, "exchange")
+# zip_collect: files downloaded from an LMS go in downloaded/<assignment>/archive/ named
+# <student id>__<notebook>.ipynb (the id: letters, digits, '-'; or zips of such files); nbgrader puts each in submitted/<student>/<assignment>/
+c.FileNameCollectorPlugin.named_regexp = r".*/(?P<student_id>[A-Za-z0-9-]+)__(?P<file_id>[^/]+\.ipynb)$"
 # Where the assignments are: source/<assignment>/<notebook>.ipynb
 c.CourseDirectory.source_directory = "source"
 # Training the 80-layer model in assignment 2 takes seconds; give slow laptops plenty of room per cell.
 c.Execute.timeout = 600
 # Same kernel the lessons use; a student's notebook says "python3".
 c.Execute.kernel_name = "python3"
+
+# The student's code runs in a sandbox (bubblewrap: no network, no course directory or gradebook, bounded
+# time, memory and processes); the test cells run in nbgrader's own process, where student code never
+# runs, and receive only plain data from it (course_lib/grading/execute.py; README.md, "What the sandbox
+# protects"). Everything else is nbgrader's own autograde.
+c.Autograde.autograde_preprocessors = [
+    "course_lib.grading.execute.SandboxedExecute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+c.SandboxedExecute.timeout = 600  # seconds per cell or graded call: A2 and A7 train the 80-layer model
 
 # The feedback students get shows each failed test's teaching message, wrapped to the page, but not the
 # hidden tests' code, their tracebacks or their expected values (course_lib/grading/feedback.py).

@@ -5,11 +5,8 @@ test cells in this process (fast). test_assignments.py grades them with nbgrader
 
 from __future__ import annotations
 
-import json
-import re
-from pathlib import Path
-
 import pytest
+from test_assignments_cases import COURSE, cells, grade_info
 
 nbgrader = pytest.importorskip("nbgrader", reason="nbgrader is in the dev extra: pip install -e '.[dev]'")
 
@@ -18,24 +15,9 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Object of type .* not in session"),  # nbgrader's own
 ]
 
-COURSE = Path(__file__).resolve().parent.parent / "notebooks" / "assignments"
-NEW = ("a6_tp_vs_pp", "a7_zero_bubble")
+NEW = ("a01_tp_vs_pp", "a07_zero_bubble")
 SET_UP = ("_imports", "_tools", "_scenario")  # cells run before a student's code in run_test_cell
 SETUP = "%matplotlib inline\nfrom course_lib import lesson\nlesson.setup()"  # every notebook's first cell
-STUDENTS = ("solution", "untouched", "hardcoded")
-REGION = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", re.S)
-
-
-def cells(path: Path) -> list[dict]:
-    return json.loads(path.read_text())["cells"]
-
-
-def grade_info(cell: dict) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {})
-
-
-def notebook_text(path: Path) -> str:
-    return "\n".join("".join(c["source"]) for c in cells(path))
 
 
 def test_new_assignments_are_worth_ten_points_with_hidden_tests():
@@ -78,11 +60,11 @@ def my_zb_h1(p, m):
     return build_schedule("zb-h1", p, m)
 """
     assert "not take the course library's ZB-H1" in run_test_cell(
-        "a7_zero_bubble", "a7_test_valid", borrowed_zb
+        "a07_zero_bubble", "a7_test_valid", borrowed_zb
     )
     imported_zb = "from course_lib.schedules.zero_bubble import zb_h1 as my_zb_h1"
     assert "not take the course library's ZB-H1" in run_test_cell(
-        "a7_zero_bubble", "a7_test_valid", imported_zb
+        "a07_zero_bubble", "a7_test_valid", imported_zb
     )
     borrowed_formula = """
 from course_lib.schedules.closed_forms import Case, ZB_H1_BUBBLE
@@ -92,15 +74,15 @@ def my_zb_h1(p, m):
 def predicted_bubble(p, m, f, i, w):
     return ZB_H1_BUBBLE.value(Case(p, m, f=f, i=i, w=w))
 """
-    assert "RuntimeError" in run_test_cell("a7_zero_bubble", "a7_test_predict", borrowed_formula)
+    assert "RuntimeError" in run_test_cell("a07_zero_bubble", "a7_test_predict", borrowed_formula)
     simulated = """
 from course_lib.schedules.zero_bubble import zb_h1 as my_zb_h1
 def predicted_bubble(p, m, f, i, w):
     return simulate(my_zb_h1(p, m), StageCosts(f=f, i=i, w=w)).bubble_fraction
 """
-    assert "RuntimeError" in run_test_cell("a7_zero_bubble", "a7_test_predict", simulated)
+    assert "RuntimeError" in run_test_cell("a07_zero_bubble", "a7_test_predict", simulated)
     measured = "tp_allreduces_per_step = measured_tp_allreduces"
-    message = run_test_cell("a6_tp_vs_pp", "a6_test_tp_count", measured)
+    message = run_test_cell("a01_tp_vs_pp", "a6_test_tp_count", measured)
     assert "may not call the course's counting tools" in message
 
 
@@ -121,8 +103,8 @@ def my_zb_h1(p, m):
 
 def test_zb_attempts_are_told_what_they_cost():
     """1F1B with W at once is valid but idles like 1F1B; every W at the end idles less but holds m."""
-    assert run_test_cell("a7_zero_bubble", "a7_test_valid", ONE_F_ONE_B_SPLIT) == ""
-    message = run_test_cell("a7_zero_bubble", "a7_test_zero_bubble", ONE_F_ONE_B_SPLIT)
+    assert run_test_cell("a07_zero_bubble", "a7_test_valid", ONE_F_ONE_B_SPLIT) == ""
+    message = run_test_cell("a07_zero_bubble", "a7_test_zero_bubble", ONE_F_ONE_B_SPLIT)
     assert (
         "most idle time of a device in my_zb_h1(3, 6), T_F = T_I = T_W = 1 is 4, but it must be at most 2"
         in message
@@ -130,5 +112,5 @@ def test_zb_attempts_are_told_what_they_cost():
     at_once = "order += [Action(d, Kind.I, k), Action(d, Kind.W, k)]  # W at once"
     at_the_end = "order += [Action(d, Kind.I, k)] + [Action(d, Kind.W, w) for w in range(m) if k == m - 1]"
     late_ws = ONE_F_ONE_B_SPLIT.replace(at_once, at_the_end)
-    message = run_test_cell("a7_zero_bubble", "a7_test_zero_bubble", late_ws)
+    message = run_test_cell("a07_zero_bubble", "a7_test_zero_bubble", late_ws)
     assert "stage 0 holds 6 micro-batches' activations at once" in message and "at most 3" in message

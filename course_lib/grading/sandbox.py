@@ -1,0 +1,300 @@
+"""The wall around a student's code: its own process, in bubblewrap, with bounded time, memory and tasks.
+
+``Sandbox`` starts ``course_lib.grading.worker`` under Debian's ``bwrap`` (bubblewrap): a new mount,
+network, PID, IPC and UTS namespace whose file system holds only the system's read-only /usr (and /etc),
+the Python environment and ``course_lib`` / ``data`` (read-only) and an empty /tmp. The course directory
+(sources, gradebook.db, other students' submissions) is not there, and there is no network but a
+loopback of its own. Limits (setrlimit): address space, CPU seconds, processes (as ``nobody`` when the
+grader is root), file size, open files; and a wall clock per request, past which the sandbox is killed
+and started again with its cells replayed, so one runaway function fails only its own test.
+
+    with Sandbox() as box:
+        box.exec("def f(x):\\n    return 2 * x")
+        box.call("f", (21,))              # 42, as plain data
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import resource
+import select
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from course_lib.grading import plain
+
+ROOT = Path(__file__).resolve().parents[2]
+GiB = 2**30
+NOBODY = 65534
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_bytes: int = 6 * GiB  # address space: torch alone maps about 1.5 GiB
+    cpu_s: int = 900  # CPU seconds over the sandbox's whole life
+    processes: int = 64  # tasks the sandbox's user may have (threads count)
+    file_bytes: int = 64 * 2**20  # the largest file it may write (its /tmp is memory)
+    open_files: int = 256
+    request_s: float = 120.0  # wall clock for one cell or one call
+    output_chars: int = 10_000  # what one cell's printed output may show; the rest is counted, not kept
+
+
+class StudentError(Exception):
+    """The student's code failed (raised, ran too long, ended its process, or returned what cannot cross)."""
+
+    def __init__(self, ename: str, evalue: str, traceback: str = "") -> None:
+        super().__init__(evalue)
+        self.ename, self.evalue, self.traceback = ename, evalue, traceback
+
+
+def unavailable() -> str | None:
+    """Why no sandbox can be made here (one line), or None when bubblewrap works."""
+    if platform.system() != "Linux":
+        return f"the grading sandbox needs Linux (bubblewrap); this is {platform.system()}"
+    if shutil.which("bwrap") is None:
+        return "bubblewrap is not installed: run course_lib/grading/ensure_sandbox.sh (as root)"
+    probe = subprocess.run(
+        [*bwrap_argv(), "true"], capture_output=True, text=True, preexec_fn=_limit(Limits()), timeout=30
+    )
+    if probe.returncode:
+        return f"bubblewrap cannot make a sandbox here: {probe.stderr.strip()[:200]}"
+    return None
+
+
+def _environment_paths() -> list[Path]:
+    """What Python needs, read-only: the interpreter's prefix and the virtual environment's."""
+    paths = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}
+    paths.add(Path(sys.executable).resolve().parent.parent)
+    return sorted(p for p in paths if not str(p).startswith("/usr"))
+
+
+def python() -> Path:
+    """This environment's interpreter by a path the sandbox has (a symlinked .venv resolved)."""
+    inside = Path(sys.prefix).resolve() / "bin" / Path(sys.executable).name
+    return inside if inside.exists() else Path(sys.executable).resolve()
+
+
+def bwrap_argv() -> list[str]:
+    """bubblewrap's command line: a file system of read-only system files, the course's library and an
+    empty /tmp; no network, no view of other processes; killed with the grader. As root, bwrap makes the
+    namespaces itself and the worker then becomes ``nobody`` (setpriv, no capabilities left); as anyone
+    else, bwrap makes a user namespace too."""
+    root = os.getuid() == 0
+    unshare = ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    argv = ["bwrap", *(unshare if root else ["--unshare-all", "--cap-drop", "ALL"])]
+    argv += ["--die-with-parent", "--new-session"]
+    argv += [
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/tmp",
+    ]
+    for name in ("bin", "lib", "lib64", "sbin"):  # /bin -> /usr/bin on Debian: the links, kept
+        path = Path("/") / name
+        if path.is_symlink():
+            argv += ["--symlink", os.readlink(path), str(path)]
+        elif path.exists():
+            argv += ["--ro-bind", str(path), str(path)]
+    for name in (
+        "ld.so.cache",
+        "ld.so.conf",
+        "ld.so.conf.d",
+        "localtime",
+        "nsswitch.conf",
+        "passwd",
+        "group",
+    ):
+        if (Path("/etc") / name).exists():
+            argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    # the library and its data files, not notebooks/ (the course directory)
+    bound = [*_environment_paths(), ROOT / "course_lib", ROOT / "data"]
+    parents = sorted({str(a) for p in bound for a in p.parents if str(a) != "/"}, key=len)
+    for parent in parents:  # made here, traversable by nobody (bwrap's own would be root's, mode 0700)
+        argv += ["--perms", "0755", "--dir", parent]
+    for path in bound:
+        argv += ["--ro-bind", str(path), str(path)]
+    argv += ["--chdir", "/tmp", "--setenv", "HOME", "/tmp", "--setenv", "MPLCONFIGDIR", "/tmp"]
+    argv += ["--setenv", "PYTHONPATH", str(ROOT), "--setenv", "MPLBACKEND", "Agg", "--"]
+    if root:  # root is exempt from the process limit and may read anything: the worker is nobody
+        argv += ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--no-new-privs"]
+        argv += ["--inh-caps=-all", "--bounding-set=-all"]
+    return argv
+
+
+def _own_processes() -> int:
+    """How many tasks this user has now (the process limit counts them all, not only the sandbox's)."""
+    uid, count = os.getuid(), 0
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and entry.stat().st_uid == uid:
+                count += len(list((entry / "task").iterdir()))
+        except OSError:
+            continue
+    return count
+
+
+def _limit(limits: Limits):
+    """The function the child runs before bwrap: the limits, which the worker inherits."""
+    processes = limits.processes + (0 if os.getuid() == 0 else _own_processes())
+
+    def apply() -> None:
+        for kind, value in (
+            (resource.RLIMIT_AS, limits.memory_bytes), (resource.RLIMIT_CPU, limits.cpu_s),
+            (resource.RLIMIT_NPROC, processes), (resource.RLIMIT_FSIZE, limits.file_bytes),
+            (resource.RLIMIT_NOFILE, limits.open_files), (resource.RLIMIT_CORE, 0),
+        ):  # fmt: skip
+            resource.setrlimit(kind, (value, value))
+
+    return apply
+
+
+class _Output(threading.Thread):
+    """Reads the sandbox's stdout and stderr; keeps the first `cap` characters since the last take()."""
+
+    def __init__(self, stream, cap: int) -> None:
+        super().__init__(daemon=True)
+        self.stream, self.cap, self.kept, self.dropped = stream, cap, [], 0
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        for chunk in iter(lambda: self.stream.read1(65536), b""):
+            with self.lock:
+                room = self.cap - sum(len(k) for k in self.kept)
+                self.kept.append(chunk[: max(room, 0)].decode(errors="replace"))
+                self.dropped += max(len(chunk) - max(room, 0), 0)
+
+    def take(self) -> str:
+        with self.lock:
+            text, dropped = "".join(self.kept), self.dropped
+            self.kept, self.dropped = [], 0
+        return text + (f"\n... ({dropped} more characters of output not shown)\n" if dropped else "")
+
+
+@dataclass
+class Sandbox:
+    limits: Limits = field(default_factory=Limits)
+    gates: tuple[str, ...] = ()  # library functions ("module:qualname") a call may switch off
+    contained: bool = True  # False: the same worker process and limits, without bubblewrap
+    _cells: list[str] = field(default_factory=list)
+
+    def __enter__(self) -> Sandbox:
+        self._start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        reply_read, reply_write = os.pipe()
+        worker = [str(python()), "-m", "course_lib.grading.worker", str(reply_write)]
+        argv = [*(bwrap_argv() if self.contained else []), *worker]
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": "/tmp", "MPLBACKEND": "Agg"}
+        self._proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+            pass_fds=(reply_write,), preexec_fn=_limit(self.limits), start_new_session=True,
+            cwd="/tmp",
+        )  # fmt: skip
+        os.close(reply_write)
+        self._replies = os.fdopen(reply_read, "rb")
+        self._output = _Output(self._proc.stdout, self.limits.output_chars)
+        self._output.start()
+        self._request(
+            {"op": "gate", "functions": list(self.gates)}, timeout_s=max(self.limits.request_s, 120)
+        )
+
+    def close(self) -> None:
+        proc, self._proc = getattr(self, "_proc", None), None
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):  # its PID namespace, and all in it, go with it
+            os.killpg(proc.pid, 9)
+        proc.wait()
+        self._replies.close()
+
+    def _request(self, request: dict, timeout_s: float | None = None) -> dict:
+        """Send one request; its reply, or StudentError if the sandbox died or ran past the time."""
+        timeout_s = self.limits.request_s if timeout_s is None else timeout_s
+        try:
+            self._proc.stdin.write((json.dumps(request) + "\n").encode())
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return self._died("had already ended")
+        deadline = time.monotonic() + timeout_s
+        line = b""
+        while not line.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self._replies], [], [], max(left, 0))
+            if not ready:
+                self.close()
+                raise StudentError("TimeoutError", f"ran longer than {timeout_s:g} s and was stopped")
+            chunk = os.read(self._replies.fileno(), 1 << 20)
+            if not chunk:
+                return self._died("ended")
+            line += chunk
+        return json.loads(line)
+
+    def _died(self, how: str) -> dict:
+        self.close()
+        raise StudentError(
+            "SystemExit",
+            f"the process running your code {how}: os._exit, a crash or a limit (memory, CPU time) ended it",
+        )
+
+    def restart(self) -> None:
+        """A fresh sandbox with the cells run so far run again (their output and errors ignored); a cell
+        that ends the process even then is left out, of this replay and of later ones."""
+        self.close()
+        self._start()
+        kept = []
+        for code in self._cells:
+            try:
+                self._request({"op": "exec", "code": code})
+                kept.append(code)
+            except StudentError:
+                self._start()
+        self._cells = kept
+
+    def exec(self, code: str) -> tuple[str, dict | None, dict]:
+        """Run a cell: (printed output, error or None, {name: description})."""
+        if self._proc is None:
+            self.restart()
+        try:
+            reply = self._request({"op": "exec", "code": code})
+        except StudentError as err:  # the cell ended the process (or ran out of time): not replayed later
+            return self._output.take(), {"ename": err.ename, "evalue": err.evalue, "traceback": ""}, {}
+        self._cells.append(code)
+        return self._output.take(), reply.get("error"), reply.get("names", {})
+
+    def call(
+        self, name: str, args: tuple = (), kwargs: dict | None = None, off: dict[str, str] | None = None
+    ):
+        """The student's `name`(*args, **kwargs) with the gates in `off` closed: its value, rebuilt here."""
+        if self._proc is None:
+            self.restart()
+        request = {
+            "op": "call",
+            "name": name,
+            "args": plain.encode(tuple(args)),
+            "kwargs": plain.encode(kwargs or {}),
+        }
+        reply = self._request(request | {"off": off or {}})
+        self._output.take()  # what a graded call prints is not shown (it could carry a hidden case)
+        if not reply.get("ok"):
+            error = reply.get("error") or {}
+            raise StudentError(str(error.get("ename", "Error"))[:40], str(error.get("evalue", ""))[:2000])
+        return plain.decode(reply["value"])
