@@ -76,7 +76,10 @@ lint: $(SETUP)
 unit: $(SETUP)
 	@bash tests/browser/ensure_browser.sh
 	@bash tests/ensure_iproute2.sh
-	$(BIN)/python -m pytest -q tests
+	@# three processes, so that no test can leave state (threads, handlers, imports) to the others
+	$(BIN)/python -m pytest -q tests/browser
+	$(BIN)/python -m pytest -q tests --ignore=tests/browser -m processes
+	$(BIN)/python -m pytest -q tests --ignore=tests/browser -m "not processes"
 
 notebooks: $(SETUP)
 	$(BIN)/python -m pytest -q --nbval-lax --nbval-current-env -p no:randomly notebooks

@@ -213,7 +213,7 @@ class DashboardView:
             arg=[self.summary.element_handle(), summary_before],
             timeout=WIDGET_TIMEOUT_MS,
         )
-        for _ in range(100):  # the image and the HTML are two widget messages: let the image land too
+        for _ in range(WIDGET_TIMEOUT_MS // 100):  # the image and the HTML come as two messages: both
             chart = self.chart()
             if chart != chart_before:
                 break
