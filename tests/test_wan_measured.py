@@ -101,7 +101,8 @@ def test_a_bad_built_schedule_is_refused_with_the_value_named(schedule, kwargs, 
 @pytest.fixture(scope="module")
 def wan():
     # 5 steps: the first is warm-up, the medians of the other 4 shrug off a step a busy machine slowed
-    e = WanExperiment(n_layers=32, p=2, m=8, latencies_s=(0.0, 0.02, 0.08), aware_latency_s=0.02, steps=5)
+    # 64 blocks: t_f + t_b stays above 2L / 7 on a quiet machine too (with 32 a fast one needed k = 8)
+    e = WanExperiment(n_layers=64, p=2, m=8, latencies_s=(0.0, 0.02, 0.08), aware_latency_s=0.02, steps=5)
     return run_wan_experiment(e)
 
 
