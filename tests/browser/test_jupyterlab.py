@@ -209,7 +209,7 @@ class DashboardView:
     def wait_for_change(self, summary_before: str, chart_before: tuple) -> tuple[str, tuple]:
         """Wait until both the printed figures and the chart differ from before; return the new ones."""
         self.page.wait_for_function(
-            "([el, before]) => el.textContent !== before",
+            "([el, before]) => el.innerText !== before",  # innerText: what inner_text() returned before
             arg=[self.summary.element_handle(), summary_before],
             timeout=WIDGET_TIMEOUT_MS,
         )
