@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 import torch
 
@@ -25,3 +27,12 @@ def _temp_dir_per_session(tmp_path_factory):
     tempfile.tempdir = str(tmp_path_factory.mktemp("tmp"))
     yield
     tempfile.tempdir = before
+
+
+@pytest.fixture(autouse=True)
+def _default_ctrl_c():
+    """Every test starts with Python's own Ctrl-C handler. A library run in-process may leave SIGINT
+    ignored (jupyter_core's launcher ignores it around the commands it runs); then ``interrupt_main``
+    does nothing and a child process inherits the ignored signal, and tests of stopping would hang."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
