@@ -47,13 +47,6 @@ def _alive_in_session(sid: int) -> list[int]:
     return alive
 
 
-def _as_from_a_terminal() -> None:
-    """A command typed in a shell starts with Ctrl-C's default action. An ignored SIGINT is inherited
-    across exec, and a library earlier in this pytest process may have left it ignored (jupyter_core's
-    launcher does so around the commands it runs): the child must not inherit that."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 class Run:
     """`python -m course_lib train ARGS` in a session of its own; stderr read as it comes."""
 
@@ -62,9 +55,8 @@ class Run:
         command = [sys.executable, "-m", "course_lib", "train", *args]
         self.tmp_path, self.err = tmp_path, ""
         self.proc = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True,
-            preexec_fn=_as_from_a_terminal,
-        )  # fmt: skip
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True
+        )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
