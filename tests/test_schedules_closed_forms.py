@@ -47,7 +47,8 @@ def test_closed_forms_equal_the_simulator_exactly_where_they_hold(name):
                 assert tl.bubble_fraction != pytest.approx(formula, abs=1e-9), (p, m, v, f, i, w)
             peak = max(tl.peak_inflight(d) for d in range(p))
             assert info.peak.holds(case) and peak == info.peak.value(case), (p, m, v, f, i, w)
-    assert held > (150 if info.fixed_virtual else 250)  # a good part of the grid was really compared
+    # a good part of the grid was really compared (V-Min's and V-Half's forms: at F = I = W only)
+    assert held > {"v-min": 90, "v-half": 80}.get(name, 150 if info.fixed_virtual else 250)
 
 
 def test_the_bubble_forms_assume_equal_stages_and_free_links():

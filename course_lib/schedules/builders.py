@@ -1,7 +1,7 @@
 """The registry of every schedule, with what derives from it, and ``build_schedule`` by name.
 
 Each entry names its builder (``basic.py``: naive, GPipe, 1F1B; ``interleaved.py``, ``looped.py``,
-``zero_bubble.py``, ``v_shape.py``, ``latency_aware.py``), its closed-form bubble and peak in flight with
+``zero_bubble.py``, ``v_shape.py``, ``controllable_memory.py``, ``latency_aware.py``), its closed-form bubble and peak in flight with
 the range where each holds (``closed_forms.py``), its paper and its PyTorch class.
 
 Try it::
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from course_lib.errors import require
-from course_lib.schedules import closed_forms, v_shape, zero_bubble
+from course_lib.schedules import closed_forms, controllable_memory, v_shape, zero_bubble
 from course_lib.schedules.basic import LIMITS, check_sizes, gpipe, naive, one_f_one_b, within_limit
 from course_lib.schedules.closed_forms import ClosedForm
 from course_lib.schedules.interleaved import interleaved_1f1b
@@ -238,6 +238,25 @@ register(
     ),
     "dualpipev",
 )
+
+
+# ---- V-Min, V-Half (course_lib/schedules/controllable_memory.py): the V with less memory ----
+_CM = controllable_memory
+for _name, _label, _build, _share, _bubble, _peak in (
+    ("v-min", "V-Min", _CM.v_min, "a third", _CM.V_MIN_BUBBLE, _CM.V_MIN_PEAK),
+    ("v-half", "V-Half", _CM.v_half, "half", _CM.V_HALF_BUBBLE, _CM.V_HALF_PEAK),
+):
+    register(
+        ScheduleInfo(
+            _name, _build,
+            f"ZB-V's V placement with a tighter building block: about {_share} of 1F1B's activation memory, "
+            "a longer fill and drain; no steady-state gap only at F = I = W",
+            f"{_V_SIZES}; any m >= 1", _bubble, _peak,
+            f"{_label} (Qi et al. 2024, Pipeline Parallelism with Controllable Memory, arXiv 2405.15362)",
+            uses_virtual=True, fixed_virtual=v_shape.V_STAGES_PER_DEVICE,
+        ),
+        _name.replace("-", ""),
+    )
 
 
 # ---- ZB-1p / ZB-2p: the automatic scheduler's result at equal costs (schedules/zero_bubble.py) ----
