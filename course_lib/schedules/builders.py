@@ -1,8 +1,9 @@
 """The registry of every schedule, with what derives from it, and ``build_schedule`` by name.
 
 Each entry names its builder (``basic.py``: naive, GPipe, 1F1B; ``interleaved.py``, ``looped.py``,
-``zero_bubble.py``, ``v_shape.py``, ``controllable_memory.py``, ``latency_aware.py``), its closed-form bubble and peak in flight with
-the range where each holds (``closed_forms.py``), its paper and its PyTorch class.
+``zero_bubble.py``, ``v_shape.py``, ``controllable_memory.py``, ``latency_aware.py``), its closed-form
+bubble and peak in flight with the range where each holds (``closed_forms.py``), its paper and its
+PyTorch class.
 
 Try it::
 
