@@ -1,6 +1,7 @@
 """The automatic scheduler on a V (two stages per device, stage s and 2p-1-s on device s): valid,
-timed as the simulator times it, within its memory limit, never worse than ZB-V, and PyTorch's loader
-takes its CSV. Trained for real in tests/test_zero_bubble_frontier_training.py."""
+timed as the simulator times it, within its memory limit, never worse than ZB-V, V-Half or V-Min at
+their memory, and PyTorch's loader takes its CSV. Trained for real in
+tests/test_zero_bubble_frontier_training.py."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from course_lib.costs import StageCosts
 from course_lib.errors import CourseError
 from course_lib.links import Link
 from course_lib.schedules.builders import build_schedule
+from course_lib.schedules.controllable_memory import v_half_memory, v_min_memory
 from course_lib.schedules.ir import Schedule
 from course_lib.schedules.torch_csv import read_csv, write_csv
 from course_lib.schedules.torch_orders import torch_schedule
@@ -45,13 +47,17 @@ def test_every_v_plan_is_valid_within_its_limit_and_timed_as_the_simulator_times
                 assert max(tl.peak_inflight(d) for d in range(p)) / 2 <= limit + 1e-9, (p, m, limit)
 
 
-def test_never_worse_than_zb_v_at_its_memory():
+@pytest.mark.parametrize("name, memory", [("zb-v", lambda p: p), ("v-half", v_half_memory),
+                                          ("v-min", v_min_memory)])  # fmt: skip
+def test_never_worse_than_the_handcrafted_v_at_its_memory(name, memory):
     for p, m, costs, comm in grid():
+        if name != "zb-v" and (p < 3 or m < p):  # V-Min, V-Half: p >= 3 and m >= p only, to keep it short
+            continue
         links = Link(latency_s=comm)
-        zb_v = simulate(build_schedule("zb-v", p, m), costs, links=links).makespan
-        ours = azb.auto_zero_bubble(p, m, min(p, m), costs, comm, placement="v")
+        hand = simulate(build_schedule(name, p, m), costs, links=links).makespan
+        ours = azb.auto_zero_bubble(p, m, min(memory(p), m), costs, comm, placement="v")
         assert ours.stage_to_device == v_placement(p)
-        assert simulate(ours, costs, links=links).makespan <= zb_v + 1e-9, (p, m, costs, comm)
+        assert simulate(ours, costs, links=links).makespan <= hand + 1e-9, (p, m, costs, comm)
 
 
 def test_less_memory_costs_bubble_on_a_v_too():

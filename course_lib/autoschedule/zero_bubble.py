@@ -26,7 +26,8 @@ never worse than them at the same memory.
 2p-1-s on device s, as ZB-V), each half a device's layers. On a V a device keeps room for a micro-batch's
 second-stage forward before it starts its first-stage one: a device full of first-stage forwards could
 not take the second stage's, and no backward could start (a deadlock). The handcrafted schedule it is
-compared with there is ZB-V (fits ``limit >= min(p, m)``).
+compared with there are ZB-V (fits ``limit >= min(p, m)``), V-Half and V-Min (``(p+2)//2`` and
+``(p+4)//3``, schedules/controllable_memory.py), each where it fits.
 
 **Memory.** Counted in micro-batches of a device's layers (one stage's micro-batch is 1/2 on a V). A
 micro-batch counts 1 from its F's start to its I's end, then ``w_memory`` until its W
@@ -54,6 +55,7 @@ from course_lib.costs import StageCosts
 from course_lib.errors import require
 from course_lib.links import per_boundary
 from course_lib.schedules.basic import check_sizes
+from course_lib.schedules.controllable_memory import v_half, v_half_memory, v_min, v_min_memory
 from course_lib.schedules.ir import Schedule
 from course_lib.schedules.v_shape import v_placement, zb_v
 from course_lib.schedules.zero_bubble import zb_h1, zb_h2
@@ -107,14 +109,15 @@ def auto_zero_bubble(
     "stage-span" (the Zero Bubble paper's cost: the longest time from a device's first action to its
     last). `placement`: "line" (stage d on device d) or "v" (2p stages in a V, each half a device's
     layers: give one stage's costs). Never worse than the handcrafted schedules of the same placement
-    that fit the limit: ZB-H1 / ZB-H2, or ZB-V (module docstring)."""
+    that fit the limit: ZB-H1 / ZB-H2, or ZB-V / V-Half / V-Min (module docstring)."""
     require(objective in OBJECTIVES, f"objective must be one of {OBJECTIVES}, got {objective!r}")
     pb = problem(n_devices, n_microbatches, memory_limit, costs, comm, w_memory, placement)
     best = best_plan(pb, objective)
     found = Schedule(name, pb.n_stages, pb.m, best.orders(), list(pb.stage_device), split_backward=True)
     p, m = pb.p, pb.m
     line = ((zb_h1, min(p, m)), (zb_h2, min(2 * p - 1, m)))
-    handcrafted = ((zb_v, min(p, m)),) if placement == "v" else line
+    v = ((zb_v, min(p, m)), (v_half, min(v_half_memory(p), m)), (v_min, min(v_min_memory(p), m)))
+    handcrafted = v if placement == "v" else line
     seeds = [replace(s(p, m), name=name) for s, need in handcrafted if memory_limit >= need]
     if not seeds:
         return found

@@ -19,7 +19,6 @@ Try it::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,6 +28,7 @@ from course_lib.costs import StageCosts
 from course_lib.links import Link
 from course_lib.schedules.basic import one_f_one_b
 from course_lib.schedules.builders import build_schedule
+from course_lib.schedules.controllable_memory import v_half_memory, v_min_memory  # noqa: F401 (lesson 10)
 from course_lib.schedules.ir import Schedule
 from course_lib.simulator import simulate
 from course_lib.timeline import Timeline
@@ -153,25 +153,16 @@ def _point(label: str, sched: Schedule, costs: StageCosts, comm: float, m: int, 
     return FrontierPoint(label, limit, peak, tl.makespan, tl.bubble_fraction, paper)
 
 
-HANDCRAFTED = (("1F1B", "1f1b"), ("ZB-H1", "zb-h1"), ("ZB-H2", "zb-h2"), ("ZB-V", "zb-v"))
+HANDCRAFTED = (("1F1B", "1f1b"), ("ZB-H1", "zb-h1"), ("ZB-H2", "zb-h2"), ("ZB-V", "zb-v"), ("V-Min", "v-min"),
+               ("V-Half", "v-half"))  # fmt: skip
 LINE, V = "automatic, one stage per device", "automatic, V (two stages per device)"
-
-
-def v_min_memory(p: int) -> float:
-    """V-Min's activation memory, in micro-batches of a device's layers: (p+4)/3 against 1F1B's p (Qi et
-    al. 2024, "Pipeline Parallelism with Controllable Memory", arXiv 2405.15362; the authors' summary)."""
-    return (p + 4) / 3
-
-
-def v_half_memory(p: int) -> float:
-    """V-Half's: (p+2)/2 (same source)."""
-    return (p + 2) / 2
 
 
 def frontier(p: int, m: int, costs: StageCosts, comm: float = 0.0):
     """(handcrafted points, {curve name: points}) for p devices, m micro-batches, a device's `costs`
-    and `comm` seconds per message. One stage per device: the limit from p (1F1B's) to 2p; on a V
-    (each stage half a device): from V-Min's memory to p."""
+    and `comm` seconds per message. Handcrafted points: 1F1B, ZB-H1, ZB-H2, and on a V ZB-V, V-Min and
+    V-Half (schedules/controllable_memory.py). Curves, one stage per device: the limit from p (1F1B's)
+    to 2p; on a V (each stage half a device): from V-Min's memory to p."""
     points = []
     for label, name in HANDCRAFTED:
         sched = build_schedule(name, p, m)
@@ -183,15 +174,14 @@ def frontier(p: int, m: int, costs: StageCosts, comm: float = 0.0):
     line = [_point(LINE, auto_zero_bubble(p, m, lim, costs, comm), costs, comm, m, lim)
             for lim in range(p, 2 * p + 1)]  # fmt: skip
     half = costs.per_virtual_stage(2)
-    v_limits = sorted({v_min_memory(p), v_half_memory(p), *range(math.ceil(v_min_memory(p)), p + 1)})
     v = [_point(V, auto_zero_bubble(p, m, lim, half, comm, placement="v"), costs, comm, m, lim)
-         for lim in v_limits]  # fmt: skip
+         for lim in range(v_min_memory(p), p + 1)]  # fmt: skip
     return points, {LINE: line, V: v}
 
 
 def plot_frontier(points: Sequence[FrontierPoint], curves: dict[str, list[FrontierPoint]], title: str = ""):
-    """Bubble (makespan definition) against peak memory: handcrafted points, the automatic curves, and
-    V-Min's and V-Half's memory marked."""
+    """Bubble (makespan definition) against peak memory: handcrafted points (V-Min and V-Half among
+    them) and the automatic curves."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4.4))
@@ -200,10 +190,6 @@ def plot_frontier(points: Sequence[FrontierPoint], curves: dict[str, list[Fronti
                 label=f"{label}: one memory limit per dot")  # fmt: skip
     for k, pt in enumerate(points):
         ax.plot(pt.peak, pt.makespan_rate * 100, "s", ms=9, color=f"C{k + len(curves)}", label=pt.label)
-    p = max(pt.peak for pt in points if pt.label == "1F1B")
-    for x, name in ((v_min_memory(round(p)), "V-Min's memory"), (v_half_memory(round(p)), "V-Half's memory")):
-        ax.axvline(x, color="0.5", ls=":", lw=1)
-        ax.annotate(name, (x, ax.get_ylim()[1]), rotation=90, va="top", ha="right", fontsize=7, color="0.3")
     ax.set_xlabel("peak activations held on the busiest device (micro-batches of a device's layers)")
     ax.set_ylabel("bubble: idle share of the step (%)")
     ax.grid(alpha=0.3)

@@ -97,6 +97,16 @@ def v_half(n_devices: int, n_microbatches: int, virtual: int = V_STAGES_PER_DEVI
 
 
 # ---- closed forms (registered in builders.py beside the others of closed_forms.py) ----------------
+def v_min_memory(p: int) -> int:
+    """V-Min's peak activations, in micro-batches of a device's layers: (p+4)//3 (1F1B: p)."""
+    return (p + 4) // 3
+
+
+def v_half_memory(p: int) -> int:
+    """V-Half's: (p+2)//2."""
+    return (p + 2) // 2
+
+
 def v_min_idle_slots(p: int) -> int:
     """V-Min's idle slots per device at equal costs (p >= 2, m >= 2)."""
     return 4 * p - 5 + (2 if p % 3 == 0 and p >= 6 else 0)
@@ -132,12 +142,12 @@ V_HALF_BUBBLE = closed_forms._bubble(
     "this block's exact idle, found with the simulator",
 )
 V_MIN_PEAK = ClosedForm(
-    "min(2m, 2*((p+4)//3))", lambda c: min(2 * c.m, 2 * ((c.p + 4) // 3)), closed_forms._always,
+    "min(2m, 2*((p+4)//3))", lambda c: min(2 * c.m, 2 * v_min_memory(c.p)), closed_forms._always,
     "any p, m; in stages' micro-batches (each half a device's layers): (p+4)//3 of a device's",
     source=f"{_PAPER}: (p+4)//3 micro-batches against 1F1B's p (the authors' summary)",
 )
 V_HALF_PEAK = ClosedForm(
-    "min(2m, 2*((p+2)//2))", lambda c: min(2 * c.m, 2 * ((c.p + 2) // 2)), closed_forms._always,
+    "min(2m, 2*((p+2)//2))", lambda c: min(2 * c.m, 2 * v_half_memory(c.p)), closed_forms._always,
     "any p, m; in stages' micro-batches (each half a device's layers): (p+2)//2 of a device's",
     source=f"{_PAPER}: (p+2)//2 micro-batches against 1F1B's p (the authors' summary)",
 )
