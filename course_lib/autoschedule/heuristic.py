@@ -88,15 +88,21 @@ class _Device:
         self.order: list[tuple[int, Kind, int]] = []
 
 
+F, I, W = Kind.F, Kind.I, Kind.W  # noqa: E741 (bound once: the loops below are the scheduler's hot path)
+
+
 class Run:
-    """One run of the heuristic: decisions in time order over all devices, as the simulator plays them."""
+    """One run of the heuristic: decisions in time order over all devices, as the simulator plays them.
+
+    Per-kind state is kept in plain lists (``next_f``, ``next_i``), not dicts keyed by Kind: the
+    scheduler makes a few hundred thousand decisions at p = 32, m = 256 (bench/bench_auto_scheduler.py)."""
 
     def __init__(self, pb: Problem, sw: Switches):
         self.pb, self.sw, n, m = pb, sw, pb.n_stages, pb.m
         self.n, self.where = n, pb.stage_device
-        self.cost = {Kind.F: pb.f, Kind.I: pb.i, Kind.W: pb.w}
+        self.cost = {F: pb.f, I: pb.i, W: pb.w}
         self.unit = pb.p / n  # one stage's micro-batch, in micro-batches of a device's layers
-        self.next = {kind: [0] * n for kind in (Kind.F, Kind.I)}
+        self.next_f, self.next_i = [0] * n, [0] * n  # next micro-batch of each stage's F and I
         self.f_end = [[INF] * m for _ in range(n)]
         self.f_arrive = [[INF] * m for _ in range(n)]  # F(s, k)'s output at stage s+1's device
         self.i_arrive = [[INF] * m for _ in range(n)]  # I(s, k)'s output at stage s-1's device
@@ -106,9 +112,10 @@ class Run:
 
     def play(self, give_up_after: float = INF) -> Plan | None:
         """Run to the end; None if the step will be longer than `give_up_after` (it cannot win)."""
-        while self.heap:
-            t, d = heapq.heappop(self.heap)
-            if t != self.devs[d].wake:
+        heap, devs = self.heap, self.devs
+        while heap:
+            t, d = heapq.heappop(heap)
+            if t != devs[d].wake:
                 continue  # a stale entry: the device was woken sooner by a message
             if t > give_up_after:
                 return None
@@ -119,8 +126,8 @@ class Run:
                 self._run(d, t, *act)
         stuck = [d for d in range(self.pb.p) if self.left[d]]
         require(not stuck, f"auto_zero_bubble: devices {stuck} never finished (memory_limit {self.pb.limit})")
-        span = max(dev.free - (dev.first or 0.0) for dev in self.devs)
-        return Plan([dev.order for dev in self.devs], max(dev.free for dev in self.devs), span)
+        span = max(dev.free - (dev.first or 0.0) for dev in devs)
+        return Plan([dev.order for dev in devs], max(dev.free for dev in devs), span)
 
     def _wait(self, d: int, until: float, now: float) -> None:
         dev = self.devs[d]
@@ -139,22 +146,22 @@ class Run:
         finish = t + self.cost[kind][s]
         dev.order.append((s, kind, k))
         dev.first = t if dev.first is None else dev.first
-        if kind is Kind.F:
-            self.next[Kind.F][s], dev.held, dev.last_was_i = k + 1, dev.held + self.unit, False
+        if kind is F:
+            self.next_f[s], dev.held, dev.last_was_i = k + 1, dev.held + self.unit, False
             if dev.lower is not None:  # the earlier stage keeps room for the later one's forward
                 dev.reserved += self.unit if s == dev.lower else -self.unit
             self.f_end[s][k] = finish
             if s < n - 1:
                 self.f_arrive[s][k] = finish + pb.comm[s]
-                if self.next[Kind.F][s + 1] == k:
+                if self.next_f[s + 1] == k:
                     self._notify(self.where[s + 1], self.f_arrive[s][k])
-        elif kind is Kind.I:
-            self.next[Kind.I][s], dev.last_was_i = k + 1, True
+        elif kind is I:
+            self.next_i[s], dev.last_was_i = k + 1, True
             dev.held -= self.unit * (1 - pb.w_memory)
             dev.pending_w.append((s, k))
             if s > 0:
                 self.i_arrive[s][k] = finish + pb.comm[s - 1]
-                if self.next[Kind.I][s - 1] == k:
+                if self.next_i[s - 1] == k:
                     self._notify(self.where[s - 1], self.i_arrive[s][k])
         else:
             dev.pending_w.popleft()
@@ -164,40 +171,50 @@ class Run:
         if self.left[d]:
             heapq.heappush(self.heap, (finish, d))
 
-    def _input_at(self, s: int, t: float, kind: Kind, k: int) -> tuple[float, bool]:
-        """When the input of (kind, k) on stage s arrives, and whether that is known; if not, a lower
-        bound (the neighbour has not started the action that makes it)."""
-        pb = self.pb
-        if kind is Kind.F:
-            if s == 0:
-                return 0.0, True
-            known, nb, cost, link = self.f_arrive[s - 1][k], s - 1, pb.f[s - 1], pb.comm[s - 1]
-        else:
-            own = self.f_end[s][k]
-            if s == self.n - 1:
-                return own, True
-            known, nb, cost, link = max(self.i_arrive[s + 1][k], own), s + 1, pb.i[s + 1], pb.comm[s]
-        if known < INF:
-            return known, True
-        if kind is Kind.I and self.next[Kind.F][self.n - 1] <= k:
-            return INF, False  # its forward has not reached the last stage: no backward under way yet
+    def _estimate(self, s: int, nb: int, t: float, cost: float, link: float) -> tuple[float, bool]:
+        """An input not sent yet: unknown if its maker `nb` is on this device (which has yet to choose
+        to make it), else a lower bound: the maker starts it when it is next free."""
         if self.where[nb] == self.where[s]:
-            return INF, False  # made on this device, which has yet to choose to make it
+            return INF, False
         return max(self.devs[self.where[nb]].free, t) + cost + link, False
 
+    def _forward_input(self, s: int, t: float, k: int) -> tuple[float, bool]:
+        """When F(s, k)'s input arrives, and whether that is known (else a lower bound)."""
+        if s == 0:
+            return 0.0, True
+        known = self.f_arrive[s - 1][k]
+        if known < INF:
+            return known, True
+        return self._estimate(s, s - 1, t, self.pb.f[s - 1], self.pb.comm[s - 1])
+
+    def _backward_input(self, s: int, t: float, k: int) -> tuple[float, bool]:
+        """When I(s, k)'s input arrives (and its own forward has ended), and whether that is known."""
+        own = self.f_end[s][k]
+        if s == self.n - 1:
+            return own, True
+        known = max(self.i_arrive[s + 1][k], own)
+        if known < INF:
+            return known, True
+        if self.next_f[self.n - 1] <= k:
+            return INF, False  # its forward has not reached the last stage: no backward under way yet
+        return self._estimate(s, s + 1, t, self.pb.i[s + 1], self.pb.comm[s])
+
     def _candidates(self, d: int, t: float, kind: Kind) -> tuple[int | None, float, list[float]]:
-        """The first of device d's stages whose next `kind` may run now (None: none), the earliest time
-        any of them may, and the arrival times that are known and still to come."""
-        dev, m, nxt, forwards = self.devs[d], self.pb.m, self.next[kind], self.next[Kind.F]
+        """The first of device d's stages whose next `kind` (F or I) may run now (None: none), the
+        earliest time any of them may, and the arrival times that are known and still to come."""
+        dev, forwards = self.devs[d], kind is F
+        nxt, limit = (self.next_f, None) if forwards else (self.next_i, self.next_f)
+        input_at = self._forward_input if forwards else self._backward_input
         ready, soonest, known = None, INF, []
         for s in dev.stages:
             k = nxt[s]
-            if k >= (forwards[s] if kind is Kind.I else m):
+            if k >= (self.pb.m if limit is None else limit[s]):
                 continue  # an I whose forward has not run, or no forward left
-            if kind is Kind.F and not self._room_for_forward(dev, s):
+            if forwards and not self._room_for_forward(dev, s):
                 continue
-            at, ok = self._input_at(s, t, kind, k)
-            soonest = min(soonest, at)
+            at, ok = input_at(s, t, k)
+            if at < soonest:
+                soonest = at
             if ok and at <= t and ready is None:
                 ready = s
             elif ok and at > t:
@@ -215,21 +232,21 @@ class Run:
         """Device d is free at t: the action to run now, or None and when to look again (INF: when a
         neighbour sends what it waits for)."""
         dev, sw = self.devs[d], self.sw
-        i_stage, i_at, i_known = self._candidates(d, t, Kind.I)
+        i_stage, i_at, i_known = self._candidates(d, t, I)
         if i_stage is not None and not dev.last_was_i:  # one F, one I in turn: an I now, whatever F does
-            return (i_stage, Kind.I, self.next[Kind.I][i_stage]), t
-        f_stage, f_at, f_known = self._candidates(d, t, Kind.F)
+            return (i_stage, I, self.next_i[i_stage]), t
+        f_stage, f_at, f_known = self._candidates(d, t, F)
         if f_stage is not None and not (sw.delay_i or dev.last_was_i or i_at >= t + self.pb.f[f_stage]):
             f_stage = None  # it would delay an I that is about to arrive
         if i_stage is not None and (f_stage is None or not dev.last_was_i):  # one F, one I in turn
-            return (i_stage, Kind.I, self.next[Kind.I][i_stage]), t
+            return (i_stage, I, self.next_i[i_stage]), t
         if f_stage is not None:
-            return (f_stage, Kind.F, self.next[Kind.F][f_stage]), t
+            return (f_stage, F, self.next_f[f_stage]), t
         if dev.pending_w:
             s, k = dev.pending_w[0]
-            done = all(self.next[Kind.I][x] == self.pb.m for x in dev.stages)
+            done = all(self.next_i[x] == self.pb.m for x in dev.stages)
             if min(i_at, f_at) - t >= sw.fill * self.pb.w[s] or done:
-                return (s, Kind.W, k), t
+                return (s, W, k), t
         return None, min(i_known + f_known, default=INF)
 
 
