@@ -100,7 +100,6 @@ class Run:
     def __init__(self, pb: Problem, sw: Switches):
         self.pb, self.sw, n, m = pb, sw, pb.n_stages, pb.m
         self.n, self.where = n, pb.stage_device
-        self.cost = {F: pb.f, I: pb.i, W: pb.w}
         self.unit = pb.p / n  # one stage's micro-batch, in micro-batches of a device's layers
         self.next_f, self.next_i = [0] * n, [0] * n  # next micro-batch of each stage's F and I
         self.f_end = [[INF] * m for _ in range(n)]
@@ -143,7 +142,7 @@ class Run:
 
     def _run(self, d: int, t: float, s: int, kind: Kind, k: int) -> None:
         pb, dev, n = self.pb, self.devs[d], self.n
-        finish = t + self.cost[kind][s]
+        finish = t + (pb.f[s] if kind is F else pb.i[s] if kind is I else pb.w[s])
         dev.order.append((s, kind, k))
         dev.first = t if dev.first is None else dev.first
         if kind is F:
