@@ -25,7 +25,7 @@ never worse than them at the same memory.
 **Placement.** ``placement="line"`` puts stage d on device d; ``"v"`` puts 2p stages in a V (stage s and
 2p-1-s on device s, as ZB-V), each half a device's layers. On a V a device keeps room for a micro-batch's
 second-stage forward before it starts its first-stage one: a device full of first-stage forwards could
-not take the second stage's, and no backward could start (a deadlock). The handcrafted schedule it is
+not take the second stage's, and no backward could start (a deadlock). The handcrafted schedules it is
 compared with there are ZB-V (fits ``limit >= min(p, m)``), V-Half and V-Min (``(p+2)//2`` and
 ``(p+4)//3``, schedules/controllable_memory.py), each where it fits.
 
