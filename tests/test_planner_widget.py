@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipywidgets as widgets
+import pytest
 
 from course_lib.planner import plan
 from course_lib.widgets.planner import PlannerWidget, planner_widget
@@ -35,11 +36,15 @@ def test_changing_gpus_batch_and_model_replans():
     assert f"d={best.d}" in _first_row(box)
 
 
-def test_choosing_another_row_redraws_its_chart():
+def test_choosing_another_row_redraws_its_chart_from_the_planners_own_timeline(monkeypatch):
+    import course_lib.widgets.planner as module
+
     box = planner_widget("megatron-145b", "a100-selene", gpus=64, global_batch=64)
     first = box.image.value
+    # rows the simulator re-ranked (the fastest three) keep its timeline: drawing one simulates nothing
+    monkeypatch.setattr(module, "pipeline_timeline", lambda *args: pytest.fail("simulated twice"))
     box.choice_dropdown.value = 1
-    assert box.chosen is box.result.layouts[1]
+    assert box.chosen is box.result.layouts[1] and box.chosen.timeline is not None
     assert box.image.value[:4] == b"\x89PNG" and box.image.value != first
 
 

@@ -26,7 +26,7 @@ import ipywidgets as widgets
 from matplotlib.figure import Figure
 
 from course_lib.planner import MODELS, cluster, plan
-from course_lib.planner.cost import pipeline_timeline
+from course_lib.planner.cost import pipeline_timeline, played_microbatches
 from course_lib.planner.enumerate import Plan, Planned
 from course_lib.plots import gantt_figsize, plot_timeline
 from course_lib.widgets.controls import Shown
@@ -104,13 +104,14 @@ class PlannerWidget(Shown, widgets.VBox):
         self.draw()
 
     def draw(self) -> None:
-        """The chosen layout's pipeline, simulated for one replica (at most 2p micro-batches)."""
+        """The chosen layout's pipeline, simulated for one replica (``played_microbatches``: at most 2p)."""
         chosen = self.chosen
         if chosen is None or self.result is None:
             return
         every = chosen.layout.microbatches(self.result.global_batch)
-        m = min(every, 2 * chosen.p)  # more only repeat the steady state, and draw too thin to read
-        tl = pipeline_timeline(self.result.shape, self.result.cluster, chosen.layout, m)
+        m = played_microbatches(chosen.layout, self.result.global_batch)
+        # the planner's own simulation of this row, when it re-ranked it (the fastest few)
+        tl = chosen.timeline or pipeline_timeline(self.result.shape, self.result.cluster, chosen.layout, m)
         fig = Figure(figsize=gantt_figsize(min(tl.n_devices, 16)), dpi=80)
         ax = fig.add_axes((0.1, 0.1, 0.62, 0.78))
         self.drawn = (
