@@ -56,6 +56,7 @@ def test_a_request_nothing_fits_shows_the_reason():
     # the last chart stays, and the reason says whose chart it is
     assert box.image.value == before != b""
     assert "still the last plan's: megatron-145b, 64 GPUs, batch 64: row 0" in box.table.value
+    assert "word-break:normal" in box.table.value  # the reason wraps between words, never inside one
 
 
 def test_one_change_draws_one_chart_and_memory_is_in_gib():

@@ -29,7 +29,7 @@ from course_lib.planner import MODELS, cluster, plan
 from course_lib.planner.cost import pipeline_timeline, played_microbatches
 from course_lib.planner.enumerate import Plan, Planned
 from course_lib.plots import gantt_figsize, plot_timeline
-from course_lib.widgets.controls import Shown
+from course_lib.widgets.controls import WRAP_AT_SPACES, Shown
 from course_lib.widgets.gantt_png import LABELLED_ACTIONS
 
 GPU_CHOICES = (8, 16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072)
@@ -89,7 +89,7 @@ class PlannerWidget(Shown, widgets.VBox):
             self.table_text = f"no plan: {err}"
             kept = f"<div>the chart below is still the last plan's: {html.escape(self.drawn)}</div>"
             self.table.value = (
-                f"<pre style='color:#D55E00; white-space:pre-wrap'>{html.escape(self.table_text)}</pre>"
+                f"<pre style='color:#D55E00; {WRAP_AT_SPACES}'>{html.escape(self.table_text)}</pre>"
                 + (kept if self.drawn else "")
             )  # fmt: skip
             return
