@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import ipywidgets as widgets
 import pytest
 
@@ -21,6 +23,12 @@ def test_widgets_are_attributes_and_the_table_is_the_libraries_plan():
     best = plan("megatron-145b", "a100-selene", 64, 64).best
     assert f"t={best.t} p={best.p} d={best.d} b={best.b} {best.schedule} v={best.v}" in _first_row(box)
     assert box.image.value[:4] == b"\x89PNG"
+    # the chart's title and colour key sit under it as HTML: what it shows, that it is simulated, and
+    # the shade of each of an interleaved layout's chunks
+    key = html.unescape(box.chart_key.value)
+    assert f"row 0: t={best.t} p={best.p}" in key and "(simulated)" in key and "source: simulated" in key
+    last_chunk = f"chunk {best.v - 1}: a device's stage {best.v} of {best.v}"
+    assert best.schedule == "interleaved-1f1b" and last_chunk in key
 
 
 def test_changing_gpus_batch_and_model_replans():
