@@ -81,8 +81,14 @@ unit: $(SETUP)
 	$(BIN)/python -m pytest -q tests --ignore=tests/browser -m processes
 	$(BIN)/python -m pytest -q tests --ignore=tests/browser -m "not processes"
 
+# Running every lesson changes no file git tracks and leaves none it would add (tests/test_git_pull.py):
+# `git status` after the run is what it was before (outside a git checkout, the run alone)
+GIT_STATUS := { git status --porcelain 2>/dev/null || true; }
 notebooks: $(SETUP)
+	@$(GIT_STATUS) > $(VENV)/.status-before-lessons
 	$(BIN)/python -m pytest -q --nbval-lax --nbval-current-env -p no:randomly notebooks
+	@$(GIT_STATUS) | diff $(VENV)/.status-before-lessons - \
+	  || { echo "running the lessons changed the files above (git status)"; exit 1; }
 
 test: lint unit notebooks
 

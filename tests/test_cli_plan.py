@@ -54,6 +54,9 @@ def test_text_table_and_gantt(capsys, tmp_path):
     assert main([*SMALL, "--top", "3", "--gantt", str(chart)]) == 0
     text = capsys.readouterr().out
     assert "megatron-145b" in text and "TFLOP/s" in text and "simulated" in text
+    head, first = text.splitlines()[1:3]  # memory in GiB, as everywhere in the course
+    best = plan("megatron-145b", "a100-selene", 64, 64).best
+    assert "memory GiB" in head and " GB " not in head and f"{best.memory_per_gpu_bytes / 2**30:.1f}" in first
     assert chart.read_bytes()[:4] == b"\x89PNG"
 
 

@@ -14,6 +14,8 @@ from course_lib.planner.cost import (
     boundary_link,
     dp_time,
     estimate,
+    pipeline_timeline,
+    played_microbatches,
     simulate_pipeline,
     tp_times,
 )
@@ -139,6 +141,27 @@ def test_the_simulator_agrees_with_the_closed_form_on_fast_links():
     assert simulated.simulated
     assert simulated.bubble_s == parts.bubble_s
     assert simulated.step_s == pytest.approx(parts.step_s, rel=0.01)
+
+
+def test_the_leaders_keep_the_timeline_their_step_came_from():
+    result = plan("megatron-145b", SELENE, gpus=512, global_batch=512)
+    leaders, rest = result.layouts[:3], result.layouts[3:]
+    assert all(x.parts.simulated and x.timeline is not None for x in leaders)
+    assert all(not x.parts.simulated and x.timeline is None for x in rest)
+    best = leaders[0]
+    m = played_microbatches(best.layout, 512)
+    assert m == min(best.layout.microbatches(512), 2 * best.p) and best.timeline.n_microbatches == m
+    again = pipeline_timeline(result.shape, SELENE, best.layout, m)
+    assert best.timeline.makespan == again.makespan and len(best.timeline.spans) == len(again.spans)
+    closed = estimate(result.shape, SELENE, best.layout, 512)
+    assert simulate_pipeline(result.shape, SELENE, best.layout, 512, closed) == best.parts
+
+
+def test_a_timeline_of_another_pipeline_is_refused():
+    layout, other = Layout(8, 8, 1, 1, "1f1b"), Layout(8, 4, 2, 1, "1f1b")
+    wrong = pipeline_timeline(T1, SELENE, other, played_microbatches(other, 64))
+    with pytest.raises(CourseError, match="plays 8 micro-batches on 4 devices; .* plays 16 on p = 8"):
+        simulate_pipeline(T1, SELENE, layout, 64, estimate(T1, SELENE, layout, 64), timeline=wrong)
 
 
 # --- published runs ------------------------------------------------------------------------------------

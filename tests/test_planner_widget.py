@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import html
+
 import ipywidgets as widgets
+import pytest
 
 from course_lib.planner import plan
 from course_lib.widgets.planner import PlannerWidget, planner_widget
@@ -20,6 +23,12 @@ def test_widgets_are_attributes_and_the_table_is_the_libraries_plan():
     best = plan("megatron-145b", "a100-selene", 64, 64).best
     assert f"t={best.t} p={best.p} d={best.d} b={best.b} {best.schedule} v={best.v}" in _first_row(box)
     assert box.image.value[:4] == b"\x89PNG"
+    # the chart's title and colour key sit under it as HTML: what it shows, that it is simulated, and
+    # the shade of each of an interleaved layout's chunks
+    key = html.unescape(box.chart_key.value)
+    assert f"row 0: t={best.t} p={best.p}" in key and "(simulated)" in key and "source: simulated" in key
+    last_chunk = f"chunk {best.v - 1}: a device's stage {best.v} of {best.v}"
+    assert best.schedule == "interleaved-1f1b" and last_chunk in key
 
 
 def test_changing_gpus_batch_and_model_replans():
@@ -35,11 +44,15 @@ def test_changing_gpus_batch_and_model_replans():
     assert f"d={best.d}" in _first_row(box)
 
 
-def test_choosing_another_row_redraws_its_chart():
+def test_choosing_another_row_redraws_its_chart_from_the_planners_own_timeline(monkeypatch):
+    import course_lib.widgets.planner as module
+
     box = planner_widget("megatron-145b", "a100-selene", gpus=64, global_batch=64)
     first = box.image.value
+    # rows the simulator re-ranked (the fastest three) keep its timeline: drawing one simulates nothing
+    monkeypatch.setattr(module, "pipeline_timeline", lambda *args: pytest.fail("simulated twice"))
     box.choice_dropdown.value = 1
-    assert box.chosen is box.result.layouts[1]
+    assert box.chosen is box.result.layouts[1] and box.chosen.timeline is not None
     assert box.image.value[:4] == b"\x89PNG" and box.image.value != first
 
 
@@ -51,6 +64,7 @@ def test_a_request_nothing_fits_shows_the_reason():
     # the last chart stays, and the reason says whose chart it is
     assert box.image.value == before != b""
     assert "still the last plan's: megatron-145b, 64 GPUs, batch 64: row 0" in box.table.value
+    assert "word-break:normal" in box.table.value  # the reason wraps between words, never inside one
 
 
 def test_one_change_draws_one_chart_and_memory_is_in_gib():

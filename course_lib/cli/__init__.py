@@ -1,4 +1,4 @@
-"""Command line: ``python -m course_lib <command> ...``.
+"""Command line: ``python -m course_lib <command> [flags]``.
 
 Each command lives in its own module with two functions, ``add_arguments(parser)`` and
 ``run(args) -> int``; this file only wires them together, so adding a command is one line in
@@ -22,12 +22,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schedule": ("course_lib.cli.schedule", "print a schedule's per-device orders (text or PyTorch CSV)"),
     "simulate": ("course_lib.cli.simulate", "simulate a schedule: time, bubble and memory per device"),
     "tp": ("course_lib.cli.tp", "tensor vs pipeline parallelism: message counts, latency sweep, measured TP"),
-    "plan": ("course_lib.cli.plan", "plan a run: rank layouts (t, p, d, b, schedule, v) by step time"),
+    "plan": ("course_lib.cli.plan", "plan a run: layouts (t, p, d, b, schedule, v), fastest step first"),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m course_lib", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m course_lib", description=as_help(__doc__.splitlines()[0])
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     formatter = argparse.RawDescriptionHelpFormatter  # --help shows each module's docstring as written
     for name, (module_name, help_text) in COMMANDS.items():

@@ -20,7 +20,7 @@ from course_lib.planner import CLUSTERS, MODELS, cluster, model, plan
 from course_lib.planner.enumerate import Plan, Planned
 
 COLUMNS = (
-    "  t   p     d   b  schedule          v  recompute  step s  TFLOP/s  MFU   memory GB  bubble  comm s"
+    "  t   p     d   b  schedule          v  recompute  step s  TFLOP/s  MFU  memory GiB  bubble  comm s"
 )
 
 
@@ -84,7 +84,7 @@ def _row(x: Planned) -> str:
     sim = "*" if x.parts.simulated else " "
     return (
         f"{x.t:3d} {x.p:3d} {x.d:5d} {x.b:3d}  {x.schedule:16s} {x.v:2d}  {str(x.recompute):9s} "
-        f"{x.step_s:7.2f}{sim} {x.tflops_per_gpu:7.1f}  {x.mfu:4.0%}  {x.memory_per_gpu_bytes / 1e9:9.1f}  "
+        f"{x.step_s:7.2f}{sim} {x.tflops_per_gpu:7.1f}  {x.mfu:4.0%}  {x.memory_per_gpu_bytes / 2**30:9.1f}  "
         f"{x.bubble_share:6.1%}  {comm:6.2f}"
     )
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from course_lib.errors import require
 from course_lib.links import Link, ring_all_reduce_s
 from course_lib.planner.clusters import Cluster
 from course_lib.planner.layout import Layout
@@ -109,9 +110,9 @@ def boundary_message_s(shape: ModelShape, cluster: Cluster, layout: Layout) -> f
     """One micro-batch's boundary message, one way, on the slowest boundary (0 without a pipeline)."""
     if layout.p == 1:
         return 0.0
-    return max(
-        link.transfer_time(boundary_bytes(shape, layout.b)) for link in boundary_links(cluster, layout)
-    )
+    nbytes = boundary_bytes(shape, layout.b)
+    distinct = {id(link): link for link in boundary_links(cluster, layout)}  # a few among p*v - 1
+    return max(link.transfer_time(nbytes) for link in distinct.values())
 
 
 def dp_time(shape: ModelShape, cluster: Cluster, layout: Layout) -> float:
@@ -146,18 +147,32 @@ def pipeline_timeline(shape: ModelShape, cluster: Cluster, layout: Layout, m: in
     return simulate_named(layout.schedule, layout.p, m, layout.v, share, nbytes, links)
 
 
+def played_microbatches(layout: Layout, global_batch: int) -> int:
+    """The micro-batches the simulator plays for a layout: all m, but at most 2p (a multiple of p, as
+    interleaving wants). More only repeat the steady state, and draw too thin to read."""
+    return min(layout.microbatches(global_batch), 2 * layout.p)
+
+
 def simulate_pipeline(
-    shape: ModelShape, cluster: Cluster, layout: Layout, global_batch: int, parts: Parts
-) -> Parts:
-    """`parts` with bubble and boundary time from the simulator. It plays at most 2p micro-batches
-    (a multiple of p, as interleaving wants) and adds one steady-state slot, f + b, per micro-batch
-    beyond: with equal stages each extra micro-batch lengthens the makespan by exactly that (the
-    closed forms' m*(f+b)/(1-bubble) grows the same way), and it keeps the simulation well under a
-    second for p = 64."""
+    shape: ModelShape, cluster: Cluster, layout: Layout, global_batch: int, parts: Parts,
+    timeline: Timeline | None = None,
+) -> Parts:  # fmt: skip
+    """`parts` with bubble and boundary time from the simulator. It plays `played_microbatches` and
+    adds one steady-state slot, f + b, per micro-batch beyond: with equal stages each extra
+    micro-batch lengthens the makespan by exactly that (the closed forms' m*(f+b)/(1-bubble) grows
+    the same way), and it keeps the simulation well under a second for p = 64. `timeline`: that
+    simulation, when the caller has it already (``pipeline_timeline`` for the played micro-batches)."""
     m = layout.microbatches(global_batch)
-    played = min(m, 2 * layout.p)
+    played = played_microbatches(layout, global_batch)
+    if timeline is None:
+        timeline = pipeline_timeline(shape, cluster, layout, played)
+    require(
+        timeline.n_microbatches == played and timeline.n_devices == layout.p,
+        f"the timeline given plays {timeline.n_microbatches} micro-batches on {timeline.n_devices} "
+        f"devices; this layout's simulation plays {played} on p = {layout.p}",
+    )
     slot = (parts.compute_s + parts.tp_s) / m
-    makespan = pipeline_timeline(shape, cluster, layout, played).makespan + (m - played) * slot
+    makespan = timeline.makespan + (m - played) * slot
     idle = makespan - m * slot  # the schedule's bubble plus what the links add in fill and drain
     blocking = 2 * m * layout.v * boundary_message_s(shape, cluster, layout)
     return replace(parts, boundary_s=max(0.0, idle - parts.bubble_s) + blocking, simulated=True)

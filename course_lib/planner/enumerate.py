@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 
 from course_lib.errors import require
 from course_lib.planner.clusters import Cluster, cluster
-from course_lib.planner.cost import Parts, estimate, simulate_pipeline
+from course_lib.planner.cost import Parts, estimate, pipeline_timeline, played_microbatches, simulate_pipeline
 from course_lib.planner.layout import Layout
 from course_lib.planner.memory import USABLE_SHARE, Memory, memory_per_gpu
 from course_lib.planner.shapes import ModelShape, model
 from course_lib.schedules.builders import resolve_name
+from course_lib.timeline import Timeline
 
 SCHEDULE_CHOICES = ("gpipe", "1f1b", "interleaved-1f1b")  # the ones whose memory and bubble it models
 MICRO_BATCHES = (1, 2, 4, 8, 16)
@@ -37,6 +38,8 @@ class Planned:
     step_s: float
     tflops_per_gpu: float  # FLOPs the step runs (recomputation included: Megatron's count) / s / GPU
     mfu: float  # model FLOPs (no recomputation) / (step x GPUs x peak)
+    # the simulator's run of its pipeline (played_microbatches), kept for the leaders it re-ranked
+    timeline: Timeline | None = field(default=None, compare=False, repr=False)
 
     @property
     def t(self) -> int:
@@ -132,12 +135,20 @@ def _schedules(names: Sequence[str], layers: int, p: int, m: int) -> Iterator[tu
 
 
 def planned_from(
-    shape: ModelShape, cl: Cluster, layout: Layout, batch: int, parts: Parts, mem: Memory
-) -> Planned:
+    shape: ModelShape, cl: Cluster, layout: Layout, batch: int, parts: Parts, mem: Memory,
+    timeline: Timeline | None = None,
+) -> Planned:  # fmt: skip
     step = parts.step_s
     counted = shape.step_flops(batch, layout.recompute) / (step * layout.gpus)
     mfu = shape.step_flops(batch, recompute=False) / (step * layout.gpus * cl.peak_flops)
-    return Planned(layout, parts, mem, step, counted / 1e12, mfu)
+    return Planned(layout, parts, mem, step, counted / 1e12, mfu, timeline)
+
+
+def simulated(shape: ModelShape, cl: Cluster, x: Planned, batch: int) -> Planned:
+    """`x` re-costed by the simulator (``simulate_pipeline``), with the timeline it played."""
+    tl = pipeline_timeline(shape, cl, x.layout, played_microbatches(x.layout, batch))
+    parts = simulate_pipeline(shape, cl, x.layout, batch, x.parts, timeline=tl)
+    return planned_from(shape, cl, x.layout, batch, parts, x.memory, timeline=tl)
 
 
 def plan(
@@ -163,11 +174,7 @@ def plan(
             fitting.append(planned_from(shape, cl, layout, global_batch, parts, mem))
     _require_some(shape, cl, gpus, global_batch, total)
     fitting.sort(key=lambda x: x.step_s)
-    leaders = [
-        planned_from(shape, cl, x.layout, global_batch, simulated, x.memory)
-        for x in fitting[:simulate_top]
-        for simulated in [simulate_pipeline(shape, cl, x.layout, global_batch, x.parts)]
-    ]
+    leaders = [simulated(shape, cl, x, global_batch) for x in fitting[:simulate_top]]
     ranked = sorted(leaders, key=lambda x: x.step_s) + fitting[simulate_top:]
     return Plan(shape, cl, gpus, global_batch, ranked, total)
 

@@ -18,6 +18,8 @@ import ipywidgets as widgets
 SLIDER_PX_PER_VALUE = 10  # a mouse picks values about this far apart on a slider's track
 DESCRIPTION_PX = 150  # the width of every slider's description ("m (micro-batches)")
 READOUT_PX = 60  # the number shown right of the track, with its margins
+# a widget's <pre> text may wrap in a narrow page, but only between words: never "per d|evice", "5.1 M|iB"
+WRAP_AT_SPACES = "white-space:pre-wrap; word-break:normal; overflow-wrap:normal"
 
 
 def slider_size(n_values: int) -> dict:

@@ -45,7 +45,7 @@ from course_lib.schedules.builders import SCHEDULES, resolve_name
 from course_lib.schedules.closed_forms import Case
 from course_lib.simulator import StageCosts, simulate_named
 from course_lib.timeline import Timeline
-from course_lib.widgets.controls import Shown, wide_slider
+from course_lib.widgets.controls import WRAP_AT_SPACES, Shown, wide_slider
 from course_lib.widgets.gantt_png import GanttPNG, key_html
 from course_lib.widgets.run_panel import RunControl, RunPanel
 
@@ -207,9 +207,7 @@ class PipelineDashboard(Shown, widgets.VBox):
         self.timeline = tl
         self.image.value = png
         self.summary_text = text
-        # pre-wrap lets a long line wrap in a narrow page, but only between words: never in "5.1 MiB"
-        style = "white-space:pre-wrap; word-break:normal; overflow-wrap:normal"
-        self.summary.value = f"<pre style='{style}'>" + html.escape(text) + "</pre>" + key_html(tl)
+        self.summary.value = f"<pre style='{WRAP_AT_SPACES}'>" + html.escape(text) + "</pre>" + key_html(tl)
 
     def _figures(self, tl: Timeline) -> str:
         c = self.config()
@@ -229,7 +227,7 @@ class PipelineDashboard(Shown, widgets.VBox):
         """The reason in words, beside the last chart drawn (kept, and named as another setting's)."""
         drawn, self.timeline = self.timeline, None  # no Timeline matches these controls
         self.summary_text = f"cannot simulate this combination: {err}"
-        shown = f"<pre style='color:#D55E00; white-space:pre-wrap'>{html.escape(self.summary_text)}</pre>"
+        shown = f"<pre style='color:#D55E00; {WRAP_AT_SPACES}'>{html.escape(self.summary_text)}</pre>"
         if drawn is not None:
             self._last_drawn = drawn
         if self._last_drawn is not None:

@@ -20,17 +20,14 @@ Try it, in a notebook cell::
 from __future__ import annotations
 
 import html
-import io
 
 import ipywidgets as widgets
-from matplotlib.figure import Figure
 
 from course_lib.planner import MODELS, cluster, plan
-from course_lib.planner.cost import pipeline_timeline
+from course_lib.planner.cost import pipeline_timeline, played_microbatches
 from course_lib.planner.enumerate import Plan, Planned
-from course_lib.plots import gantt_figsize, plot_timeline
-from course_lib.widgets.controls import Shown
-from course_lib.widgets.gantt_png import LABELLED_ACTIONS
+from course_lib.widgets.controls import WRAP_AT_SPACES, Shown
+from course_lib.widgets.gantt_png import GanttPNG, swatches_html
 
 GPU_CHOICES = (8, 16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072)
 GIB = 2**30  # memory in GiB, as everywhere in the course
@@ -39,7 +36,8 @@ BATCH_CHOICES = (16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 2304, 3072)
 
 class PlannerWidget(Shown, widgets.VBox):
     """Controls are attributes (model_dropdown, gpus_dropdown, batch_dropdown, choice_dropdown); the
-    ranked table is ``table`` (HTML) and ``table_text``; the chart ``image`` (PNG); ``result`` the Plan."""
+    ranked table is ``table`` (HTML) and ``table_text``; the chart ``image`` (PNG) with its title and
+    colour key under it, ``chart_key`` (HTML); ``result`` the Plan."""
 
     what = "the planner"
 
@@ -64,8 +62,10 @@ class PlannerWidget(Shown, widgets.VBox):
         self._replanning = False  # the choice list changes while re-planning: draw once, not twice
         self.table = widgets.HTML()
         self.image = widgets.Image(format="png")
+        self.chart_key = widgets.HTML()  # the chart's title and colour key
+        self._gantt = GanttPNG(max_rows=16)  # taller charts get thinner rows
         controls = [self.model_dropdown, self.gpus_dropdown, self.batch_dropdown, self.choice_dropdown]
-        super().__init__([widgets.HBox(controls), self.table, self.image])
+        super().__init__([widgets.HBox(controls), self.table, self.image, self.chart_key])
         for control in controls[:3]:
             control.observe(lambda _change: self.replan(), names="value")
         self.choice_dropdown.observe(lambda _change: self._replanning or self.draw(), names="value")
@@ -89,7 +89,7 @@ class PlannerWidget(Shown, widgets.VBox):
             self.table_text = f"no plan: {err}"
             kept = f"<div>the chart below is still the last plan's: {html.escape(self.drawn)}</div>"
             self.table.value = (
-                f"<pre style='color:#D55E00; white-space:pre-wrap'>{html.escape(self.table_text)}</pre>"
+                f"<pre style='color:#D55E00; {WRAP_AT_SPACES}'>{html.escape(self.table_text)}</pre>"
                 + (kept if self.drawn else "")
             )  # fmt: skip
             return
@@ -104,26 +104,25 @@ class PlannerWidget(Shown, widgets.VBox):
         self.draw()
 
     def draw(self) -> None:
-        """The chosen layout's pipeline, simulated for one replica (at most 2p micro-batches)."""
+        """The chosen layout's pipeline, simulated for one replica (``played_microbatches``: at most 2p)."""
         chosen = self.chosen
         if chosen is None or self.result is None:
             return
         every = chosen.layout.microbatches(self.result.global_batch)
-        m = min(every, 2 * chosen.p)  # more only repeat the steady state, and draw too thin to read
-        tl = pipeline_timeline(self.result.shape, self.result.cluster, chosen.layout, m)
-        fig = Figure(figsize=gantt_figsize(min(tl.n_devices, 16)), dpi=80)
-        ax = fig.add_axes((0.1, 0.1, 0.62, 0.78))
+        m = played_microbatches(chosen.layout, self.result.global_batch)
+        # the planner's own simulation of this row, when it re-ranked it (the fastest few)
+        tl = chosen.timeline or pipeline_timeline(self.result.shape, self.result.cluster, chosen.layout, m)
         self.drawn = (
             f"{self.result.shape.name}, {self.result.gpus} GPUs, batch {self.result.global_batch}: "
             f"row {self.choice_dropdown.value}, {_label(chosen)}"
         )
         shown = f"{m} micro-batches" if m == every else f"the first {m} of its {every} micro-batches"
-        title = f"row {self.choice_dropdown.value}: {_label(chosen)}, {shown} (simulated)"
-        labels = len(tl.spans) if len(tl.spans) <= LABELLED_ACTIONS else 0  # numbers only where they fit
-        plot_timeline(tl, ax=ax, title=title, max_labels=labels)
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})
-        self.image.value = buffer.getvalue()
+        self.image.value = self._gantt.png(
+            tl, f"row {self.choice_dropdown.value}: {_label(chosen)}, {shown} (simulated)"
+        )
+        # title and colour key under the chart, as HTML (drawn, they cost a third of the redraw)
+        title = "<br>".join(html.escape(line) for line in self._gantt.title.splitlines())
+        self.chart_key.value = f"<div>{title}<br>{swatches_html(self._gantt.key)}</div>"
 
 
 def _label(x: Planned) -> str:
