@@ -51,7 +51,18 @@ def run(
             if interrupt_on and kind == "stream" and interrupt_on in content["text"]:
                 time.sleep(wait_s)  # inside the training loop by now
                 manager.interrupt_kernel()
-    return client.get_shell_msg(timeout=30)["content"]["status"], outputs
+    return _reply(client, msg_id)["content"]["status"], outputs
+
+
+def _reply(client, msg_id: str, timeout_s: float = 30) -> dict:
+    """The shell reply to `msg_id`. Not simply the next shell message: on a busy machine
+    start_new_kernel's wait_for_ready may have sent kernel_info more than once, and the extra
+    kernel_info replies ("status": "ok") still wait in the shell channel."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        msg = client.get_shell_msg(timeout=max(1.0, deadline - time.monotonic()))
+        if msg["parent_header"].get("msg_id") == msg_id:
+            return msg
 
 
 def test_an_interrupted_training_cell_shows_one_line_and_stops_run_all(kernel):
