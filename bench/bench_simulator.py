@@ -99,11 +99,19 @@ def bench_vs_torch(p: int, m: int, repeats: int) -> tuple[float, float] | str:
     with_comms = _add_send_recv(compute, stage_to_rank, schedule.n_stages)
     ours, theirs = [], []
     for _ in range(repeats):  # taking turns, so that load from other processes hits both alike
-        theirs.append(
-            median_seconds(lambda: _simulate_comms_compute(with_comms, stage_to_rank, schedule.n_stages), 1)
-        )
-        ours.append(median_seconds(lambda: simulate(schedule), 1))
+        theirs.append(per_call(lambda: _simulate_comms_compute(with_comms, stage_to_rank, schedule.n_stages)))
+        ours.append(per_call(lambda: simulate(schedule)))
     return statistics.median(ours), statistics.median(theirs)
+
+
+def per_call(fn, at_least_s: float = 0.05) -> float:
+    """Seconds per call of `fn`, called until `at_least_s` have passed (one call of a few ms is at
+    the mercy of the scheduler on a busy machine; a turn of 50 ms much less)."""
+    calls, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < at_least_s or calls == 0:
+        fn()
+        calls += 1
+    return elapsed / calls
 
 
 def main() -> None:
