@@ -65,9 +65,10 @@ def play(
                     break
                 if arrive[other] > t:
                     t = arrive[other]
-            finish = t + durations[k % n_sk]
+            sk = k % n_sk  # stage * 4 + kind
+            finish = t + durations[sk]
             add_span(new(Span, (d, actions[pos], t, finish)))
-            route = routes[k % n_sk]
+            route = routes[sk]
             if route is None:
                 arrive[k] = finish
             else:  # bandwidth serialises this wire's messages; latency overlaps the next one
