@@ -79,7 +79,7 @@ def test_transfers_drawn_on_request_and_time_units():
     assert time_scale(5e-6) == (1e6, "µs") and time_scale(3.0) == (1.0, "s")
 
 
-def test_save_png_writes_a_png(tmp_path):  # its speed (target 150 ms) is bench/bench_simulator.py's
+def test_save_png_writes_a_png(tmp_path):  # its speed (target 120 ms) is bench/bench_simulator.py's
     tl = simulate(build_schedule("1f1b", 8, 64))
     path = save_timeline_png(tl, str(tmp_path / "g.png"))
     with open(path, "rb") as fh:
