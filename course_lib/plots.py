@@ -104,7 +104,8 @@ def plot_timeline(
     # idle background: one band per device across the whole step
     ax.broken_barh([(0.0, span_x)], (-0.5, tl.n_devices), facecolors="white")
     bands = [_box(0.0, span_x, d, height) for d in range(tl.n_devices)]
-    ax.add_collection(PolyCollection(bands, facecolors=IDLE_COLOR, edgecolors="none"))
+    # (the white bar already set the data limits to the whole chart: the collections need not)
+    ax.add_collection(PolyCollection(bands, facecolors=IDLE_COLOR, edgecolors="none"), autolim=False)
 
     # one compound path per colour (kind and chunk), all in one collection: a few paths to draw
     # however many boxes, where one path per box costs matplotlib a Python call each
@@ -122,14 +123,15 @@ def plot_timeline(
     px_per_x = ax.get_position().width * fig.get_figwidth() * fig.dpi / span_x
     shortest = float(np.min(x1 - x0, initial=np.inf)) * px_per_x if len(x0) else 0.0
     edge = 0.4 if shortest > 8 else 0.0
-    ax.add_collection(PathCollection(paths, facecolors=faces, edgecolors="white", linewidths=edge))
+    boxes = PathCollection(paths, facecolors=faces, edgecolors="white", linewidths=edge)
+    ax.add_collection(boxes, autolim=False)
 
     if show_transfers and tl.transfers:
         lines = [
             [((t.start - t0) * factor, t.src_device), ((t.end - t0) * factor, t.dst_device)]
             for t in tl.transfers
         ]
-        ax.add_collection(LineCollection(lines, colors="#444444", linewidths=0.6, alpha=0.6))
+        ax.add_collection(LineCollection(lines, colors="#444444", linewidths=0.6, alpha=0.6), autolim=False)
 
     ax.set(xlim=(0, span_x), ylim=(tl.n_devices - 0.5, -0.5), xlabel=f"time ({unit})")  # device 0 on top
     ax.set(yticks=range(tl.n_devices), yticklabels=[f"device {d}" for d in range(tl.n_devices)])
