@@ -4,7 +4,7 @@ Part 1: the same model, partition (uniform), schedule, batches and weights, p = 
 the CPU, run by our distributed engine and by torch.distributed.pipelining (``PipelineStage`` +
 ``Schedule1F1B`` or ``ScheduleGPipe``, via ``course_lib.engines.torch_pipelining``). Step time = wall clock
 of one optimizer step on the rank holding the last stage, as torch's side measures it; median of the
-steps after warm-up. Target: ours / torch <= 1.05. Both run in the *same* two processes (one
+steps after warm-up. Target: ours / torch <= 0.90. Both run in the *same* two processes (one
 process group), alternating ``--rounds`` times, so that load from other processes on a shared
 machine hits both alike and neither pays for starting processes.
 
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"  our distributed engine:       {ours_med * 1000:8.1f} ms per step (measured)")
     print(f"  torch.distributed.pipelining: {torch_med * 1000:8.1f} ms per step (measured)")
-    print(f"  ratio ours / torch:           {ours_med / torch_med:8.3f}   (target <= 1.05)")
+    print(f"  ratio ours / torch:           {ours_med / torch_med:8.3f}   (target <= 0.90)")
 
     # each measured step against the simulator fed that step's own op costs (on a shared machine
     # the load drifts between steps; within one step both see the same)

@@ -11,6 +11,7 @@ The library is built in floors; a module imports only from its own floor or the 
   4  engines
   3  reference balance plots tp autoschedule
   2  costs links network netif geo timeline simulator model data devices partition launch saved_memory
+  2  simulator_fast
   1  errors schedules
 
 1 the schedule spine (schedules as data, messages, builders and registry, validator, PyTorch interop);

@@ -23,10 +23,11 @@ from dataclasses import replace
 
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.collections import LineCollection, PolyCollection
+from matplotlib.collections import LineCollection, PathCollection, PolyCollection
 from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.path import Path
 
 from course_lib.errors import CourseError, require
 from course_lib.schedules.closed_forms import Case, megatron
@@ -103,36 +104,41 @@ def plot_timeline(
     # idle background: one band per device across the whole step
     ax.broken_barh([(0.0, span_x)], (-0.5, tl.n_devices), facecolors="white")
     bands = [_box(0.0, span_x, d, height) for d in range(tl.n_devices)]
-    ax.add_collection(PolyCollection(bands, facecolors=IDLE_COLOR, edgecolors="none"))
+    # (the white bar already set the data limits to the whole chart: the collections need not)
+    ax.add_collection(PolyCollection(bands, facecolors=IDLE_COLOR, edgecolors="none"), autolim=False)
 
-    # all boxes in one collection: much faster than one artist per box
-    # one (n, 4, 2) array: matplotlib builds n closed paths from it at once, not one Python call per box
-    verts = np.array(
-        [_box((s.start - t0) * factor, (s.end - t0) * factor, s.device, height) for s in tl.spans]
-    ).reshape(-1, 4, 2)
+    # one compound path per colour (kind and chunk), all in one collection: a few paths to draw
+    # however many boxes, where one path per box costs matplotlib a Python call each
     chunk = chunks_of(tl)
     n_chunks = max(chunk.values(), default=0) + 1  # stages per device (v)
     palette = {(k, c): shade(COLORS[k], c, n_chunks) for k in Kind for c in range(n_chunks)}
-    colors = [palette[s.action.kind, chunk[s.device, s.action.stage]] for s in tl.spans]
+    colours = [palette[s.action.kind, chunk[s.device, s.action.stage]] for s in tl.spans]
+    x0, x1, rows = _span_columns(tl, t0, factor)
+    index: dict[str, int] = {}  # colour -> its path, in first-seen order
+    codes = np.fromiter((index.setdefault(c, len(index)) for c in colours), dtype=np.intp, count=len(colours))
+    faces = list(index)
+    paths = [_boxes_path(x0[codes == i], x1[codes == i], rows[codes == i], height) for i in range(len(faces))]
     # white edges separate neighbouring boxes, but would swallow boxes only a few pixels wide
     fig = ax.figure
     px_per_x = ax.get_position().width * fig.get_figwidth() * fig.dpi / span_x
-    shortest = min((s.duration for s in tl.spans), default=0.0) * factor * px_per_x
+    shortest = float(np.min(x1 - x0, initial=np.inf)) * px_per_x if len(x0) else 0.0
     edge = 0.4 if shortest > 8 else 0.0
-    ax.add_collection(PolyCollection(verts, facecolors=colors, edgecolors="white", linewidths=edge))
+    boxes = PathCollection(paths, facecolors=faces, edgecolors="white", linewidths=edge)
+    ax.add_collection(boxes, autolim=False)
 
     if show_transfers and tl.transfers:
         lines = [
             [((t.start - t0) * factor, t.src_device), ((t.end - t0) * factor, t.dst_device)]
             for t in tl.transfers
         ]
-        ax.add_collection(LineCollection(lines, colors="#444444", linewidths=0.6, alpha=0.6))
+        ax.add_collection(LineCollection(lines, colors="#444444", linewidths=0.6, alpha=0.6), autolim=False)
 
     ax.set(xlim=(0, span_x), ylim=(tl.n_devices - 0.5, -0.5), xlabel=f"time ({unit})")  # device 0 on top
     ax.set(yticks=range(tl.n_devices), yticklabels=[f"device {d}" for d in range(tl.n_devices)])
-    _label_boxes(ax, tl, factor, px_per_x, height, max_labels)
+    _label_boxes(ax, tl, (x0, x1, rows), px_per_x, height, max_labels)
 
-    kinds = [k for k in (Kind.F, Kind.B, Kind.I, Kind.W) if any(s.action.kind is k for s in tl.spans[:5000])]
+    present = {s.action.kind for s in tl.spans}
+    kinds = [k for k in (Kind.F, Kind.B, Kind.I, Kind.W) if k in present]
     handles = [Patch(facecolor=COLORS[k], label=LABELS[k]) for k in kinds]
     if n_chunks > 1:  # one swatch per chunk, in the forward's colour: which of its stages a device runs
         handles += [
@@ -154,6 +160,30 @@ def _box(x0: float, x1: float, row: int, height: float) -> list[tuple[float, flo
     return [(x0, row - height / 2), (x1, row - height / 2), (x1, row + height / 2), (x0, row + height / 2)]
 
 
+Columns = tuple[np.ndarray, np.ndarray, np.ndarray]  # per span: x start, x end, row
+
+
+def _span_columns(tl: Timeline, t0: float, factor: float) -> Columns:
+    """Every span's start and end on the chart's axis, and its row, as arrays (one pass each)."""
+    n = len(tl.spans)
+    x0 = (np.fromiter((s.start for s in tl.spans), dtype=float, count=n) - t0) * factor
+    x1 = (np.fromiter((s.end for s in tl.spans), dtype=float, count=n) - t0) * factor
+    rows = np.fromiter((s.device for s in tl.spans), dtype=float, count=n)
+    return x0, x1, rows
+
+
+_BOX_CODES = [Path.MOVETO, Path.LINETO, Path.LINETO, Path.LINETO, Path.CLOSEPOLY]
+
+
+def _boxes_path(x0: np.ndarray, x1: np.ndarray, rows: np.ndarray, height: float) -> Path:
+    """One path holding a closed rectangle per box (x0..x1, row +- height/2)."""
+    lo, hi = rows - height / 2, rows + height / 2
+    corners = np.stack(
+        [np.stack(xy, axis=-1) for xy in ((x0, lo), (x1, lo), (x1, hi), (x0, hi), (x0, lo))], 1
+    )
+    return Path(corners.reshape(-1, 2), np.tile(np.array(_BOX_CODES, dtype=Path.code_type), len(x0)))
+
+
 def _default_title(tl: Timeline) -> str:
     m = tl.n_microbatches
     name = tl.schedule_name or "schedule"
@@ -161,24 +191,27 @@ def _default_title(tl: Timeline) -> str:
 
 
 def _label_boxes(
-    ax: Axes, tl: Timeline, factor: float, px_per_x: float, height: float, max_labels: int
+    ax: Axes, tl: Timeline, columns: Columns, px_per_x: float, height: float, max_labels: int
 ) -> None:
-    """Write micro-batch numbers only into boxes wide (and tall) enough to hold them."""
+    """Write micro-batch numbers only into boxes wide (and tall) enough to hold them, earliest first."""
     fig = ax.figure
     row_px = ax.get_position().height * fig.get_figheight() * fig.dpi / max(tl.n_devices, 1) * height
     fontsize = 7.0
     char_px = 0.62 * fontsize * fig.dpi / 72  # average glyph width of a digit
     if row_px < 1.3 * fontsize * fig.dpi / 72:
         return
+    x0, x1, rows = columns
+    wide = np.flatnonzero((x1 - x0) * px_per_x >= char_px + 3)  # room for one digit at least
     placed = 0
-    for s in tl.spans:
-        text = str(s.action.microbatch)
-        if s.duration * factor * px_per_x < char_px * len(text) + 3:
+    for i in wide[np.argsort(x0[wide], kind="stable")]:
+        text = str(tl.spans[i].action.microbatch)
+        if (x1[i] - x0[i]) * px_per_x < char_px * len(text) + 3:
             continue
         if placed >= max_labels:
             break
-        x = ((s.start + s.end) / 2 - tl.start) * factor
-        ax.text(x, s.device, text, ha="center", va="center", fontsize=fontsize, color="black")
+        ax.text(
+            (x0[i] + x1[i]) / 2, rows[i], text, ha="center", va="center", fontsize=fontsize, color="black"
+        )
         placed += 1
 
 
@@ -187,7 +220,7 @@ def save_timeline_png(tl: Timeline, path: str, show_transfers: bool = False, dpi
     fig = Figure(figsize=gantt_figsize(tl.n_devices), dpi=dpi)
     ax = fig.add_axes((0.1, 0.12, 0.62, 0.72))
     plot_timeline(tl, ax=ax, show_transfers=show_transfers)
-    fig.savefig(path, dpi=dpi)
+    fig.savefig(path, dpi=dpi, pil_kwargs={"compress_level": 1})  # the same pixels; zlib's fastest level
     return path
 
 

@@ -27,8 +27,9 @@ import gc
 import heapq
 import math
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
+from course_lib import simulator_fast
 from course_lib.costs import StageCosts
 from course_lib.errors import require
 from course_lib.links import FREE, Link, per_boundary
@@ -36,6 +37,7 @@ from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Action, Kind, Schedule
 from course_lib.schedules.messages import message_of
 from course_lib.schedules.validate import ScheduleError, check
+from course_lib.simulator_fast import Route
 from course_lib.timeline import SIMULATED, Span, Timeline, Transfer
 
 # The event loop works on plain lists of numbers: hashing Action objects 100k times would dominate the
@@ -45,7 +47,6 @@ _KINDS = (Kind.F, Kind.B, Kind.I, Kind.W)
 _KIND_CODE = {kind: code for code, kind in enumerate(_KINDS)}
 _F, _B, _I, _W = 0, 1, 2, 3
 
-Route = tuple[int, int, float, float]  # (destination device, bytes, seconds on the wire, latency)
 Started = tuple[int, int, float, float]  # (device, position in its order, start, end)
 Sent = tuple[int, int, int, float, float, int]  # (src, position, dst, begin, arrival, bytes)
 
@@ -68,15 +69,12 @@ def simulate(
     nbytes = per_boundary(boundary_bytes, n_st - 1, "boundary_bytes", 0)
     require(all(x >= 0 for x in nbytes), f"boundary_bytes must be >= 0, got {nbytes}")
     wires = per_boundary(links, n_st - 1, "links", FREE)
-    keys, owner = _index_actions(schedule)
-    durations = _durations(costs if costs is not None else StageCosts(), n_st)
-    routes = _routes(schedule, nbytes, wires)
-    deps = [[_dependency_keys(k, n_st, schedule.split_backward) for k in dk] for dk in keys]
+    tables = _tables(schedule, costs if costs is not None else StageCosts(), nbytes, wires)
     with _gc_paused():
-        started, sent, finished = _play(keys, deps, owner, durations, routes)
+        spans, transfers, finished = _play_fast(schedule, tables)
         if not finished:
             _reject(schedule)  # a deadlock: the validator explains it best (and the same way everywhere)
-        return _timeline(schedule, started, sent, nbytes, stash_bytes, source)
+        return _timeline(schedule, spans, transfers, nbytes, stash_bytes, source)
 
 
 def simulate_named(
@@ -90,6 +88,20 @@ def simulate_named(
     schedule = build_schedule(name, p, m, virtual)
     share = (costs if costs is not None else StageCosts()).per_virtual_stage(schedule.stages_per_device)
     return simulate(schedule, share, boundary_bytes, links)
+
+
+class _Tables(NamedTuple):
+    """What the event loop reads, as integers and lists (see the key layout above)."""
+
+    keys: list[list[int]]  # each device's action keys, in its order
+    owner: list[int]  # key -> the device that runs it (-1: nobody)
+    durations: list[float]  # (stage, kind) -> seconds
+    routes: list[Route | None]  # (stage, kind) -> where its output goes (None: it stays)
+
+
+def _tables(schedule: Schedule, costs: StageCosts, nbytes: list, wires: list[Link]) -> _Tables:
+    keys, owner = _index_actions(schedule)
+    return _Tables(keys, owner, _durations(costs, schedule.n_stages), _routes(schedule, nbytes, wires))
 
 
 def _index_actions(schedule: Schedule) -> tuple[list[list[int]], list[int]]:
@@ -156,12 +168,32 @@ def _routes(schedule: Schedule, nbytes: list, wires: list[Link]) -> list[Route |
     return table
 
 
+def _play_fast(schedule: Schedule, tables: _Tables) -> tuple[list[Span], list[Transfer], bool]:
+    """``_play``'s result, computed in one pass without an event queue (``simulator_fast`` says why
+    that gives the same numbers; a test checks it on every registered schedule)."""
+    keys, owner, durations, routes = tables
+    n_st, split = schedule.n_stages, schedule.split_backward
+    return simulator_fast.play(keys, schedule.orders, durations, routes, n_st, split, len(owner))
+
+
+def _play_reference(schedule: Schedule, tables: _Tables) -> tuple[list[Span], list[Transfer], bool]:
+    """``_play``'s result as the Timeline's records: what the fast path must reproduce."""
+    keys, owner, durations, routes = tables
+    deps = [[_dependency_keys(k, schedule.n_stages, schedule.split_backward) for k in dk] for dk in keys]
+    started, sent, finished = _play(keys, deps, owner, durations, routes)
+    orders = schedule.orders
+    spans = [Span(d, orders[d][pos], t0, t1) for d, pos, t0, t1 in started]
+    transfers = [Transfer(d, dst, orders[d][pos], t0, t1, nb) for d, pos, dst, t0, t1, nb in sent]
+    return spans, transfers, finished
+
+
 def _play(
     keys: list[list[int]], deps: list[list[list[int]]], owner: list[int], durations: list[float],
     routes: list[Route | None],
 ) -> tuple[list[Started], list[Sent], bool]:  # fmt: skip
-    """The event loop: run every device's order; returns the actions started, the messages sent, and
-    whether every device got to the end of its order (False: a deadlock)."""
+    """The event loop, the simulator's rule as a student reads it: run every device's order;
+    returns the actions started, the messages sent, and whether every device got to the end of its
+    order (False: a deadlock). ``simulate`` runs ``simulator_fast.play``, which gives the same numbers."""
     n_sk, n_dev, n_keys = len(durations), len(keys), len(owner)
     end = [0.0] * n_keys  # when the action finished, on its own device
     arrive = [0.0] * n_keys  # when its output reached the device that needs it
@@ -228,12 +260,10 @@ def _gc_paused():
 
 
 def _timeline(
-    schedule: Schedule, started: list[Started], sent: list[Sent], nbytes: list, stash_bytes, source: str
+    schedule: Schedule, spans: list[Span], transfers: list[Transfer], nbytes: list, stash_bytes, source: str
 ) -> Timeline:
-    """The event loop's record as a Timeline, with what the schedule and the sizes were."""
-    orders, n_st = schedule.orders, schedule.n_stages
-    spans = [Span(d, orders[d][pos], t0, t1) for d, pos, t0, t1 in started]
-    transfers = [Transfer(d, dst, orders[d][pos], t0, t1, nb) for d, pos, dst, t0, t1, nb in sent]
+    """The simulation's records as a Timeline, with what the schedule and the sizes were."""
+    n_st = schedule.n_stages
     if stash_bytes is None:  # the tensor each stage receives (stage 0 is charged the size it sends)
         stash = [int(nbytes[max(s - 1, 0)]) if n_st > 1 else 0 for s in range(n_st)]
     else:

@@ -13,6 +13,7 @@ number as a measurement.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from course_lib.errors import require
 from course_lib.schedules.ir import Action, Kind
@@ -23,9 +24,9 @@ MEASURED = "measured"
 SOURCES = (SIMULATED, MEASURED_COMPUTE, MEASURED)
 
 
-@dataclass(frozen=True)
-class Span:
-    """Device `device` ran `action` from `start` to `end` (seconds)."""
+class Span(NamedTuple):
+    """Device `device` ran `action` from `start` to `end` (seconds). A named tuple, immutable like
+    a frozen dataclass but made at C speed: a large simulation makes 100k of them."""
 
     device: int
     action: Action
@@ -37,8 +38,7 @@ class Span:
         return self.end - self.start
 
 
-@dataclass(frozen=True)
-class Transfer:
+class Transfer(NamedTuple):
     """The output of `action` travelled from `src_device` to `dst_device` (activation or gradient)."""
 
     src_device: int

@@ -42,3 +42,23 @@ def test_a_send_of_another_dtype_or_shape_is_refused_before_it_leaves(monkeypatc
     with pytest.raises(CourseError, match=r"\(2, 8, 5\)"):
         rank.send(first, torch.zeros(2, 8, 5, dtype=torch.float64))
     assert len(posted) == 1  # nothing more left
+
+
+class _Done:
+    def wait(self) -> None:
+        pass
+
+
+def test_receive_buffers_are_reused_step_after_step_but_not_after_an_interrupted_step(monkeypatch):
+    rank, posted = _comm(monkeypatch, 1)
+    monkeypatch.setattr(comm.dist, "irecv", lambda buf, src, group, tag: posted.append(buf) or _Done())
+    rank.begin_step(0)
+    for msg in rank.incoming:
+        rank.receive(msg)
+    first = list(posted)
+    rank.begin_step(1)  # every receive of step 0 was consumed: the same buffers again
+    assert [id(b) for b in posted[3:]] == [id(b) for b in first]
+    rank.receive(rank.incoming[0])  # then the step stops (Ctrl-C, a failed peer): 2 receives left posted
+    rank.begin_step(2)
+    again = posted[6:]
+    assert again[0] is first[0] and again[1] is not first[1] and again[2] is not first[2]

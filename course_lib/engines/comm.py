@@ -5,8 +5,9 @@ Both ends list a step's messages from the Schedule alone (``schedules/messages.p
 which order the sender will send it.
 
 How messages are matched, so that nothing deadlocks: the receiver posts all of a step's receives
-at the start of the step, into preallocated buffers, so data moves in the background while the
-rank computes, and waiting for an input costs nothing if it already arrived.
+at the start of the step, into buffers allocated once (one per message, reused every step), so
+data moves in the background while the rank computes, and waiting for an input costs nothing if it
+already arrived.
 
 - gloo (CPU): every message has its own tag (``message_tag``), so the order of posting is free.
 - NCCL (GPU): NCCL ignores tags, matches messages in posting order, and queues one communicator's
@@ -101,12 +102,23 @@ class RankComm:
         self.handles: list[object] = []
         self.recv_events: list[RecvEvent] = []
         self.send_events: list[SendEvent] = []
+        self.incoming = incoming_messages(self.schedule, self.rank)  # the same every step
+        # one receive buffer per message, reused step after step: a step's inputs are all consumed
+        # (and its backward done) before the next step posts its receives into them
+        self.buffers: dict[Action, torch.Tensor] = {}
 
     def begin_step(self, step: int) -> None:
         """Post every receive of `step` at once (per sender, in the sender's order); start new logs."""
         self.step, self.recv_events, self.send_events = step, [], []
-        for msg in incoming_messages(self.schedule, self.rank):
-            buf = torch.empty(self.shape, dtype=self.dtype, device=self.torch_device)
+        for producer in self.pending:  # an interrupted step's receive may still land in its buffer
+            self.buffers.pop(producer, None)
+        self.pending.clear()
+        for msg in self.incoming:
+            buf = self.buffers.get(msg.producer)
+            if buf is None:
+                buf = self.buffers[msg.producer] = torch.empty(
+                    self.shape, dtype=self.dtype, device=self.torch_device
+                )
             tag = message_tag(msg, self.schedule, step)
             work = dist.irecv(buf, src=self._global(msg.src), group=self._group(msg), tag=tag)
             self.pending[msg.producer] = (buf, work)
