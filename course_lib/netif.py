@@ -27,6 +27,7 @@ import socket
 import struct
 import subprocess
 import sys
+from collections.abc import Sequence
 
 _SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
 
@@ -123,11 +124,13 @@ def default_threads(env: dict[str, str] | os._Environ = os.environ) -> int | Non
     return 1 if spans_nodes(env) else None
 
 
-def print_node_finished(rank: int, record: dict, env: dict[str, str] | os._Environ = os.environ) -> None:
+def print_node_finished(
+    rank: int, step_times_s: Sequence[float], env: dict[str, str] | os._Environ = os.environ
+) -> None:
     """Across nodes, one line per rank on stderr (stdout stays rank 0's summary or JSON)."""
     if not spans_nodes(env):
         return
-    times = [st["end"] - st["start"] for st in record["steps"]]
+    times = list(step_times_s)
     shown = ", ".join(f"{t * 1000:.0f}" for t in times[:8]) + (", ..." if len(times) > 8 else "")
     node, nodes = env.get("GROUP_RANK", "?"), env.get("GROUP_WORLD_SIZE", "?")
     print(

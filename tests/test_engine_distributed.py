@@ -14,7 +14,7 @@ from course_lib.cli import main
 from course_lib.data import split_microbatches
 from course_lib.engines import links_injected
 from course_lib.engines.comm import message_tag
-from course_lib.engines.dist_result import build_result
+from course_lib.engines.dist_result import RankRecord, StepRecord, build_result
 from course_lib.engines.dist_worker import Fault, StepRecorder, build_rank, run_schedule
 from course_lib.engines.distributed import make_spec
 from course_lib.errors import CourseError
@@ -208,17 +208,15 @@ def test_merge_makes_one_measured_timeline_with_transfers():
 
     sched = build_schedule("gpipe", 2, 1)
     f0, f1, b1, b0 = Action(0, Kind.F, 0), Action(1, Kind.F, 0), Action(1, Kind.B, 0), Action(0, Kind.B, 0)
-    step0 = dict(start=0.0, end=1.0, peak_saved_bytes=10)
-    rec0 = {"rank": 0, "losses": [], "n_params": 10, "steps": [step0 | {
-        "spans": [(f0, 1.0, 1.1), (b0, 1.5, 1.7)],
-        "sends": [SendEvent(f0, 1, 1.1, None, 64)],
-        "recvs": [RecvEvent(b1, 1, 1.1, 1.45)],
-    }]}  # fmt: skip
-    rec1 = {"rank": 1, "losses": [2.5], "n_params": 20, "steps": [step0 | {
-        "spans": [(f1, 1.2, 1.3), (b1, 1.3, 1.4)],
-        "sends": [SendEvent(b1, 0, 1.4, None, 64)],
-        "recvs": [RecvEvent(f0, 0, 1.1, 1.2)],
-    }]}  # fmt: skip
+    def step(spans, sends, recvs):
+        return StepRecord(start=0.0, end=1.0, spans=spans, sends=sends, recvs=recvs, peak_saved_bytes=10)
+
+    rec0 = RankRecord(stage=0, global_rank=0, losses=[], n_params=10, steps=[step(
+        [(f0, 1.0, 1.1), (b0, 1.5, 1.7)], [SendEvent(f0, 1, 1.1, None, 64)], [RecvEvent(b1, 1, 1.1, 1.45)],
+    )])  # fmt: skip
+    rec1 = RankRecord(stage=1, global_rank=1, losses=[2.5], n_params=20, steps=[step(
+        [(f1, 1.2, 1.3), (b1, 1.3, 1.4)], [SendEvent(b1, 0, 1.4, None, 64)], [RecvEvent(f0, 0, 1.1, 1.2)],
+    )])  # fmt: skip
     result = build_result([rec1, rec0], sched, {})
     tl = result.timeline
     assert tl.source == MEASURED and result.losses == [2.5] and result.n_params == 30

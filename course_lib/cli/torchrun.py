@@ -73,7 +73,8 @@ def run_this_rank(spec: RunSpec, rank: int, world: int) -> DistributedResult | N
         device = init_rank(spec, rank, world)
         record = run_rank(spec, rank, device)
         result = gather_and_merge(spec, rank, record)
-        netif.print_node_finished(rank, record)  # across nodes: every rank says it finished
+        # across nodes, every rank says it finished
+        netif.print_node_finished(rank, [st.time_s for st in record.steps])
     except Exception as err:
         print(f"[rank {rank}] failed: {type(err).__name__}: {err}", file=sys.stderr)
         if world == 1 and dist.is_initialized():  # in-process run: leave no process group behind

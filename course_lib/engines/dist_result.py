@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -26,6 +27,10 @@ from course_lib.schedules.ir import Schedule
 from course_lib.timeline import MEASURED, Span, Timeline, Transfer
 from course_lib.tp.mesh import Mesh
 from course_lib.tp.shard import assemble_gradients
+
+if TYPE_CHECKING:  # comm.py needs torch.distributed; the records only carry its events
+    from course_lib.engines.comm import RecvEvent, SendEvent
+    from course_lib.schedules.ir import Action
 
 FAULT_KINDS = ("raise", "exit", "kill", "hang")
 
@@ -72,22 +77,54 @@ class RunSpec:
         return self.mesh.world
 
 
+@dataclass
+class StepRecord:
+    """One rank's one step as it measured it, on its common clock (seconds, see dist_worker.py)."""
+
+    start: float
+    end: float
+    spans: list[tuple[Action, float, float]]  # (action, start, end) of each action's compute
+    sends: list[SendEvent]
+    recvs: list[RecvEvent]
+    peak_saved_bytes: int  # the most bytes held for backward during the step
+    grad_sync_s: float = 0.0  # the data-parallel all-reduce after the flush (0 with one replica)
+
+    @property
+    def time_s(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class RankRecord:
+    """What one rank hands rank 0 at the end of a run (``gather_and_merge``)."""
+
+    stage: int  # its place in the pipeline (the pipeline rank, 0 .. p-1)
+    global_rank: int  # its rank among all t x p x d processes
+    steps: list[StepRecord]
+    losses: list[float]  # per step, on a rank that holds the last stage; else empty
+    n_params: int  # parameters counted once over the whole run (0 on replicas other than 0)
+    dp: int = 0  # its data-parallel replica
+    tp: int = 0  # its tensor-parallel rank within the stage
+    grads: dict[str, torch.Tensor] | None = None  # with return_grads: last step's gradients
+    params: dict[str, torch.Tensor] | None = None  # with return_grads: weights after the last step
+
+
 _WAITED = 1e-4  # a wait longer than this means the data was not there yet
 
 
-def merge_step(records: list[dict], step: int, schedule: Schedule) -> Timeline:
+def merge_step(records: list[RankRecord], step: int, schedule: Schedule) -> Timeline:
     """One step of every rank, merged into one Timeline; times start at 0 (the earliest action)."""
-    steps = [r["steps"][step] for r in records]
-    t_min = min((a[1] for st in steps for a in st["spans"]), default=0.0)
+    steps = [r.steps[step] for r in records]
+    t_min = min((a[1] for st in steps for a in st.spans), default=0.0)
     spans = [
-        Span(r["rank"], a, s - t_min, e - t_min)
+        Span(r.stage, a, s - t_min, e - t_min)
         for r, st in zip(records, steps, strict=True)
-        for a, s, e in st["spans"]
+        for a, s, e in st.spans
     ]
-    recvs = {ev.producer: ev for st in steps for ev in st["recvs"]}
+    recvs = {ev.producer: ev for st in steps for ev in st.recvs}
     transfers = []
     for r, st in zip(records, steps, strict=True):
-        for ev in st["sends"]:
+        for ev in st.sends:
             got = recvs.get(ev.producer)
             if got is None:
                 continue
@@ -97,7 +134,7 @@ def merge_step(records: list[dict], step: int, schedule: Schedule) -> Timeline:
                 end = min(got.wait_end, max(ev.handoff, ev.deliver_at or ev.handoff))
             end = max(end, ev.handoff)  # clocks of different machines can disagree a little
             transfers.append(
-                Transfer(r["rank"], ev.dst, ev.producer, ev.handoff - t_min, end - t_min, ev.nbytes)
+                Transfer(r.stage, ev.dst, ev.producer, ev.handoff - t_min, end - t_min, ev.nbytes)
             )
     return Timeline(
         source=MEASURED, n_devices=schedule.n_devices, spans=spans, transfers=transfers,
@@ -158,44 +195,44 @@ class DistributedResult:
         }  # fmt: skip
 
 
-def _whole_model(records: list[dict], key: str) -> dict[str, torch.Tensor]:
+def _whole_model(records: list[RankRecord], key: str) -> dict[str, torch.Tensor]:
     """Replica 0's tensors (`key`: "grads" or "params") under the full model's names: each stage's
     TP slices glued back together (``tp.shard.assemble_gradients``)."""
-    replica = [r for r in records if r.get("dp", 0) == 0]
+    replica = [r for r in records if r.dp == 0]
     whole: dict[str, torch.Tensor] = {}
-    for stage in sorted({r["rank"] for r in replica}):
-        slices = [r[key] for r in sorted(replica, key=lambda r: r.get("tp", 0)) if r["rank"] == stage]
+    for stage in sorted({r.stage for r in replica}):
+        slices = [getattr(r, key) for r in sorted(replica, key=lambda r: r.tp) if r.stage == stage]
         whole |= assemble_gradients(slices) if len(slices) > 1 else slices[0]
     return whole
 
 
-def _replica_diff(records: list[dict]) -> float:
+def _replica_diff(records: list[RankRecord]) -> float:
     """Largest |difference| between any replica's weights and replica 0's, slice by slice."""
-    first = {(r["rank"], r.get("tp", 0)): r["params"] for r in records if r.get("dp", 0) == 0}
+    first = {(r.stage, r.tp): r.params for r in records if r.dp == 0}
     diffs = [
-        (w - first[(r["rank"], r.get("tp", 0))][name]).abs().max().item()
-        for r in records if r.get("dp", 0) > 0 for name, w in r["params"].items()
+        (w - first[(r.stage, r.tp)][name]).abs().max().item()
+        for r in records if r.dp > 0 for name, w in r.params.items()
     ]  # fmt: skip
     return max(diffs, default=0.0)
 
 
-def build_result(records: list[dict], schedule: Schedule, config: dict) -> DistributedResult:
+def build_result(records: list[RankRecord], schedule: Schedule, config: dict) -> DistributedResult:
     """Rank 0's merge of every rank's record (by global rank; one pipeline's make the timelines)."""
-    records = sorted(records, key=lambda r: r.get("global_rank", r["rank"]))
-    pipeline = [r for r in records if r.get("dp", 0) == 0 and r.get("tp", 0) == 0]
-    n_steps = len(records[0]["steps"])
-    losses = next((r["losses"] for r in records if r["losses"]), [])
+    records = sorted(records, key=lambda r: r.global_rank)
+    pipeline = [r for r in records if r.dp == 0 and r.tp == 0]
+    n_steps = len(records[0].steps)
+    losses = next((r.losses for r in records if r.losses), [])
     grads = params = diff = None
-    if all("grads" in r for r in records):
+    if all(r.grads is not None for r in records):
         grads, params = _whole_model(records, "grads"), _whole_model(records, "params")
         diff = _replica_diff(records)
     return DistributedResult(
         schedule=schedule.name, ranks=schedule.n_devices, losses=losses,
-        step_times_s=[[st["end"] - st["start"] for st in r["steps"]] for r in records],
+        step_times_s=[[st.time_s for st in r.steps] for r in records],
         timelines=[merge_step(pipeline, k, schedule) for k in range(n_steps)],
-        peak_saved_bytes=[[st["peak_saved_bytes"] for st in r["steps"]] for r in records],
-        grads=grads, params=params, config=config, n_params=sum(r["n_params"] for r in records),
-        tp=1 + max(r.get("tp", 0) for r in records), dp=1 + max(r.get("dp", 0) for r in records),
+        peak_saved_bytes=[[st.peak_saved_bytes for st in r.steps] for r in records],
+        grads=grads, params=params, config=config, n_params=sum(r.n_params for r in records),
+        tp=1 + max(r.tp for r in records), dp=1 + max(r.dp for r in records),
         replica_weight_diff=diff,
-        grad_sync_s=[max(r["steps"][k].get("grad_sync_s", 0.0) for r in records) for k in range(n_steps)],
+        grad_sync_s=[max(r.steps[k].grad_sync_s for r in records) for k in range(n_steps)],
     )  # fmt: skip

@@ -35,7 +35,14 @@ from torch import Tensor, nn
 
 from course_lib.data import Corpus, split_microbatches
 from course_lib.engines.comm import RankComm, direction_groups
-from course_lib.engines.dist_result import DistributedResult, Fault, RunSpec, build_result
+from course_lib.engines.dist_result import (
+    DistributedResult,
+    Fault,
+    RankRecord,
+    RunSpec,
+    StepRecord,
+    build_result,
+)
 from course_lib.engines.runtime import StageRuntime
 from course_lib.launch import RankContext
 from course_lib.partition import stage_modules
@@ -185,7 +192,7 @@ def _rank_comm(spec: RunSpec, me: Rank, groups: MeshGroups, torch_device: torch.
 def run_rank(
     spec: RunSpec, rank: int, torch_device: torch.device, on_loss: Callable[[float], None] | None = None,
     groups: MeshGroups | None = None,
-) -> dict:  # fmt: skip
+) -> RankRecord:  # fmt: skip
     """Train `spec.cfg.steps` batches as rank `rank` (of t x p x d, ``tp/mesh.py``); return what this
     rank measured. On one rank that holds the last stage, `on_loss(loss)` follows every optimizer
     step. `groups`: this rank's TP, PP and DP groups (built here if not given)."""
@@ -212,20 +219,20 @@ def run_rank(
         torch.set_num_threads(threads)
     # the whole model's parameters, each counted once: replica 0's, its replicated ones on TP rank 0
     n_params = sum(p.numel() for n, p in me.params.items() if where.tp == 0 or is_slice(n))
-    record = dict(rank=where.stage, global_rank=rank, dp=where.dp, tp=where.tp, steps=steps, losses=losses,
-                  n_params=n_params if where.dp == 0 else 0)  # fmt: skip
+    record = RankRecord(stage=where.stage, global_rank=rank, dp=where.dp, tp=where.tp, steps=steps,
+                        losses=losses, n_params=n_params if where.dp == 0 else 0)  # fmt: skip
     if spec.return_grads:
-        record["grads"] = {
+        record.grads = {
             n: None if p.grad is None else p.grad.detach().cpu().clone() for n, p in me.params.items()
         }
-        record["params"] = {n: p.detach().cpu().clone() for n, p in me.params.items()}
+        record.params = {n: p.detach().cpu().clone() for n, p in me.params.items()}
     return record
 
 
 def _train_step(
     me: Rank, step: int, batch: list[tuple[Tensor, Tensor]], comm: RankComm, recorder: StepRecorder,
     groups: MeshGroups,
-) -> dict:  # fmt: skip
+) -> StepRecord:  # fmt: skip
     """One batch: every action of this rank, gradients averaged over the replicas, then one optimizer
     step after the flush; its record."""
     start = comm.now()
@@ -241,8 +248,8 @@ def _train_step(
     sync_s = comm.now() - sync_start if groups.mesh.d > 1 else 0.0  # (one replica: nothing was sent)
     me.optimizer.step()
     peak = sum(stage.peak_saved_bytes for stage in me.stages.values())
-    return dict(start=start, end=comm.now(), spans=recorder.spans, peak_saved_bytes=peak,
-                sends=comm.send_events, recvs=comm.recv_events, grad_sync_s=sync_s)  # fmt: skip
+    return StepRecord(start=start, end=comm.now(), spans=recorder.spans, sends=comm.send_events,
+                      recvs=comm.recv_events, peak_saved_bytes=peak, grad_sync_s=sync_s)  # fmt: skip
 
 
 def init_rank(spec: RunSpec, rank: int, world: int) -> torch.device:
@@ -256,7 +263,7 @@ def init_rank(spec: RunSpec, rank: int, world: int) -> torch.device:
     return torch.device("cpu")
 
 
-def gather_and_merge(spec: RunSpec, rank: int, record: dict) -> DistributedResult | None:
+def gather_and_merge(spec: RunSpec, rank: int, record: RankRecord) -> DistributedResult | None:
     """Every rank's record to rank 0, which merges them into one result (None on the other ranks)."""
     records = [None] * spec.world if rank == 0 else None
     dist.gather_object(record, records, dst=0)
