@@ -4,9 +4,12 @@ formula with bytes, the wire as the bottleneck, and which part of the flush othe
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
+from committed import output_text
 
+from course_lib.lessons.crossing import WAYS, compare_crossings
 from course_lib.links import Link
 from course_lib.network import Gbit, preset
 from course_lib.schedules.builders import build_schedule
@@ -147,3 +150,45 @@ def test_latency_map_sliders_leave_room_to_pick_each_value():
     for slider, n_values in ((box.m_slider, 64), (box.route, 21), (box.gbps_slider, 31)):
         width = int(slider.layout.width.removesuffix("px"))
         assert (width - DESCRIPTION_PX - READOUT_PX) / n_values >= 8, slider.description
+
+
+# ---- what the committed lesson shows --------------------------------------------------------------
+NUM = r"\s+([\d.]+)"
+LESSON_09_ROW = re.compile(
+    r"\s+(\S+)\s+pipeline across" + NUM + r" s, DP across" + NUM + r" s, DiLoCo" + NUM + " s"
+)
+LESSON_06_ROW = re.compile(r"\s+(metro|us-coast-to-coast|transatlantic)\s+(\d+)\s+[\d.]+" + NUM * 3)
+
+
+def _crossing_rows(text: str) -> dict[tuple[str, int], tuple[float, ...]]:
+    """(link, B) -> (pipeline, DP, DiLoCo) seconds, from lesson 06 sec 7's table or 09 sec 5's lines."""
+    rows, batch = {}, None
+    for line in text.splitlines():
+        if m := re.match(r"B=\s*(\d+):", line):  # lesson 09: a batch line, then one line per link
+            batch = int(m.group(1))
+        elif m := LESSON_09_ROW.match(line):
+            rows[m.group(1), batch] = tuple(float(x) for x in m.groups()[1:])
+        elif m := LESSON_06_ROW.match(line):
+            rows[m.group(1), int(m.group(2))] = tuple(float(x) for x in m.groups()[2:])
+    return rows
+
+
+def test_lessons_06_and_09_print_the_same_crossing_numbers_as_the_planner():
+    lesson_06 = _crossing_rows(output_text("06_pipelines_across_wans", "x7cross1"))
+    lesson_09 = _crossing_rows(output_text("09_planning_a_real_run", "c14"))
+    assert len(lesson_06) == 12 and lesson_06 == lesson_09
+    # and both are what the library computes now (one row, to keep the test short)
+    row = compare_crossings(batches=(1536,), links=("transatlantic",))["transatlantic", 1536]
+    assert lesson_06["transatlantic", 1536] == pytest.approx(
+        tuple(row.step_s[way] for way in WAYS), abs=0.006
+    )
+
+
+def test_the_committed_measured_effects_stand_clear_of_their_spread():
+    # section 6's figure: each effect at least 3x its spread (the sum of the two points' ranges), and
+    # the paced ops inside their slots, as printed by the lesson when it was executed and committed
+    verdict = output_text("06_pipelines_across_wans", "a6e7v3rd")
+    assert "fitted their slots" in verdict, verdict
+    ratios = [float(x) for x in re.findall(r"([\d.]+)x its spread", verdict)]
+    assert len(ratios) == 2 and min(ratios) >= 3, verdict
+    assert "NOT" not in verdict, verdict
