@@ -7,7 +7,7 @@ import random
 import re
 
 import pytest
-from committed import output_text
+from committed import output_text, source
 
 from course_lib.lessons.crossing import WAYS, compare_crossings
 from course_lib.links import Link
@@ -192,3 +192,32 @@ def test_the_committed_measured_effects_stand_clear_of_their_spread():
     ratios = [float(x) for x in re.findall(r"([\d.]+)x its spread", verdict)]
     assert len(ratios) == 2 and min(ratios) >= 3, verdict
     assert "NOT" not in verdict, verdict
+
+
+def test_the_numbers_in_the_text_are_the_printed_ones():
+    """Sections 1-5 quote their (simulated, deterministic) outputs; each quote is checked here."""
+    lesson = "06_pipelines_across_wans"
+    sites = output_text(lesson, "909a40ad")
+    km, floor = re.search(r"New York NY - London\s+([\d,]+) km\s+fiber floor RTT\s+([\d.]+)", sites).groups()
+    assert f"New York-London: {km} km, a {floor} ms floor" in source(lesson, "2d1fcdb7")
+    ocean = output_text(lesson, "1cf157a9")
+    plain, aware = (float(x) for x in re.findall(r"step\s+([\d.]+) ms", ocean))
+    extra = [int(x) for x in re.search(r"in flight per link: \[(.*)\]", ocean).group(1).split(", ")]
+    peaks = [[int(x) for x in p.split(", ")] for p in re.findall(r"per device \[(.*)\]", ocean)]
+    more = [a - b for a, b in zip(peaks[1], peaks[0], strict=True)]
+    text = source(lesson, "8f4c226c")
+    assert f"ends at {aware:.0f} ms, plain 1F1B at {plain:,.0f} ms" in text
+    assert f"{extra[0]} + {extra[1]} + {extra[2]} = {more[0]} more" in text and more[1:3] == [4, 1]
+    assert "device 1 four more, device 2 one more" in text
+    wire, sec4 = output_text(lesson, "b294ca28"), source(lesson, "868e5020")
+    crossover = float(re.search(r"S/\(t_f\+t_b\) = ([\d.]+) Gb/s", wire).group(1))
+    at_1 = re.search(r"at   1 Gb/s.*plain 1F1B\s+([\d.]+) s, latency-aware\s+([\d.]+) s", wire).groups()
+    at_1 = [float(x) for x in at_1]
+    bound_100 = float(re.search(r"at 100 Gb/s.*latency bound ([\d.]+) s", wire).group(1))
+    assert f"({bound_100:.2f} s at\n100 Gb/s)" in sec4
+    assert f"({at_1[1]:.2f} s against {at_1[0]:.2f} s)" in sec4
+    assert round(at_1[0] / bound_100) == 16 and "sixteen times the 100 Gb/s step" in sec4
+    assert f"down to {crossover / 10:.1f} Gb/s" in sec4
+    placement = output_text(lesson, "cb149c42")
+    slow_plain, slow_aware = re.search(r"at   1 Gb/s: step\s+([\d.]+) s plain 1F1B,\s+([\d.]+)", placement).groups()
+    assert f"({float(slow_aware):.1f} s against {float(slow_plain):.1f} s)" in sec4
