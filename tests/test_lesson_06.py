@@ -219,5 +219,6 @@ def test_the_numbers_in_the_text_are_the_printed_ones():
     assert round(at_1[0] / bound_100) == 16 and "sixteen times the 100 Gb/s step" in sec4
     assert f"down to {crossover / 10:.1f} Gb/s" in sec4
     placement = output_text(lesson, "cb149c42")
-    slow_plain, slow_aware = re.search(r"at   1 Gb/s: step\s+([\d.]+) s plain 1F1B,\s+([\d.]+)", placement).groups()
+    slow = re.search(r"at   1 Gb/s: step\s+([\d.]+) s plain 1F1B,\s+([\d.]+)", placement)
+    slow_plain, slow_aware = slow.groups()
     assert f"({float(slow_aware):.1f} s against {float(slow_plain):.1f} s)" in sec4
