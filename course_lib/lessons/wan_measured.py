@@ -34,7 +34,7 @@ from statistics import mean, median
 
 from course_lib.costs import StageCosts, costs_from
 from course_lib.errors import require
-from course_lib.lessons.repeats import Spread
+from course_lib.lessons.repeats import Effect, Spread
 from course_lib.lessons.scale_out import replay
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
@@ -184,22 +184,6 @@ class WanRun:
         return [self.measured[-1].peak_inflight(d) for d in range(self.schedule.n_devices)]
 
 
-@dataclass(frozen=True)
-class Effect:
-    """A measured effect (median against median) beside what the model expects, and its noise: the sum
-    of the two points' ranges (every repeat's value of both lies within it)."""
-
-    what: str
-    measured_s: float
-    expected_s: float
-    spread_s: float
-
-    @property
-    def ratio(self) -> float:
-        """The effect over its spread: 3 or more, and the effect stands clear of the noise."""
-        return self.measured_s / self.spread_s if self.spread_s > 0 else float("inf")
-
-
 @dataclass
 class WanMeasurement:
     """Every run of one experiment, and the costs measured over all of them."""
@@ -231,19 +215,17 @@ class WanMeasurement:
         lo, hi = self.plain[0], self.plain[-1]
         plain, aware = self.plain_at(self.experiment.aware_latency_s), self.aware_run()
         return [
-            Effect(
+            Effect.between(
                 f"plain 1F1B's latency part, L = {lo.latency_s * 1e3:.0f} -> {hi.latency_s * 1e3:.0f} ms",
-                hi.latency_part_s - lo.latency_part_s,
+                lo.latency_part_spread, hi.latency_part_spread,
                 hi.formula_latency_part_s() - lo.formula_latency_part_s(),
-                hi.latency_part_spread.range + lo.latency_part_spread.range,
             ),
-            Effect(
+            Effect.between(
                 f"worst idle, k = 0 -> {aware.extra} at L = {plain.latency_s * 1e3:.0f} ms",
-                plain.worst_idle_s - aware.worst_idle_s,
+                aware.worst_idle_spread, plain.worst_idle_spread,  # the fall: k = 0 idles the longer
                 plain.simulated_worst_idle_s - aware.simulated_worst_idle_s,
-                plain.worst_idle_spread.range + aware.worst_idle_spread.range,
             ),
-        ]
+        ]  # fmt: skip
 
     def table(self) -> str:
         """Plain 1F1B against the formula, latency-aware against the flush bound, the effects against
