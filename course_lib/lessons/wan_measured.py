@@ -209,10 +209,11 @@ class WanMeasurement:
         return min(self.plain, key=lambda r: abs(r.latency_s - latency_s))
 
     def effects(self) -> list[Effect]:
-        """The two effects the lesson shows: plain 1F1B's latency part from the smallest to the largest
-        L (formula: 2L[(p-1) + floor((m-1)(p-1)/p)]), and the worst idle that the needed k removes
-        (expected: the replays' difference)."""
-        lo, hi = self.plain[0], self.plain[-1]
+        """The two effects the lesson shows: plain 1F1B's latency part from the second largest to the
+        largest L (formula: 2L[(p-1) + floor((m-1)(p-1)/p)]; both links slow, so the fixed cost of each
+        exposed crossing cancels), and the worst idle that the needed k removes (expected: the replays'
+        difference)."""
+        lo, hi = self.plain[-2] if len(self.plain) > 1 else self.plain[0], self.plain[-1]
         plain, aware = self.plain_at(self.experiment.aware_latency_s), self.aware_run()
         return [
             Effect.between(
