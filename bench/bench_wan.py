@@ -5,12 +5,14 @@ Prints, from one launch of p processes (``course_lib/lessons/wan_measured.py``):
 1. plain 1F1B's measured step at each latency L, beside the replay of its measured op costs and the
    formula (m + p - 1)(t_f + t_b) + 2L[(p - 1) + floor((m - 1)(p - 1)/p)], and the growth over L = 0;
 2. latency-aware 1F1B at --aware-latency for k = 1, 2, ... extra micro-batches per link: measured step
-   and worst device idle against the flush bound (p - 1)(t_f + t_b) + 2 sum(L).
+   and worst device idle against the flush bound (p - 1)(t_f + t_b) + 2 sum(L);
+3. the two effects (median against median) beside their spread (the ranges of the repeats) and the ratio.
 
-Run::
+Every op is paced to --pace forward/backward seconds (the real op, then a sleep to the end of the slot)
+unless --bare; every run is repeated --repeats times, taking turns. Lesson 06's figures::
 
-    .venv/bin/python bench/bench_wan.py                               # 32 blocks, L = 0, 20, 40 ms
-    .venv/bin/python bench/bench_wan.py --layers 80 --latency 0 0.05 --aware-latency 0.05 --png /tmp/w.png
+    .venv/bin/python bench/bench_wan.py --extras 1 2 3 4 5             # 8 blocks, L = 0, 40, 80 ms, paced
+    .venv/bin/python bench/bench_wan.py --bare --layers 32 --latency 0 0.02 0.04 --aware-latency 0.02
 """
 
 from __future__ import annotations
@@ -35,11 +37,15 @@ def main() -> None:
     )
     parser.add_argument("--extras", type=int, nargs="+", default=None, help="k values (default 1, 2, ...)")
     parser.add_argument("--steps", type=int, default=d.steps)
+    parser.add_argument("--repeats", type=int, default=d.repeats)
+    parser.add_argument("--pace", type=float, nargs=2, default=list(d.pace_s), help="F and B slot, seconds")
+    parser.add_argument("--bare", action="store_true", help="time the bare ops (no pacing)")
     parser.add_argument("--png", default=None, help="also save the summary and Gantt charts here")
     args = parser.parse_args()
     e = WanExperiment(
         n_layers=args.layers, p=args.stages, m=args.microbatches, latencies_s=tuple(args.latency),
-        steps=args.steps, aware_latency_s=args.aware_latency,
+        steps=args.steps, aware_latency_s=args.aware_latency, repeats=args.repeats,
+        pace_s=None if args.bare else tuple(args.pace),
         extras=tuple(args.extras) if args.extras else None,
     )  # fmt: skip
     start = time.perf_counter()

@@ -33,7 +33,7 @@ from course_lib.errors import CourseError, require
 from course_lib.schedules.closed_forms import Case, megatron
 from course_lib.schedules.closed_forms import gpipe_bubble as gpipe_bubble  # notebooks import it from here
 from course_lib.schedules.ir import Kind
-from course_lib.timeline import Timeline, format_bytes
+from course_lib.timeline import SIMULATED, Timeline, format_bytes
 
 COLORS = {Kind.F: "#56B4E9", Kind.B: "#E69F00", Kind.I: "#D55E00", Kind.W: "#009E73"}
 LABELS = {
@@ -288,7 +288,9 @@ def plot_memory(tl: Timeline, ax: Axes | None = None) -> Axes:
     if any(nbytes):
         ax.bar_label(bars, labels=[format_bytes(b or 0) for b in nbytes], fontsize=7)
     ax.set(xticks=devices, xlabel="device", ylabel="peak micro-batches held")
-    caption = f"source: {tl.source}"
+    # what is held is counted off the timeline's order, not timed: a run's timing source does not apply
+    counted = f"source: counted in a run ({tl.source} timing)"
+    caption = "source: simulated" if tl.source == SIMULATED else counted
     if any(nbytes) and tl.stash_is_lower_bound:
         caption += " · bytes: boundary tensors only (a lower bound on what a stage stashes)"
     ax.set_title(f"{_default_title(tl)}: activations held per device\n{caption}", fontsize=10)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
+from committed import output_text, source
 
 from course_lib.network import PRESETS
 from course_lib.tp.accounting import Workload, comparison_rows
@@ -71,3 +73,54 @@ def test_what_if_redraws_once_per_change_and_its_chart_matches_the_controls():
     assert len(drawn) == 2 and box.m_slider.disabled and "m=" not in box.text  # m does nothing in decode
     box.what_dropdown.value = "training step"
     assert not box.m_slider.disabled and "m=8" in box.text
+
+
+# ---- the lesson's text against its committed outputs ----------------------------------------------
+LESSON = "01_tensor_vs_pipeline"
+
+
+def _pp_wins_from() -> dict[str, int]:
+    """Section 5's table, as committed: preset -> the first m at which PP wins."""
+    rows = {}
+    for line in output_text(LESSON, "7ea0b665").splitlines():
+        if m := re.match(r"(\S+)\s.*m = (\d+)$", line):
+            rows[m.group(1)] = int(m.group(2))
+    return rows
+
+
+def test_the_recap_and_section_5_say_what_the_table_shows():
+    wins = _pp_wins_from()
+    assert len(wins) == len(PRESETS)
+    recap, sec5 = source(LESSON, "9b177d6c"), source(LESSON, "f2333f30")
+    # "TP wins on NVLink 4 up to m = 23 ... InfiniBand NDR from m = 4, across a metro from m = 2 and across
+    # an ocean from m = 1": the first m at which PP wins, minus one for "up to"
+    assert f"NVLink 4 up to m = {wins['nvlink4'] - 1}" in recap
+    assert f"InfiniBand NDR from m = {wins['ib-ndr']}" in recap
+    assert f"across a metro from m = {wins['metro']}" in recap
+    assert wins["transatlantic"] == wins["us-coast-to-coast"] == 1 and "across an ocean from m = 1" in recap
+    assert "at any m" not in recap
+    assert f"up to m = {wins['nvlink4'] - 1}\n(NVLink 5: {wins['nvlink5'] - 1})" in sec5
+    fabric = max(wins[name] for name in ("ib-ndr", "ib-xdr", "100gbe", "400gbe"))
+    assert f"TP loses from m = {fabric} or sooner" in sec5
+    nv = PRESETS["nvlink4"].link.bandwidth_Bps
+    fewer = sorted(nv / PRESETS[n].link.bandwidth_Bps for n in ("ib-ndr", "ib-xdr", "100gbe", "400gbe"))
+    assert f"carry {fewer[0]:g} to {fewer[-1]:g} times less" in sec5
+
+
+def test_the_hop_latency_and_section_6_numbers_are_the_printed_ones():
+    hop = re.search(r"at 1 us per hop instead, PP wins from m = (\d+)", output_text(LESSON, "24aa3765"))
+    said = f"At 1 µs per hop PP wins from m = {hop.group(1)} instead of {_pp_wins_from()['nvlink4']}"
+    assert said in source(LESSON, "d1e2f3a4")
+    printed, text = output_text(LESSON, "d4e5f6a7"), source(LESSON, "c3d4e5f6")
+    tp_gib, nv_s = re.search(r"NVLink 4\s+TP (\d+) GiB:\s+([\d.]+) s", printed).groups()
+    ib_s = re.search(r"InfiniBand NDR\s+TP \d+ GiB:\s+([\d.]+) s", printed).group(1)
+    assert f"TP sends {tp_gib} GiB per device per step" in text and f"{nv_s} s on NVLink 4" in text
+    assert f"{float(ib_s):.0f} s on a" in text
+    bubble = re.search(r"m=  8: bubble ([\d.]+)%", printed).group(1)
+    assert f"is {float(bubble):.0f}% at p = 8, m = 8" in text
+
+
+def test_the_measured_slopes_support_the_conclusion_drawn_from_them():
+    # "the ratio of the two slopes ... stays an order of magnitude": in the committed run, too
+    m = re.search(r"free fits (\d+)x", output_text(LESSON, "c8bef25f"))
+    assert m is not None and int(m.group(1)) >= 10, m

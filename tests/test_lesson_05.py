@@ -3,10 +3,12 @@
 Parameters and saved bytes are counted, so they are exact; layer times are measured and noisy, so the
 ranking test gives the profile fixed times in the lesson's proportions (never asserts on wall-clock)."""
 
+import re
 from dataclasses import replace
 
 import pytest
 import torch
+from committed import output_text, source
 
 from course_lib.balance import OutOfMemory, balanced, check_memory, profile_layers, stage_memory
 from course_lib.model import ModelConfig, build_model
@@ -89,3 +91,28 @@ def test_budget_widget_redraws_once_per_change_and_keeps_its_chart_when_nothing_
     assert "still the last setting that fits: p=4, budget 1.30x" in box.note.value
     box.budget_slider.value = 1.2  # and it recovers
     assert len(drawn) == 2 and box.drawn.startswith("p=4, budget 1.20x") and "still" not in box.note.value
+
+
+# ---- the lesson's text against its committed outputs ----------------------------------------------
+LESSON = "05_balancing_stages"
+
+
+def test_the_verdict_quotes_the_printed_memory_and_says_where_it_holds():
+    printed, verdict = output_text(LESSON, "f5ef29aa"), source(LESSON, "a1c05b01")
+    total = re.search(r"stage 0 needs ([\d.]+) MiB", printed).group(1)
+    emb = re.search(r"the embedding: ([\d.]+) MiB", printed).group(1)
+    assert f"about {float(emb):.0f} MiB of stage 0's\n{float(total):.0f} MiB" in verdict
+    without = float(re.search(r"still ([\d.]+)x stage 3", printed).group(1))
+    assert 1.7 <= without < 2 and "almost twice" in verdict
+    gpipe = [float(x) for x in re.findall(r"([\d.]+) MiB", printed.split("GPipe")[1])]
+    assert f"{min(gpipe):.0f}-{max(gpipe):.0f} MiB each" in verdict
+    assert "Verdict for this toy" in verdict and "In general, both" in verdict and "2407.21783" in verdict
+    assert "seed of this course" not in source(LESSON, "8bd0c94d")
+
+
+def test_where_the_embedding_and_where_the_warm_up_dominates():
+    lines = output_text(LESSON, "b5where1").splitlines()
+    assert len(lines) == 7
+    assert lines[0].startswith("the toy above") and lines[0].endswith("warm-up dominates")
+    assert all(line.endswith("warm-up dominates") for line in lines if line.startswith("llama3-405b"))
+    assert all(line.endswith("embedding dominates") for line in lines if line.startswith("2B, 256k"))

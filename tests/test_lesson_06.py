@@ -4,9 +4,12 @@ formula with bytes, the wire as the bottleneck, and which part of the flush othe
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
+from committed import output_text, source
 
+from course_lib.lessons.crossing import WAYS, compare_crossings
 from course_lib.links import Link
 from course_lib.network import Gbit, preset
 from course_lib.schedules.builders import build_schedule
@@ -147,3 +150,75 @@ def test_latency_map_sliders_leave_room_to_pick_each_value():
     for slider, n_values in ((box.m_slider, 64), (box.route, 21), (box.gbps_slider, 31)):
         width = int(slider.layout.width.removesuffix("px"))
         assert (width - DESCRIPTION_PX - READOUT_PX) / n_values >= 8, slider.description
+
+
+# ---- what the committed lesson shows --------------------------------------------------------------
+NUM = r"\s+([\d.]+)"
+LESSON_09_ROW = re.compile(
+    r"\s+(\S+)\s+pipeline across" + NUM + r" s, DP across" + NUM + r" s, DiLoCo" + NUM + " s"
+)
+LESSON_06_ROW = re.compile(r"\s+(metro|us-coast-to-coast|transatlantic)\s+(\d+)\s+[\d.]+" + NUM * 3)
+
+
+def _crossing_rows(text: str) -> dict[tuple[str, int], tuple[float, ...]]:
+    """(link, B) -> (pipeline, DP, DiLoCo) seconds, from lesson 06 sec 7's table or 09 sec 5's lines."""
+    rows, batch = {}, None
+    for line in text.splitlines():
+        if m := re.match(r"B=\s*(\d+):", line):  # lesson 09: a batch line, then one line per link
+            batch = int(m.group(1))
+        elif m := LESSON_09_ROW.match(line):
+            rows[m.group(1), batch] = tuple(float(x) for x in m.groups()[1:])
+        elif m := LESSON_06_ROW.match(line):
+            rows[m.group(1), int(m.group(2))] = tuple(float(x) for x in m.groups()[2:])
+    return rows
+
+
+def test_lessons_06_and_09_print_the_same_crossing_numbers_as_the_planner():
+    lesson_06 = _crossing_rows(output_text("06_pipelines_across_wans", "x7cross1"))
+    lesson_09 = _crossing_rows(output_text("09_planning_a_real_run", "c14"))
+    assert len(lesson_06) == 12 and lesson_06 == lesson_09
+    # and both are what the library computes now (one row, to keep the test short)
+    row = compare_crossings(batches=(1536,), links=("transatlantic",))["transatlantic", 1536]
+    assert lesson_06["transatlantic", 1536] == pytest.approx(
+        tuple(row.step_s[way] for way in WAYS), abs=0.006
+    )
+
+
+def test_the_committed_measured_effects_stand_clear_of_their_spread():
+    # section 6's figure: each effect at least 3x its spread (the sum of the two points' ranges), and
+    # the paced ops inside their slots, as printed by the lesson when it was executed and committed
+    verdict = output_text("06_pipelines_across_wans", "a6e7v3rd")
+    assert "fitted their slots" in verdict, verdict
+    ratios = [float(x) for x in re.findall(r"([\d.]+)x its spread", verdict)]
+    assert len(ratios) == 2 and min(ratios) >= 3, verdict
+    assert "NOT" not in verdict, verdict
+
+
+def test_the_numbers_in_the_text_are_the_printed_ones():
+    """Sections 1-5 quote their (simulated, deterministic) outputs; each quote is checked here."""
+    lesson = "06_pipelines_across_wans"
+    sites = output_text(lesson, "909a40ad")
+    km, floor = re.search(r"New York NY - London\s+([\d,]+) km\s+fiber floor RTT\s+([\d.]+)", sites).groups()
+    assert f"New York-London: {km} km, a {floor} ms floor" in source(lesson, "2d1fcdb7")
+    ocean = output_text(lesson, "1cf157a9")
+    plain, aware = (float(x) for x in re.findall(r"step\s+([\d.]+) ms", ocean))
+    extra = [int(x) for x in re.search(r"in flight per link: \[(.*)\]", ocean).group(1).split(", ")]
+    peaks = [[int(x) for x in p.split(", ")] for p in re.findall(r"per device \[(.*)\]", ocean)]
+    more = [a - b for a, b in zip(peaks[1], peaks[0], strict=True)]
+    text = source(lesson, "8f4c226c")
+    assert f"ends at {aware:.0f} ms, plain 1F1B at {plain:,.0f} ms" in text
+    assert f"{extra[0]} + {extra[1]} + {extra[2]} = {more[0]} more" in text and more[1:3] == [4, 1]
+    assert "device 1 four more, device 2 one more" in text
+    wire, sec4 = output_text(lesson, "b294ca28"), source(lesson, "868e5020")
+    crossover = float(re.search(r"S/\(t_f\+t_b\) = ([\d.]+) Gb/s", wire).group(1))
+    at_1 = re.search(r"at   1 Gb/s.*plain 1F1B\s+([\d.]+) s, latency-aware\s+([\d.]+) s", wire).groups()
+    at_1 = [float(x) for x in at_1]
+    bound_100 = float(re.search(r"at 100 Gb/s.*latency bound ([\d.]+) s", wire).group(1))
+    assert f"({bound_100:.2f} s at\n100 Gb/s)" in sec4
+    assert f"({at_1[1]:.2f} s against {at_1[0]:.2f} s)" in sec4
+    assert round(at_1[0] / bound_100) == 16 and "sixteen times the 100 Gb/s step" in sec4
+    assert f"down to {crossover / 10:.1f} Gb/s" in sec4
+    placement = output_text(lesson, "cb149c42")
+    slow = re.search(r"at   1 Gb/s: step\s+([\d.]+) s plain 1F1B,\s+([\d.]+)", placement)
+    slow_plain, slow_aware = slow.groups()
+    assert f"({float(slow_aware):.1f} s against {float(slow_plain):.1f} s)" in sec4

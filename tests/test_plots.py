@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import matplotlib
 import pytest
 from matplotlib.collections import PathCollection
@@ -117,6 +119,9 @@ def test_memory_bars_match_peaks():
     assert "p=4, m=8" in ax.get_title()  # the Timeline knows its micro-batches
     given = plot_memory(simulate(build_schedule("1f1b", 4, 8), stash_bytes=[2**20] * 4), ax=_axes())
     assert "lower bound" not in given.get_title()  # stash sizes given: no caveat
+    # from a run, the held micro-batches and bytes are counted, not timed: the label says so
+    run = replace(tl, source="measured compute + simulated links")
+    assert "source: counted in a run" in plot_memory(run, ax=_axes()).get_title()
 
 
 @pytest.mark.parametrize("name, v", [("interleaved-1f1b", 2), ("looped-bfs", 3), ("interleaved-zb", 2)])

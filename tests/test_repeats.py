@@ -5,7 +5,7 @@ import itertools
 import pytest
 
 from course_lib.errors import CourseError
-from course_lib.lessons.repeats import Spread, plot_spreads, repeat_interleaved
+from course_lib.lessons.repeats import Effect, Spread, plot_spreads, repeat_interleaved
 
 
 def test_runs_take_turns_and_each_spread_holds_its_own_values():
@@ -40,3 +40,13 @@ def test_the_plot_draws_every_run_and_starts_at_zero():
     assert ax.get_ylim()[0] == 0
     ticks = [line for line in ax.lines if line.get_marker() == "_"]
     assert len(ticks[0].get_ydata()) == 3
+
+
+def test_an_effect_is_the_medians_difference_against_the_two_ranges():
+    before, after = Spread((0.10, 0.12, 0.14)), Spread((0.50, 0.52, 0.53))
+    e = Effect.between("link", before, after, expected_s=0.4)
+    assert e.measured_s == pytest.approx(0.40) and e.spread_s == pytest.approx(0.04 + 0.03)
+    assert e.ratio == pytest.approx(0.40 / 0.07) and e.ratio > 3  # clear of the noise
+    blurred = Effect.between("blurred", Spread((0.1, 0.3, 0.5)), Spread((0.2, 0.4, 0.6)), expected_s=0.1)
+    assert blurred.ratio == pytest.approx(0.1 / 0.8) and blurred.ratio < 3
+    assert Effect("exact", 0.2, 0.2, 0.0).ratio == float("inf")  # a deterministic effect has no spread

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from committed import output_text, source
 
 from course_lib.costs import StageCosts
 from course_lib.errors import CourseError
@@ -48,3 +51,15 @@ def test_train_for_real_refuses_too_many_ranks_before_starting():
     c = DashboardConfig("1f1b", 8, 4, 1, "free", Link(), StageCosts(), 0)
     with pytest.raises(CourseError, match="p=8 is more than this lesson allows"):
         train_distributed_for(c)
+
+
+def test_lesson_08_quotes_its_printed_link_cost_and_its_paced_effect_stands_clear():
+    printed = output_text("08_scaling_out", "ff9833fb")
+    formula = re.search(r"formula, equal stages:\s+\+(\d+) ms", printed).group(1)
+    assert f"= {formula} ms per step" in source("08_scaling_out", "254c8b56")
+    # the paced pair, as committed: the link's cost at least 3x the two ranges added, near the formula
+    pattern = r"paced, 3 repeats: \+(\d+) ms .*spread (\d+) ms.*: ([\d.]+)x its spread, clear"
+    paced = re.search(pattern, printed)
+    assert paced is not None, printed
+    added, spread, ratio = (float(x) for x in paced.groups())
+    assert ratio >= 3 and abs(added - float(formula)) <= 0.15 * float(formula) + spread

@@ -1,20 +1,19 @@
 """Issue 6, measured: plain and latency-aware 1F1B on real processes with an injected slow link.
 
 The distributed engine takes a built Schedule (the latency-aware one carries its extra count per link).
-One launch runs plain 1F1B at L = 0, 20, 80 ms and latency-aware 1F1B at 20 ms for k = 1..7; every
-number asserted is measured, against the formula and the flush bound from the measured op costs.
-Print the table: ``.venv/bin/pytest -s tests/test_wan_measured.py -k table``.
+One launch runs plain 1F1B at L = 0, 40, 80 ms and latency-aware 1F1B at 40 ms for k = 1..5, each run
+three times, taking turns; every number asserted is measured, against the formula and the flush bound
+from the measured op costs. Print the table: ``.venv/bin/pytest -s tests/test_wan_measured.py -k table``.
 
 The suite must pass on a loaded machine, where two processes share 2 cores with other work. So:
-- every margin grows with the noise measured in the run itself (how much its steps differ), on top of
-  a small fixed allowance for messages and Python; on a quiet machine the steps agree and the margins
-  are tight;
-- the effects asserted are large against that noise: the formula is checked on the growth from 20 to
-  80 ms (480 ms), where the fixed cost of each exposed crossing cancels;
-- latency-aware against plain 1F1B compares per-rank idle, from the spans, not the step: on a shared
-  CPU the overlapped ranks compete for cores, so the step measures the load as much as the schedule;
-- idle is taken from each run's best step: other work only ever adds waiting (a rank waits for a peer
-  that was not scheduled), so the least idle of a run is what its schedule does.
+- every op is paced (``make_spec(pace_s=)``): the real op runs, then the rank sleeps out a fixed slot of
+  10 ms (forward) or 20 ms (backward), so a stage's cost does not depend on the load; the toy's 2
+  blocks per stage take a few ms, inside the slot on a busy machine;
+- every margin grows with the noise measured in the run itself (the range of its repeats), on top of
+  a small fixed allowance for messages, Python and a rank woken late;
+- the formula is checked on the growth from 40 to 80 ms (320 ms), where the fixed cost of each exposed
+  crossing cancels;
+- latency-aware against plain 1F1B compares per-rank idle, from the spans.
 """
 
 from __future__ import annotations
@@ -36,9 +35,6 @@ TINY = dict(n_layers=6, d_model=16, n_heads=2, seq_len=16, batch_size=8, steps=1
 # what a measured run pays beyond the model on a quiet machine: 10-20 ms of messages and Python per
 # step, and sleeps that overshoot
 NOISE_REL, NOISE_S = 0.10, 0.025
-# what a busy machine (four CPU-bound jobs beside the two ranks on 2 cores) adds to a measured step on top
-# of its own replay (1.31x was seen at a load of 6-18); the latency itself is held by the formula checks
-LOAD_REL = 1.5
 
 
 def spread_s(run) -> float:
@@ -86,6 +82,9 @@ def _deadlock() -> Schedule:
         (latency_aware_1f1b(3, 4, 1), dict(partition=[4, 4]), ["[4, 4]", "3"]),
         (latency_aware_1f1b(2, 4, 1), dict(links=[Link(), Link()]), ["has 2 entries", "1 stage boundar"]),
         (_deadlock(), dict(cfg_m=1), ["broken"]),
+        (latency_aware_1f1b(2, 4, 1), dict(pace_s=(0.01,)), ["pace_s", "(0.01,)"]),
+        (latency_aware_1f1b(2, 4, 1), dict(pace_s=(0.01, -1)), ["pace_s", "-1"]),
+        (build_schedule("zb-h1", 2, 4), dict(pace_s=(0.01, 0.02)), ["fused backward", "zb-h1"]),
     ],
 )
 def test_a_bad_built_schedule_is_refused_with_the_value_named(schedule, kwargs, words):
@@ -98,19 +97,20 @@ def test_a_bad_built_schedule_is_refused_with_the_value_named(schedule, kwargs, 
 
 
 # ---- the two behaviours, measured --------------------------------------------------------------
+EXPERIMENT = WanExperiment(extras=(1, 2, 3, 4, 5))  # lesson 06's: paced 10/20 ms, L = 0, 40, 80 ms
+
+
 @pytest.fixture(scope="module")
 def wan():
-    # 5 steps: the first is warm-up, the medians of the other 4 shrug off a step a busy machine slowed
-    # 64 blocks: t_f + t_b stays above 2L / 7 on a quiet machine too (with 32 a fast one needed k = 8)
-    e = WanExperiment(n_layers=64, p=2, m=8, latencies_s=(0.0, 0.02, 0.08), aware_latency_s=0.02, steps=5)
-    return run_wan_experiment(e)
+    return run_wan_experiment(EXPERIMENT)
 
 
 @pytest.mark.processes
 @pytest.mark.timeout(300)
 def test_table(wan):
     print("\n" + wan.table())
-    assert len(wan.plain) == 3 and [r.extra for r in wan.aware] == list(range(1, 8))
+    assert len(wan.plain) == 3 and [r.extra for r in wan.aware] == [1, 2, 3, 4, 5]
+    assert all(len(r.measured) == EXPERIMENT.repeats * (EXPERIMENT.steps - 1) for r in wan.plain + wan.aware)
     # every run trains the same model on the same batches: the schedule changes the timing only
     for r in wan.plain + wan.aware:
         assert r.losses == pytest.approx(wan.plain[0].losses, rel=1e-5), r.schedule.name
@@ -120,39 +120,44 @@ def test_table(wan):
 
 @pytest.mark.processes
 @pytest.mark.timeout(300)
+def test_paced_ops_take_their_slot(wan):
+    # never shorter than the slot (the pacing works); longer by a late wake-up, or where a very busy
+    # machine (a load of 14 on 2 cores was seen) stretched the real op past its slot: at most 2x here
+    f_slot, b_slot = EXPERIMENT.pace_s
+    for r in wan.plain + wan.aware:
+        for f, i in zip(r.costs.f, r.costs.i, strict=True):
+            assert f_slot <= f <= 2 * f_slot and b_slot <= i <= 2 * b_slot, (r.extra, r.latency_s, f, i)
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(300)
 def test_plain_1f1b_step_grows_with_latency_as_the_formula_says(wan):
-    slow = [r for r in wan.plain if r.latency_s > 0]
-    for r in slow:
-        # the formula 2L[(p-1) + floor((m-1)(p-1)/p)] = 8L at p=2, m=8 (160 ms at 20 ms, 640 ms at 80 ms)
-        predicted = r.formula_latency_part_s()
-        assert predicted == pytest.approx(8 * r.latency_s)
+    for r in wan.plain:
+        # the formula 2L[(p-1) + floor((m-1)(p-1)/p)] = 8L at p=2, m=8
+        assert r.formula_latency_part_s() == pytest.approx(8 * r.latency_s)
         # the latency is paid, not hidden: measured step - (m+p-1)(t_f+t_b) of that run is at least
         # the formula's (on top come a few ms per exposed crossing, and the load)
-        assert r.latency_part_s >= 0.75 * predicted - spread_s(r), (r.latency_s, r.latency_part_s)
-        # and the replay of the run's own costs agrees with what was measured: never above it (beyond
-        # noise), and below it by no more than a loaded machine adds (a rank woken by a message waits
-        # for a core: time that is in no span, so in no replayed cost)
+        least = 0.9 * r.formula_latency_part_s() - spread_s(r)
+        assert r.latency_part_s >= least, (r.latency_s, r.latency_part_s)
+        # and the replay of the run's own costs is never above what was measured (beyond noise)
         assert r.simulated.makespan <= r.step_s + NOISE_REL * r.step_s + NOISE_S + spread_s(r)
-        assert r.step_s <= LOAD_REL * r.simulated.makespan + NOISE_S + spread_s(r), (
-            r.latency_s, r.step_s, r.simulated.makespan)
-    # the slope: from 20 to 80 ms the step grows by 8 x 60 ms (the L = 0 run is left out here: its
-    # ops are slower, both processes computing at once on 2 cores)
-    grown = slow[1].latency_part_s - slow[0].latency_part_s
-    predicted = slow[1].formula_latency_part_s() - slow[0].formula_latency_part_s()
-    margin = 0.25 * predicted + spread_s(slow[0]) + spread_s(slow[1])
-    assert abs(grown - predicted) <= margin, (grown, predicted, margin)
+    # the slope: from 40 to 80 ms the step grows by 8 x 40 ms
+    slope = wan.effects()[0]
+    assert slope.expected_s == pytest.approx(8 * 0.04)
+    margin = 0.15 * slope.expected_s + slope.spread_s
+    assert abs(slope.measured_s - slope.expected_s) <= margin, (slope, margin)
 
 
 @pytest.mark.processes
 @pytest.mark.timeout(300)
 def test_latency_aware_idle_stays_within_the_flush_bound(wan):
     k = wan.needed_extra
-    assert 1 <= k <= 7, k  # 2L = 40 ms over t_f + t_b of 10-40 ms a slot on this toy
+    assert k == 3, k  # ceil(2 x 40 ms / 30 ms): the slots fix t_f + t_b
     L = wan.experiment.aware_latency_s
     aware, plain = wan.aware_run(), wan.plain_at(L)
     assert aware.extra == k
     # the built schedule really ran: device 0 holds 2 + k micro-batches (plain 1F1B: 2)
-    assert aware.peak_inflight == [min(2 + k, 8), 1] and plain.peak_inflight == [2, 1]
+    assert aware.peak_inflight == [2 + k, 1] and plain.peak_inflight == [2, 1]
     # the needed k keeps each device's idle within the flush bound of the run's own costs; more
     # micro-batches in flight than needed do too (they cost memory, not time)
     for r in [r for r in wan.aware if r.extra >= k]:
@@ -160,6 +165,5 @@ def test_latency_aware_idle_stays_within_the_flush_bound(wan):
             bound = r.bound_s(d) * (1 + NOISE_REL) + NOISE_S + spread_s(r)
             assert best_idle_s(r, d) <= bound, (r.extra, d, best_idle_s(r, d), bound)
     # plain 1F1B at the same L idles far longer: it pays 2L on 4 round trips, the latency-aware one
-    # on 1 (expected gap about 6L; asserted 2L)
-    plain_idle, aware_idle = (max(best_idle_s(r, d) for d in range(2)) for r in (plain, aware))
-    assert plain_idle > aware_idle + 2 * L, (plain_idle, aware_idle)
+    # on 1 (expected gap about 6L; asserted 3L)
+    assert plain.worst_idle_s > aware.worst_idle_s + 3 * L, (plain.worst_idle_s, aware.worst_idle_s)

@@ -66,6 +66,9 @@ class RunSpec:
     track_memory: bool = True  # measure bytes saved for backward (costs ~10% CPU on the toy model)
     tp: int = 1  # tensor-parallel ranks per stage (tp/mesh.py: TP x PP x DP)
     dp: int = 1  # data-parallel replicas, each on its share of every micro-batch
+    # (forward, backward) seconds: each F and B span lasts at least this long, the rank sleeping out the
+    # rest of the slot after the real op, so that a busy machine does not change the stage's cost
+    pace_s: tuple[float, float] | None = None
 
     @property
     def mesh(self) -> Mesh:

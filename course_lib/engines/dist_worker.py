@@ -153,8 +153,12 @@ def run_schedule(
 class StepRecorder:
     """Around each action: inject the fault (if it is due), wait for the GPU, record the span."""
 
-    def __init__(self, rank: int, fault: Fault | None, now: Callable[[], float], torch_device: torch.device):
+    def __init__(
+        self, rank: int, fault: Fault | None, now: Callable[[], float], torch_device: torch.device,
+        pace_s: tuple[float, float] | None = None,
+    ):  # fmt: skip
         self.rank, self.fault, self.now, self.torch_device = rank, fault, now, torch_device
+        self.pace = {} if pace_s is None else {Kind.F: pace_s[0], Kind.B: pace_s[1]}
         self.step, self.spans, self._start = 0, [], 0.0
 
     def begin_step(self, step: int) -> None:
@@ -169,6 +173,8 @@ class StepRecorder:
     def after(self, action: Action) -> None:
         if self.torch_device.type == "cuda":
             torch.cuda.synchronize(self.torch_device)  # the span must cover the GPU's work
+        if (slot := self.pace.get(action.kind)) is not None:  # a fixed cost: sleep out the rest of the slot
+            time.sleep(max(0.0, self._start + slot - self.now()))
         self.spans.append((action, self._start, self.now()))
 
 
@@ -202,7 +208,7 @@ def run_rank(
     where = groups.coords
     corpus, me = build_rank(spec, where.stage, torch_device, groups)
     comm = _rank_comm(spec, me, groups, torch_device)
-    recorder = StepRecorder(rank, spec.fault, comm.now, torch_device)
+    recorder = StepRecorder(rank, spec.fault, comm.now, torch_device, spec.pace_s)
     cfg, steps, losses = spec.cfg, [], []
     try:
         for step, (x, y) in enumerate(train_batches(corpus, cfg)):

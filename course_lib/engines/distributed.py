@@ -94,7 +94,7 @@ def make_spec(
     links: Link | list[Link] | None = None, checkpoint: str = "never", timeout_s: float = 60.0,
     fault: Fault | None = None, return_grads: bool = False, threads: int | None = None,
     local_ranks: int | None = None, direction_groups: bool | None = None, track_memory: bool = True,
-    tp: int = 1, dp: int = 1,
+    tp: int = 1, dp: int = 1, pace_s: tuple[float, float] | None = None,
 ) -> RunSpec:  # fmt: skip
     """Check every input and build the spec; raises CourseError before any process starts.
 
@@ -104,7 +104,8 @@ def make_spec(
     per stage boundary, `checkpoint`) is the local engine's (``engines.plan.make_plan``). `timeout_s`:
     how long a rank waits for a silent peer; `fault`: a Fault (its rank of all t x p x d), to watch a
     failure; `threads`: torch threads per rank; ``track_memory=False`` skips measuring bytes saved for
-    backward (for timing). `tp`: ranks each stage is split across; `dp`: data-parallel replicas."""
+    backward (for timing). `tp`: ranks each stage is split across; `dp`: data-parallel replicas.
+    `pace_s`: (forward, backward) seconds, the least each F and B span lasts (a fixed stage cost)."""
     if stages is None and not isinstance(schedule, Schedule):
         stages = 2
     plan = make_plan(cfg, schedule, stages, virtual, partition, checkpoint, links)
@@ -122,6 +123,12 @@ def make_spec(
     if fault is not None:
         require(fault.how in FAULT_KINDS, f"fault.how must be one of {FAULT_KINDS}, got {fault.how!r}")
         require(0 <= fault.rank < mesh.world, f"fault.rank must be in 0..{mesh.world - 1}, got {fault.rank}")
+    if pace_s is not None:
+        require(
+            len(pace_s) == 2 and all(x > 0 for x in pace_s) and not sched.split_backward,
+            f"pace_s must be (forward, backward) seconds > 0, for a schedule with a fused backward; got "
+            f"{pace_s!r} for {sched.name!r}",
+        )
     device = _backend_device(cfg.device, local_ranks)
     return RunSpec(
         cfg=replace(cfg, device=device), schedule=sched, partition=plan.partition, ranks=ranks,
@@ -131,6 +138,7 @@ def make_spec(
         direction_groups=device == "cuda" if direction_groups is None else direction_groups,
         track_memory=track_memory, fault=fault, return_grads=return_grads,
         threads=threads or max(1, (os.cpu_count() or 1) // local_ranks), tp=tp, dp=dp,
+        pace_s=None if pace_s is None else (float(pace_s[0]), float(pace_s[1])),
     )  # fmt: skip
 
 

@@ -11,6 +11,7 @@ hits every variant alike instead of one of them::
         measure=lambda run: run.measured.bubble_fraction, repeats=5)
     spreads["gpipe"].median, spreads["gpipe"].low, spreads["gpipe"].high
     plot_spreads(spreads, reference=(3 / 11, "(p-1)/(m+p-1)"))
+    Effect.between("1F1B - GPipe", spreads["gpipe"], spreads["1f1b"], 0.0).ratio   # effect / spread
 """
 
 from __future__ import annotations
@@ -49,6 +50,27 @@ class Spread:
 
     def overlaps(self, other: Spread) -> bool:
         return self.low <= other.high and other.low <= self.high
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A measured effect (median against median) beside what the model expects, and its noise: the sum
+    of the two points' ranges (every repeat's value of both lies within it)."""
+
+    what: str
+    measured_s: float
+    expected_s: float
+    spread_s: float
+
+    @classmethod
+    def between(cls, what: str, before: Spread, after: Spread, expected_s: float) -> Effect:
+        """From `before` to `after`: the medians' difference, the two ranges added."""
+        return cls(what, after.median - before.median, expected_s, before.range + after.range)
+
+    @property
+    def ratio(self) -> float:
+        """The effect over its spread: 3 or more, and the effect stands clear of the noise."""
+        return abs(self.measured_s) / self.spread_s if self.spread_s > 0 else float("inf")
 
 
 def repeat_all(runs: Mapping[str, Callable[[], Run]], repeats: int = 5) -> dict[str, list[Run]]:

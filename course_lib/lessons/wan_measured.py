@@ -6,15 +6,22 @@ link keep each device's idle time within the flush bound.
 
 This module runs both for real: one process per stage (the distributed engine), a link with injected
 latency between them, plain 1F1B at several L and the latency-aware variant with k = 1, 2, ... extra
-micro-batches at one of those L, all in ONE launch (starting processes is the slow part). The
-simulation beside each run replays the op costs measured in it (source "measured compute + simulated
-links"), and the formula and the bound use the costs measured in that same run (on a shared
-machine an op's time depends on what else runs)::
+micro-batches at one of those L, all in ONE launch (starting processes is the slow part), every run
+`repeats` times, taking turns, so that each point has a median and a range.
+
+On a shared 2-core laptop an op's wall time depends on what else runs (the other rank, another job),
+by more than the effects shown here. So by default every op is **paced**: the real forward or backward
+runs, then the rank sleeps out the rest of a fixed slot (``pace_s``, the engine's ``make_spec(pace_s=)``),
+and the stage costs what the slot says as long as the real op fits in it (a few blocks: a few ms). The
+figures then show the schedule and the link, not the load. ``pace_s=None`` times the bare ops.
+
+The simulation beside each run replays the op costs measured in it (source "measured compute +
+simulated links"), and the formula and the bound use the costs measured in that same run::
 
     from course_lib.lessons.wan_measured import WanExperiment, run_wan_experiment
-    res = run_wan_experiment(WanExperiment(n_layers=32, latencies_s=(0.0, 0.02, 0.04)))  # ~20 s
-    print(res.table())                 # measured vs simulated vs formula, per run
-    res.plot_gantt()                   # plain and latency-aware: measured above simulated
+    res = run_wan_experiment(WanExperiment())   # about 30 s on 2 cores
+    print(res.table())                 # measured (median and range) vs simulated vs formula, per run
+    res.plot_summary(); res.plot_gantt()
 
 Or from the shell: ``python bench/bench_wan.py``.
 """
@@ -27,6 +34,7 @@ from statistics import mean, median
 
 from course_lib.costs import StageCosts, costs_from
 from course_lib.errors import require
+from course_lib.lessons.repeats import Effect, Spread
 from course_lib.lessons.scale_out import replay
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
@@ -43,25 +51,32 @@ from course_lib.timeline import Timeline
 
 @dataclass(frozen=True)
 class WanExperiment:
-    """What to run. The link latency should be comparable to or larger than t_f + t_b of a stage, so the
-    effect stands well above the noise of a shared machine; the defaults suit 2 CPU cores."""
+    """What to run. The link latency should be comparable to or larger than t_f + t_b of a stage, so
+    that the effect is large; the defaults pace every op to 10 ms forward, 20 ms backward (lesson 06's
+    simulated stage), with 4 blocks, whose real ops take a few ms, inside the slots on 2 busy cores."""
 
-    n_layers: int = 32  # transformer blocks (embedding and head come on top)
+    n_layers: int = 4  # transformer blocks (embedding and head come on top)
     p: int = 2  # stages = processes
     m: int = 8  # micro-batches of one sequence each
     seq_len: int = 32
-    latencies_s: tuple[float, ...] = (0.0, 0.02, 0.04)  # plain 1F1B at each
+    latencies_s: tuple[float, ...] = (0.0, 0.04, 0.08)  # plain 1F1B at each
     # latency-aware 1F1B at this one (one of latencies_s): 2L over t_f + t_b must stay below m, so
-    # that the needed k fits in the batch on a fast machine as well as on a loaded one
-    aware_latency_s: float = 0.02
+    # that the needed k fits in the batch
+    aware_latency_s: float = 0.04
     extras: tuple[int, ...] | None = None  # k for the latency-aware runs; None: 1 up to the deepest useful
-    steps: int = 3  # the first is warm-up and left out of every median
+    steps: int = 2  # per run; the first is warm-up and left out of every median
+    repeats: int = 3  # every run this many times, taking turns: a median and a range per point
+    pace_s: tuple[float, float] | None = (0.010, 0.020)  # (forward, backward) slot; None: bare ops
     threads: int = 1  # torch threads per process
     timeout_s: float = 60.0
 
     def check(self) -> None:
         require(self.p >= 2, f"p must be >= 2 (a link needs two stages), got {self.p!r}")
         require(self.steps >= 2, f"steps must be >= 2 (the first is warm-up), got {self.steps!r}")
+        require(
+            isinstance(self.repeats, int) and self.repeats >= 1,
+            f"repeats must be a whole number >= 1 (3 or more for a range), got {self.repeats!r}",
+        )
         require(
             len(self.latencies_s) >= 1 and all(x >= 0 for x in self.latencies_s),
             f"latencies_s must be one or more latencies >= 0 seconds, got {self.latencies_s!r}",
@@ -95,7 +110,7 @@ class WanRun:
     schedule: Schedule
     latency_s: float
     extra: int  # extra micro-batches in flight per link (0: plain 1F1B)
-    measured: list[Timeline]  # one per step after the warm-up (source "measured")
+    measured: list[Timeline]  # one per step after the warm-up, of every repeat (source "measured")
     simulated: Timeline  # the schedule replayed with this run's measured costs and the link
     costs: StageCosts = field(repr=False)  # medians of this run's spans, per stage
     losses: list[float] = field(default_factory=list)  # training loss per step (every run trains)
@@ -155,6 +170,16 @@ class WanRun:
         return max(self.simulated.idle(d) for d in range(self.simulated.n_devices))
 
     @property
+    def latency_part_spread(self) -> Spread:
+        """Each measured step's latency part: its makespan - (m+p-1)(t_f+t_b) of this run."""
+        return Spread(tuple(tl.makespan - self.compute_s for tl in self.measured))
+
+    @property
+    def worst_idle_spread(self) -> Spread:
+        """Each measured step's largest idle of any device."""
+        return Spread(tuple(max(tl.idle(d) for d in range(tl.n_devices)) for tl in self.measured))
+
+    @property
     def peak_inflight(self) -> list[int]:
         return [self.measured[-1].peak_inflight(d) for d in range(self.schedule.n_devices)]
 
@@ -183,94 +208,44 @@ class WanMeasurement:
     def plain_at(self, latency_s: float) -> WanRun:
         return min(self.plain, key=lambda r: abs(r.latency_s - latency_s))
 
+    def effects(self) -> list[Effect]:
+        """The two effects the lesson shows: plain 1F1B's latency part from the second largest to the
+        largest L (formula: 2L[(p-1) + floor((m-1)(p-1)/p)]; both links slow, so the fixed cost of each
+        exposed crossing cancels), and the worst idle that the needed k removes (expected: the replays'
+        difference)."""
+        lo, hi = self.plain[-2] if len(self.plain) > 1 else self.plain[0], self.plain[-1]
+        plain, aware = self.plain_at(self.experiment.aware_latency_s), self.aware_run()
+        return [
+            Effect.between(
+                f"plain 1F1B's latency part, L = {lo.latency_s * 1e3:.0f} -> {hi.latency_s * 1e3:.0f} ms",
+                lo.latency_part_spread, hi.latency_part_spread,
+                hi.formula_latency_part_s() - lo.formula_latency_part_s(),
+            ),
+            Effect.between(
+                f"worst idle, k = 0 -> {aware.extra} at L = {plain.latency_s * 1e3:.0f} ms",
+                aware.worst_idle_spread, plain.worst_idle_spread,  # the fall: k = 0 idles the longer
+                plain.simulated_worst_idle_s - aware.simulated_worst_idle_s,
+            ),
+        ]  # fmt: skip
+
     def table(self) -> str:
-        """Plain 1F1B against the formula, then latency-aware against the flush bound (times in ms)."""
-        e, ms = self.experiment, 1e3
-        lines = [
-            f"p={e.p}, m={e.m}, {e.n_layers} blocks, one sequence of {e.seq_len} tokens per micro-batch; "
-            f"all runs: t_f = {self.t_f * ms:.1f} ms, t_b = {self.t_b * ms:.1f} ms per stage",
-            "",
-            "plain 1F1B: the step's latency part = measured step - (m+p-1)(t_f+t_b) of that run",
-            "     L   t_f+t_b   measured  simulated*   latency part: measured  formula*",
-        ]
-        lines += [
-            f"{r.latency_s * ms:6.1f} {(r.t_f + r.t_b) * ms:9.1f} {r.step_s * ms:10.1f} "
-            f"{r.simulated.makespan * ms:11.1f} {r.latency_part_s * ms:24.1f} "
-            f"{r.formula_latency_part_s() * ms:8.1f}"
-            for r in self.plain
-        ]
-        lines += [
-            "",
-            f"latency-aware 1F1B at L = {e.aware_latency_s * ms:.1f} ms: needed k = ceil(2L/(t_f+t_b)) = "
-            f"{self.needed_extra}; bound* per run",
-            "  k   measured step  simulated*   worst idle: measured  simulated*   bound   peak in flight",
-        ]
-        lines += [
-            f"{r.extra:3d} {r.step_s * ms:15.1f} {r.simulated.makespan * ms:11.1f} "
-            f"{r.worst_idle_s * ms:22.1f} {r.simulated_worst_idle_s * ms:11.1f} "
-            f"{r.bound_s() * ms:7.1f}   {r.peak_inflight}"
-            for r in [self.plain_at(e.aware_latency_s), *self.aware]
-        ]
-        return "\n".join([
-            *lines,
-            "* simulated: the schedule replayed with the op costs measured in that run, links simulated",
-            "* formula: plain 1F1B's latency part 2L[(p-1) + floor((m-1)(p-1)/p)], whatever the costs",
-            "* bound: the flush bound (p-1)(t_f+t_b) + 2 sum(L) with the slowest stage's t_f+t_b, plus"
-            " m x (slowest - own) for a faster device",
-        ])  # fmt: skip
+        """Plain 1F1B against the formula, latency-aware against the flush bound, the effects against
+        their spread (times in ms; a measured column is the median, [low-high] its range)."""
+        from course_lib.lessons.wan_report import table
+
+        return table(self)
 
     def plot_gantt(self, fig=None):
         """Plain and latency-aware 1F1B at aware_latency_s: measured above simulated, one time axis."""
-        import matplotlib.pyplot as plt
+        from course_lib.lessons.wan_report import plot_gantt
 
-        from course_lib.plots import plot_timeline
-
-        runs = [self.plain_at(self.experiment.aware_latency_s), self.aware_run()]
-        pairs = [(r, tl) for r in runs for tl in (r.measured[-1], r.simulated)]
-        extent = max(tl.makespan for _, tl in pairs)
-        fig = fig or plt.figure(figsize=(10, 1.5 * len(pairs) + 0.8 * len(pairs)))
-        axes = fig.subplots(len(pairs), 1)
-        for ax, (r, tl) in zip(axes, pairs, strict=True):
-            kind = "measured" if tl.source == "measured" else "simulated from measured costs"
-            label = "plain 1F1B" if r.extra == 0 else f"latency-aware 1F1B, k={r.extra}"
-            plot_timeline(
-                tl, ax=ax, extent_s=extent,
-                title=f"{label}, L = {r.latency_s * 1e3:.0f} ms: {kind} · step {tl.makespan * 1e3:.0f} ms",
-            )  # fmt: skip
-        fig.tight_layout()
-        return fig
+        return plot_gantt(self, fig)
 
     def plot_summary(self, fig=None):
-        """Left: plain 1F1B's step against L (measured, simulated, formula). Right: the worst device's
-        idle against k at aware_latency_s (measured, simulated), with the flush bound and the needed k."""
-        import matplotlib.pyplot as plt
+        """Plain 1F1B's latency part against L; the worst idle against k (median, range, replay, bound)."""
+        from course_lib.lessons.wan_report import plot_summary
 
-        fig = fig or plt.figure(figsize=(11, 3.6))
-        left, right = fig.subplots(1, 2)
-        e, ms = self.experiment, 1e3
-        lat = [r.latency_s * ms for r in self.plain]
-        left.plot(lat, [r.latency_part_s * ms for r in self.plain], "o", label="measured")
-        left.plot(lat, [(r.simulated.makespan - r.compute_s) * ms for r in self.plain], "x",
-                  label="simulated (measured costs)")  # fmt: skip
-        fine = [x / 20 * max(lat) for x in range(21)]
-        left.plot(fine, [plain_1f1b_step(e.p, e.m, 0, 0, x / ms) * ms for x in fine], "-",
-                  label="formula 2L[(p-1)+floor((m-1)(p-1)/p)]")  # fmt: skip
-        left.set(xlabel="one-way link latency L (ms)", ylabel="step - (m+p-1)(t_f+t_b) (ms)")
-        left.set_title("plain 1F1B: latency is paid, not hidden", fontsize=10)
-        left.legend(fontsize=8)
-        runs = [self.plain_at(e.aware_latency_s), *self.aware]
-        ks = [r.extra for r in runs]
-        right.plot(ks, [r.worst_idle_s * ms for r in runs], "o-", label="measured")
-        right.plot(ks, [r.simulated_worst_idle_s * ms for r in runs], "x", label="simulated (measured costs)")
-        right.plot(ks, [r.bound_s() * ms for r in runs], "--", color="0.3", label="flush bound (+ imbalance)")
-        k = self.needed_extra
-        right.axvline(k, linestyle=":", color="0.3", label=f"ceil(2L/(t_f+t_b)) = {k}")
-        right.set(xlabel="extra micro-batches in flight per link, k (0 = plain 1F1B)",
-                  ylabel="worst device's idle (ms)")  # fmt: skip
-        right.set_title(f"latency-aware 1F1B at L = {e.aware_latency_s * ms:.0f} ms", fontsize=10)
-        right.legend(fontsize=8)
-        fig.tight_layout()
-        return fig
+        return plot_summary(self, fig)
 
 
 def _link(latency_s: float) -> Link | None:
@@ -278,21 +253,26 @@ def _link(latency_s: float) -> Link | None:
 
 
 def run_wan_experiment(e: WanExperiment = WanExperiment(), progress: bool = False) -> WanMeasurement:
-    """Run plain 1F1B at each latency, then latency-aware 1F1B at aware_latency_s for each k, all in one
-    launch of p processes; return the measurements beside the replays."""
+    """Run plain 1F1B at each latency, then latency-aware 1F1B at aware_latency_s for each k, every run
+    `e.repeats` times taking turns, all in one launch of p processes; the measurements beside the replays."""
     from course_lib.engines.distributed import launch, make_spec
 
     e.check()
     jobs = [(build_schedule("1f1b", e.p, e.m), lat, 0) for lat in e.latencies_s]
     jobs += [(latency_aware_1f1b(e.p, e.m, k), e.aware_latency_s, k) for k in e.extra_values()]
     cfg = e.config()
-    specs = [make_spec(cfg, s, links=_link(lat), threads=e.threads, timeout_s=e.timeout_s, track_memory=False)
-             for s, lat, _ in jobs]  # fmt: skip
+    specs = [
+        make_spec(cfg, s, links=_link(lat), threads=e.threads, timeout_s=e.timeout_s, track_memory=False,
+                  pace_s=e.pace_s)
+        for s, lat, _ in jobs
+    ]  # fmt: skip
+    results = launch(specs * e.repeats, progress)  # A, B, ..., A, B, ...: a busy moment hits all alike
     runs = []
-    for (sched, lat, k), result in zip(jobs, launch(specs, progress), strict=True):
-        measured = result.timelines[1:]
+    for j, (sched, lat, k) in enumerate(jobs):
+        mine = results[j :: len(jobs)]
+        measured = [tl for result in mine for tl in result.timelines[1:]]
         simulated = replay(measured, sched, links=_link(lat), skip_warmup=0)
-        runs.append(WanRun(sched, lat, k, measured, simulated, costs_from(measured), list(result.losses)))
+        runs.append(WanRun(sched, lat, k, measured, simulated, costs_from(measured), list(mine[0].losses)))
     pooled = costs_from([tl for r in runs for tl in r.measured])
     n = len(e.latencies_s)
     return WanMeasurement(e, runs[:n], runs[n:], mean(pooled.f), mean(pooled.i))
