@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     ours_times, torch_times, ours_runs = [], [], []
     for ours, theirs in alternate(ours_spec, theirs_spec, args.rounds):
         ours_runs.append(ours)
-        ours_times += ours.step_times_s[p - 1][args.warmup :]  # rank p-1 holds the last stage
+        ours_times += ours.rank_step_times_s[p - 1][args.warmup :]  # rank p-1 holds the last stage
         torch_times += theirs["times"][args.warmup :]
         assert abs(ours.losses[-1] - theirs["losses"][-1]) < 1e-4, (ours.losses, theirs["losses"])
     ours_med, torch_med = statistics.median(ours_times), statistics.median(torch_times)

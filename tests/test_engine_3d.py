@@ -147,7 +147,7 @@ def test_tp_pp_dp_give_the_reference_loss_gradients_and_weights(tpd):
         assert sorted(map(str, (s.action for s in tl.spans))) == sorted(
             map(str, build_schedule(name, p, m, v).actions())
         )
-        assert len(r.step_times_s) == t * p * d  # one entry per rank of all
+        assert len(r.rank_step_times_s) == t * p * d  # one entry per rank of all
         assert r.n_params == sum(g.numel() for g in grads.values())
 
 

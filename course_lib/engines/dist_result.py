@@ -154,7 +154,7 @@ class DistributedResult:
     schedule: str
     ranks: int
     losses: list[float]  # the batch's mean training loss, per step
-    step_times_s: list[list[float]]  # [rank][step]: wall clock of each rank's step
+    rank_step_times_s: list[list[float]]  # [rank][step]: wall clock of each rank's step
     timelines: list[Timeline]  # measured, one per step
     peak_saved_bytes: list[list[int]]  # [rank][step]: most bytes held for backward during the step
     grads: dict[str, torch.Tensor] | None = None  # last step's gradients (return_grads=True)
@@ -162,7 +162,7 @@ class DistributedResult:
     config: dict = field(default_factory=dict)
     n_params: int = 0  # parameters of the whole model (every rank's stages)
     tp: int = 1  # tensor-parallel ranks per stage
-    dp: int = 1  # data-parallel replicas (step_times_s and peak_saved_bytes: one entry per rank of all)
+    dp: int = 1  # data-parallel replicas (rank_step_times_s, peak_saved_bytes: one entry per rank of all)
     replica_weight_diff: float | None = None  # largest weight difference between replicas (return_grads)
     grad_sync_s: list[float] = field(default_factory=list)  # per step, the slowest rank's DP all-reduce
 
@@ -175,9 +175,15 @@ class DistributedResult:
     def bubble_fraction(self) -> float:
         return self.timeline.bubble_fraction
 
+    @property
+    def step_times_s(self) -> list[float]:
+        """Per step, the slowest rank's time (the step ends when every rank is done): the same
+        meaning as the reference's and the local engine's ``step_times_s``."""
+        return [max(times) for times in zip(*self.rank_step_times_s, strict=True)]
+
     def step_times(self, skip_warmup: int = 1) -> list[float]:
-        """Per step, the slowest rank's time (the step ends when every rank is done)."""
-        per_step = [max(times) for times in zip(*self.step_times_s, strict=True)]
+        """``step_times_s`` after the first `skip_warmup` steps (they also pay for warm-up)."""
+        per_step = self.step_times_s
         return per_step[skip_warmup:] if len(per_step) > skip_warmup else per_step
 
     @property
@@ -191,6 +197,7 @@ class DistributedResult:
             "engine": "distributed", "schedule": self.schedule, "losses": self.losses,
             "pipeline_ranks": self.ranks,  # p, the pipeline's devices; world = tp x p x dp processes
             "n_params": self.n_params, "step_time_s": self.step_time_s, "step_times_s": self.step_times_s,
+            "rank_step_times_s": self.rank_step_times_s,
             "bubble_fraction": self.bubble_fraction, "timeline_source": self.timeline.source,
             "peak_saved_bytes": [max(p) if p else 0 for p in self.peak_saved_bytes], "config": self.config,
             "tp": self.tp, "dp": self.dp, "world": self.tp * self.ranks * self.dp,
@@ -231,7 +238,7 @@ def build_result(records: list[RankRecord], schedule: Schedule, config: dict) ->
         diff = _replica_diff(records)
     return DistributedResult(
         schedule=schedule.name, ranks=schedule.n_devices, losses=losses,
-        step_times_s=[[st.time_s for st in r.steps] for r in records],
+        rank_step_times_s=[[st.time_s for st in r.steps] for r in records],
         timelines=[merge_step(pipeline, k, schedule) for k in range(n_steps)],
         peak_saved_bytes=[[st.peak_saved_bytes for st in r.steps] for r in records],
         grads=grads, params=params, config=config, n_params=sum(r.n_params for r in records),
