@@ -39,7 +39,7 @@ def number(kind: type = int, low: float = 1, high: float = math.inf, above: bool
 
 
 COUNT, WHOLE, LAYERS = number(), number(low=0), number(high=LIMITS["layers"])
-SECONDS, POSITIVE = number(float, 0), number(float, 0, above=True)
+SECONDS, TIMEOUT = number(float, 0, LIMITS["seconds"]), number(float, 0, LIMITS["timeout_s"], above=True)
 LR, SEED = number(float, 0, LIMITS["lr"], above=True), number(low=0, high=LIMITS["seed"])
 BANDWIDTH = number(float, 0, above=True, hint="; omit --bandwidth for unlimited")
 
@@ -116,7 +116,7 @@ def add_pipeline_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGro
     modes = ", ".join(CHECKPOINT_MODES)
     group.add_argument("--checkpoint", help=f"activation checkpointing: {modes} (default never)")
     group.add_argument(
-        "--timeout", type=POSITIVE,
+        "--timeout", type=TIMEOUT,
         help="distributed engine: seconds a rank waits for a peer that is alive but silent (a crashed or "
         "stopped rank is named within seconds anyway); default: 10 x a pessimistic step, at least 60",
     )  # fmt: skip
