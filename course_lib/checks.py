@@ -118,9 +118,12 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def check_threads(threads: object) -> int | None:
+def check_threads(threads: object, name: str = "threads") -> int | None:
     """torch CPU threads per process: None (the caller's default) or 1 up to 4 x this machine's cores;
     more only oversubscribes, and OpenMP allocates memory per thread (10**9 of them: 216 GB)."""
     if threads is None:
         return None
-    return whole("threads", threads, high=4 * cores())
+    try:
+        return whole(name, threads, high=4 * cores())
+    except CourseError as err:
+        raise CourseError(f"{err} (4 x the {cores()} cores here: more threads wait for a core)") from None

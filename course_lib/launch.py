@@ -43,7 +43,9 @@ from typing import Any, NamedTuple
 import torch
 import torch.distributed as dist
 
+from course_lib.checks import real
 from course_lib.errors import require
+from course_lib.schedules.basic import LIMITS
 
 _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")  # gloo: a peer went
 STALL_S = 10.0  # a rank silent this long (no heartbeat: its process is stopped or frozen) has failed
@@ -117,7 +119,7 @@ def spawn(
     every rank's process ends, then KeyboardInterrupt says so."""
     require(isinstance(world, int) and world >= 1, f"world must be a whole number >= 1, got {world!r}")
     require(backend in ("gloo", "nccl"), f"backend must be 'gloo' or 'nccl', got {backend!r}")
-    require(timeout_s > 0, f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+    timeout_s = real("timeout_s", timeout_s, high=LIMITS["timeout_s"], above=True)  # the ranks' timedelta
     ctx = multiprocessing.get_context("spawn")
     results, beats = ctx.Queue(), ctx.Array("q", world, lock=False)
     log_fd, log = tempfile.mkstemp(prefix="course_lib-ranks-", suffix=".log")

@@ -3,6 +3,7 @@
 From a notebook or Python (spawns p processes on this machine, returns the result to the caller)::
 
     from course_lib.reference import TrainConfig
+from course_lib.schedules.basic import LIMITS
     from course_lib.engines.distributed import run_distributed
     from course_lib.links import Link
     r = run_distributed(TrainConfig(n_layers=8, steps=5), "1f1b", stages=2)
@@ -55,6 +56,7 @@ from dataclasses import replace
 import torch
 from tqdm.auto import tqdm
 
+from course_lib.checks import check_threads, divisors, real
 from course_lib.data import load_corpus
 from course_lib.devices import gpu_count
 from course_lib.engines.dist_result import FAULT_KINDS, DistributedResult, Fault, RunSpec
@@ -64,6 +66,7 @@ from course_lib.errors import require
 from course_lib.launch import DistributedError, spawn
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
+from course_lib.schedules.basic import LIMITS
 from course_lib.schedules.ir import Schedule
 from course_lib.tp.mesh import Mesh
 from course_lib.tp.shard import check_divisible
@@ -118,7 +121,8 @@ def make_spec(
         f"schedule {sched.name!r} puts {sched.n_stages} stages on {ranks} devices; the distributed engine "
         "needs the same number of stages on every device",
     )
-    require(timeout_s > 0, f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+    timeout_s = real("timeout_s", timeout_s, high=LIMITS["timeout_s"], above=True)
+    _check_latency(plan.links, timeout_s)
     if fault is not None:
         require(fault.how in FAULT_KINDS, f"fault.how must be one of {FAULT_KINDS}, got {fault.how!r}")
         require(0 <= fault.rank < mesh.world, f"fault.rank must be in 0..{mesh.world - 1}, got {fault.rank}")
@@ -130,7 +134,7 @@ def make_spec(
         # NCCL needs them (see comm.py); with gloo they are optional (the tests use them there)
         direction_groups=device == "cuda" if direction_groups is None else direction_groups,
         track_memory=track_memory, fault=fault, return_grads=return_grads,
-        threads=threads or max(1, (os.cpu_count() or 1) // local_ranks), tp=tp, dp=dp,
+        threads=check_threads(threads) or max(1, (os.cpu_count() or 1) // local_ranks), tp=tp, dp=dp,
     )  # fmt: skip
 
 
@@ -143,13 +147,25 @@ def _check_mesh(cfg: TrainConfig, mesh: Mesh, local_ranks: int) -> None:
         per_mb % mesh.d == 0,
         f"dp={mesh.d} replicas cannot share a micro-batch of {per_mb} samples (batch_size {cfg.batch_size} / "
         f"{cfg.microbatches} micro-batches) evenly; choose dp among the divisors of {per_mb}: "
-        f"{', '.join(str(k) for k in range(1, per_mb + 1) if per_mb % k == 0)}",
+        f"{', '.join(map(str, divisors(per_mb)))}",
     )
     require(
         local_ranks <= MAX_LOCAL_RANKS,
         f"t x p x d = {mesh.t} x {mesh.p} x {mesh.d} = {mesh.world} ranks would start {local_ranks} "
         f"processes on this machine, over the limit of {MAX_LOCAL_RANKS} "
         "(course_lib.engines.distributed.MAX_LOCAL_RANKS)",
+    )
+
+
+def _check_latency(links: list[Link] | None, timeout_s: float) -> None:
+    """A rank waits for every message at least its link's latency: one at or over the timeout would
+    fail the run after the timeout, blaming a rank that "stopped answering". Refused here instead."""
+    slowest = max((link.latency_s for link in links or ()), default=0.0)
+    require(
+        slowest < timeout_s,
+        f"link latency {slowest:g} s is not below the timeout of {timeout_s:g} s: every rank would wait "
+        f"longer than the timeout for its first message; raise --timeout (timeout_s) above "
+        f"{slowest:g} s times the messages a step waits for in a row, or lower the latency",
     )
 
 
