@@ -20,8 +20,13 @@ def check_inputs(
     schedule: object, costs: object, boundary_bytes: object, links: object, stash: object
 ) -> None:
     """Refuse, naming the argument, anything ``simulate`` cannot read (before any work)."""
-    require(isinstance(schedule, Schedule),
-            f"schedule must be a Schedule (such as build_schedule('1f1b', 4, 8)), got {shown(schedule)}")
+    example = "such as build_schedule('1f1b', 4, 8)"
+    require(isinstance(schedule, Schedule), f"schedule must be a Schedule ({example}), got {shown(schedule)}")
+    check_costs(costs, boundary_bytes, links, stash)
+
+
+def check_costs(costs: object, boundary_bytes: object, links: object = None, stash: object = None) -> None:
+    """The costs, message sizes and links of a simulation (a dashboard's too), checked for their types."""
     require(costs is None or isinstance(costs, StageCosts),
             f"costs must be StageCosts(f=..., i=..., w=...) or None, got {shown(costs)}")  # fmt: skip
     for name, value in (("boundary_bytes", boundary_bytes), ("stash_bytes", stash)):
