@@ -96,10 +96,8 @@ class TrainConfig:
     def check_fits(self, held: float = 1.0, why: str = "one micro-batch at a time") -> None:
         """Refuse, before any work, a config whose training_bytes(held) exceed the memory of the device
         it runs on; the message names the largest batch size and sequence length that would fit."""
-        device = resolve_device(self.device)
-        have = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else memory_bytes()
-        need = self.training_bytes(held)
-        if need <= have:
+        have, need = _free_bytes(resolve_device(self.device)), self.training_bytes(held)
+        if have is None or need <= have:  # None: a GPU that cannot say (the first CUDA call fails)
             return
         names = ("batch_size", "seq_len", "d_model")
         def fits(name: str, value: int) -> bool:
@@ -111,6 +109,16 @@ class TrainConfig:
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(self.n_layers, self.d_model, self.n_heads, vocab_size, self.seq_len)
+
+
+def _free_bytes(device: torch.device) -> int | None:
+    """Free memory of `device`: a CUDA GPU's own; the machine's for the CPU and Apple's shared memory."""
+    if device.type != "cuda":
+        return memory_bytes()
+    try:
+        return torch.cuda.mem_get_info(device)[0]
+    except (AssertionError, RuntimeError):
+        return None
 
 
 def _largest(fits: Callable[[int], bool], above: int) -> int:
