@@ -10,6 +10,11 @@ device, and why. Three kinds of problem are found:
    needs, per ``ir.dependencies``, has run); if they get stuck, each stuck device is named with the
    action it can never run and exactly which action it waits for, and where that one is stuck.
 
+Cost: O(A log p) for A actions on p devices (bookkeeping O(A), the execution a heap of at most p turns,
+the circle search O(p)), so any size the action limit accepts is checked in seconds: p=333,333, m=1
+(666,666 actions) took 3 s of CPU on a busy 2-core machine, where the round-by-round execution was
+quadratic in p (115 s at p=10,000).
+
 Try it::
 
     from course_lib.schedules.builders import build_schedule
@@ -122,21 +127,29 @@ def _bookkeeping(schedule: Schedule, keyed: list[list[Key]]) -> list[str]:
     ]
     kinds = _expected_kinds(schedule)
     letters = {kind.value for kind in kinds}
-    seen: dict[Key, list[tuple[int, int]]] = defaultdict(list)  # action -> [(device, position)]
+    seen: dict[Key, tuple[int, int]] = {}  # action -> (device, position) where it first appears
+    again: dict[Key, list[tuple[int, int]]] = {}  # an action written more than once -> every place
+    fine = 0  # actions in place, each counted once: all of them there means none is missing
     for device, order in enumerate(keyed):
         for position, key in enumerate(order):
-            seen[key].append((device, position))
+            first = key not in seen
+            if first:
+                seen[key] = (device, position)
+            else:
+                again.setdefault(key, [seen[key]]).append((device, position))
             stage, letter, mb = key
             if 0 <= stage < len(homes) and homes[stage] == device and 0 <= mb < m and letter in letters:
+                fine += first
                 continue  # the common case: nothing to say
             problems += _action_problems(schedule, device, schedule.orders[device][position])
-    for key, places in seen.items():
-        if len(places) > 1:
-            action = Action(key[0], Kind(key[1]), key[2])
-            where = ", ".join(f"device {d} position {i}" for d, i in places)
-            problems.append(
-                f"{action} appears {len(places)} times ({where}); each action must run exactly once"
-            )
+    for key in (key for key in seen if key in again):  # in the order of their first appearance
+        where = ", ".join(f"device {d} position {i}" for d, i in again[key])
+        problems.append(
+            f"{Action(key[0], Kind(key[1]), key[2])} appears {len(again[key])} times ({where}); each action "
+            "must run exactly once"
+        )
+    if fine == n_stages * len(kinds) * m:
+        return problems
     for stage, kind, mb in itertools.product(range(n_stages), kinds, range(m)):
         if (stage, kind.value, mb) not in seen:
             home = homes[stage] if stage < len(homes) else "?"
