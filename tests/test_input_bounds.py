@@ -4,7 +4,8 @@ One table per class of case: types at the library's door, bounds that follow fro
 values a rank will use, outputs. Each row calls the library (or the command line, in-process) and says
 which words the refusal must hold; ``accepted`` rows say what a numpy number or a size at the bound
 gives back instead. The memory the machine has is fixed at 8 GiB here, so the bounds do not depend on
-the machine the suite runs on. Only the SIGTERM test starts processes.
+the machine the suite runs on. No test here starts a process: SIGTERM to the distributed launcher
+(one line, exit 143, no rank and no rank log left) is tests/test_cli_signals.py's.
 """
 
 from __future__ import annotations
@@ -12,10 +13,8 @@ from __future__ import annotations
 import math
 import os
 import signal
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -298,22 +297,3 @@ def test_schedule_from_csv_reads_validates_and_prints(tmp_path, capsys):
     assert "deadlock: device 1 is stuck at 1B0" in capsys.readouterr().err
     assert main(["schedule", "--from-csv", str(good), "--stages", "2"]) == 2
     assert "--from-csv reads the sizes from the file; drop --stages" in capsys.readouterr().err
-
-
-@pytest.mark.processes
-def test_sigterm_to_the_launcher_is_one_line_and_leaves_nothing(tmp_path):
-    argv = [sys.executable, "-m", "course_lib", "train", "--engine", "distributed", *TINY_FLAGS,
-            "--steps", "100000", "--stages", "2"]  # fmt: skip
-    env = os.environ | {"TMPDIR": str(tmp_path), "PYTHONPATH": str(Path(__file__).parent.parent)}
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not list(tmp_path.glob("course_lib-ranks-*.log")) and time.monotonic() < deadline:
-        time.sleep(0.1)  # the rank log appears once the ranks are started
-    log = next(tmp_path.glob("course_lib-ranks-*.log"))
-    time.sleep(0.5)  # its header (the ranks' pids) is written just after the ranks start
-    pids = [int(line.split()[-1]) for line in log.read_text().splitlines() if line.startswith("rank ")]
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 143 and err.strip().splitlines()[-1] == "terminated (SIGTERM)", err
-    assert not list(tmp_path.glob("course_lib-ranks-*.log"))  # the rank log is removed
-    assert pids and not any(Path(f"/proc/{pid}").exists() for pid in pids)  # no rank outlives it
