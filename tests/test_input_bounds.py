@@ -23,10 +23,10 @@ from course_lib import reference
 from course_lib.cli import main, report_errors
 from course_lib.costs import StageCosts
 from course_lib.data import check_microbatches
-from course_lib.engines.distributed import make_spec
+from course_lib.engines.distributed import make_spec, naming_slow_links
 from course_lib.engines.plan import make_plan
 from course_lib.errors import CourseError
-from course_lib.launch import spawn
+from course_lib.launch import DistributedError, spawn
 from course_lib.lessons.runs import train_pipeline
 from course_lib.links import Link
 from course_lib.partition import Partition, uniform
@@ -297,3 +297,15 @@ def test_schedule_from_csv_reads_validates_and_prints(tmp_path, capsys):
     assert "deadlock: device 1 is stuck at 1B0" in capsys.readouterr().err
     assert main(["schedule", "--from-csv", str(good), "--stages", "2"]) == 2
     assert "--from-csv reads the sizes from the file; drop --stages" in capsys.readouterr().err
+
+
+def test_a_timed_out_run_names_the_latency_that_made_it_slow():
+    spec = make_spec(TrainConfig(**TINY), "1f1b", 3, links=Link(20.0), timeout_s=30)
+    hung = DistributedError("rank 1 failed: it stopped answering", 1, "it stopped answering", {})
+    named = naming_slow_links(hung, [spec], 30.0)
+    assert str(named).startswith("rank 1 failed: it stopped answering; the links' latency of 20 s, paid by 4")
+    assert "(80 s for one micro-batch), against the timeout of 30 s" in str(named)
+    crashed = DistributedError("rank 0 failed: ValueError: x", 0, "ValueError: x", {})
+    assert naming_slow_links(crashed, [spec], 30.0) is crashed  # not a timeout: nothing to add
+    free = make_spec(TrainConfig(**TINY), "1f1b", 3, timeout_s=30)
+    assert naming_slow_links(hung, [free], 30.0) is hung  # no latency: nothing to blame on it

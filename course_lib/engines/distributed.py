@@ -202,11 +202,32 @@ def launch(
             bar.set_postfix(loss=f"{loss:.3f}")
 
         asked = None if stop is None else (lambda: stop(done[0]))
-        values = spawn(
-            run_specs, ranks, (specs,), backend=backend, timeout_s=timeout_s, on_progress=on_progress,
-            should_stop=asked,
-        )  # fmt: skip
+        try:
+            values = spawn(
+                run_specs, ranks, (specs,), backend=backend, timeout_s=timeout_s, on_progress=on_progress,
+                should_stop=asked,
+            )  # fmt: skip
+        except DistributedError as err:
+            raise naming_slow_links(err, specs, timeout_s) from None
     return values[0]
+
+
+def naming_slow_links(err: DistributedError, specs: list[RunSpec], timeout_s: float) -> DistributedError:
+    """`err` saying which input made a timed-out run slow, when its links have a latency: a micro-batch's
+    forward and backward cross 2(n-1) boundaries one after another, each paying it, against the timeout."""
+    waits = [(link.latency_s, 2 * (s.schedule.n_stages - 1)) for s in specs for link in s.links or ()]
+    latency, messages = max(waits, default=(0.0, 0))
+    timed_out = any(w in err.cause for w in ("stopped answering", "imed out", "timeout"))
+    if not (timed_out and latency > 0):
+        return err
+    message = (
+        f"{err}; the links' latency of {latency:g} s, paid by {messages} messages one after another "
+        f"({latency * messages:g} s for one micro-batch), against the timeout of {timeout_s:g} s may be what "
+        "made it slow: raise --timeout (timeout_s) or lower --latency"
+    )
+    named = DistributedError(message, err.failed_rank, err.cause, err.outcomes)
+    named.stopped_after_s = err.stopped_after_s
+    return named
 
 
 def run_distributed(
