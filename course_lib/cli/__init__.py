@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import os
 import re
@@ -58,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     return report_errors(parse_and_run)
 
 
+_OUTPUT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EBADF, errno.EFBIG, errno.EROFS)
+
+
 class Terminated(BaseException):
     """SIGTERM arrived (``kill``, a scheduler's time limit): unwinds like Ctrl-C, so that every rank
     process is stopped and every temporary file removed on the way out."""
@@ -102,6 +106,8 @@ def _run_reporting(command: Callable[[], int | None]) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except OSError as err:  # a full disk, a vanished folder: what was written so far stays
+        if not (err.filename or err.errno in _OUTPUT_ERRORS):
+            raise  # not an output's failure: its traceback is the report
         where = f" ({err.filename})" if err.filename else " while writing the output"
         print(f"error: {err.strerror or err}{where}", file=sys.stderr)
         _quiet_stdout()
