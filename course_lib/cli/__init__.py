@@ -84,8 +84,8 @@ def report_errors(command: Callable[[], int | None]) -> int:
     try:
         return _run_reporting(command)
     finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
+        if main_thread:  # None: a handler set outside Python, which Python cannot put back
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _run_reporting(command: Callable[[], int | None]) -> int:
