@@ -107,10 +107,12 @@ def test_types_at_the_librarys_door(case):
 def test_the_dashboards_constructors_check_types_before_any_widget():
     from course_lib.widgets.dashboard import PipelineDashboard
     from course_lib.widgets.planner import PlannerWidget
+    from course_lib.widgets.train_dashboard import TrainSettings
 
     refused(lambda: PipelineDashboard(p="4"), ["p must be a whole number >= 1, got '4' (str)"])
     refused(lambda: PipelineDashboard(costs=[1, 2]), ["costs must be StageCosts"])
     refused(lambda: PlannerWidget("megatron-1t", "a100-selene", gpus="8", global_batch=8), ["gpus must be"])
+    refused(lambda: TrainSettings(steps="3").check(), ["steps must be a whole number, got '3' (str)"])
 
 
 def test_numpy_numbers_are_the_same_numbers():
