@@ -311,3 +311,11 @@ def test_a_timed_out_run_names_the_latency_that_made_it_slow():
     assert naming_slow_links(crashed, [spec], 30.0) is crashed  # not a timeout: nothing to add
     free = make_spec(TrainConfig(**TINY), "1f1b", 3, timeout_s=30)
     assert naming_slow_links(hung, [free], 30.0) is hung  # no latency: nothing to blame on it
+
+
+def test_simulate_prints_at_most_64_device_rows(capsys):
+    assert main(["simulate", "--schedule", "1f1b", "--stages", "70", "--microbatches", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    rows = [line for line in out if line.split() and line.split()[0].isdigit()]
+    assert len(rows) == 64 and rows[-1].split()[0] == "69"  # the first 32 and the last 32
+    assert "   ... 6 devices more: --json lists every one" in out
