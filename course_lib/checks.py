@@ -27,7 +27,9 @@ def whole(name: str, value: object, low: int | None = 1, high: int | None = None
     in [low, high] (None: no bound); otherwise CourseError naming `name`, the value and the range.
     bool is refused, although Python counts it as an int: ``stages=True`` is a slip, not a count."""
     number = _as_number(value)
-    if number is not None and math.isfinite(number) and number == int(number):
+    if isinstance(number, float) and math.isfinite(number) and number.is_integer():
+        number = int(number)
+    if isinstance(number, int):  # math.isfinite(10**400) would overflow: an int needs no such check
         if (low is None or low <= int(number)) and (high is None or int(number) <= high):
             return int(number)
     bounds = ("" if low is None else f" >= {low:,}") + ("" if high is None else f" and <= {high:,}")
@@ -39,6 +41,8 @@ def real(name: str, value: object, low: float = 0.0, high: float = math.inf, abo
     """`value` as a Python float if it is a finite number (Python or numpy int or float) >= low (> with
     `above`) and <= high; otherwise CourseError naming `name`, the value and the range."""
     number = _as_number(value)
+    if isinstance(number, int):
+        number = float(number) if abs(number) < 2**1023 else math.inf  # 10**400: too large for a float
     if number is not None and math.isfinite(number) and low <= number <= high:
         if not (above and number == low):
             return float(number)
@@ -75,7 +79,10 @@ def _as_number(value: object) -> float | int | None:
 
 def shown(value: object) -> str:
     """The value as a message shows it: its repr cut to 60 characters, with its type unless a number."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int of over 4,300 digits, which Python will not print
+        text = f"an int of {value.bit_length():,} bits" if isinstance(value, int) else "?"
     text = text if len(text) <= 60 else text[:57] + "..."
     plain = isinstance(value, (int, float)) and not isinstance(value, bool)
     return text if plain else f"{text} ({type(value).__name__})"

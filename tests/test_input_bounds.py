@@ -62,6 +62,10 @@ TYPES = {
         lambda: build_schedule("1f1b", "4", 8),
         ["n_devices must be a whole number", "'4' (str)"],
     ),
+    "build_schedule: 10**5000 (too long to print)": (
+        lambda: build_schedule("1f1b", 10**5000, 1),
+        ["n_devices is an int of 16,610 bits, alone over the limit of 1,000,000 actions"],
+    ),
     "build_schedule: bool": (lambda: build_schedule("1f1b", True, 8), ["n_devices", "True (bool)"]),
     "build_schedule: 2.5": (lambda: build_schedule("1f1b", 2, 2.5), ["n_microbatches", "got 2.5"]),
     "simulate: a name": (lambda: simulate("1f1b"), ["schedule must be a Schedule", "'1f1b' (str)"]),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from course_lib.checks import whole
+from course_lib.checks import shown, whole
 from course_lib.errors import require
 from course_lib.schedules.ir import Action, Kind, Schedule
 
@@ -56,6 +56,10 @@ def check_sizes(n_devices: int, n_microbatches: int, virtual: int = 1) -> tuple[
     ints (a numpy int is accepted as the same number)."""
     p, m = whole("n_devices", n_devices), whole("n_microbatches", n_microbatches)
     v = whole("virtual", virtual)
+    for label, value in (("n_devices", p), ("n_microbatches", m), ("virtual", v)):
+        # 10**5000 cannot even be printed in full: say so before 3*p*m*v is
+        require(value < 2**64, f"{label} is {shown(value)}, alone over the limit of {LIMITS['actions']:,} "
+                "actions (course_lib.schedules.builders.LIMITS)")  # fmt: skip
     within_limit("actions", 3 * p * m * v, f"3*p*m*v = 3*{p}*{m}*{v}")
     return p, m, v
 
