@@ -134,3 +134,11 @@ def check_threads(threads: object, name: str = "threads") -> int | None:
         return whole(name, threads, high=4 * cores())
     except CourseError as err:
         raise CourseError(f"{err} (4 x the {cores()} cores here: more threads wait for a core)") from None
+
+
+TIMEOUT_LIMIT_S = 7 * 24 * 3600  # a week: a timedelta of 1e15 s overflows inside torch.distributed
+
+
+def check_timeout(value: object) -> float:
+    """How long a rank may wait for a silent peer: a finite number of seconds > 0, at most a week."""
+    return real("timeout_s", value, high=TIMEOUT_LIMIT_S, above=True)

@@ -3,7 +3,6 @@
 From a notebook or Python (spawns p processes on this machine, returns the result to the caller)::
 
     from course_lib.reference import TrainConfig
-from course_lib.schedules.basic import LIMITS
     from course_lib.engines.distributed import run_distributed
     from course_lib.links import Link
     r = run_distributed(TrainConfig(n_layers=8, steps=5), "1f1b", stages=2)
@@ -56,7 +55,7 @@ from dataclasses import replace
 import torch
 from tqdm.auto import tqdm
 
-from course_lib.checks import check_threads, divisors, real
+from course_lib.checks import check_threads, check_timeout, divisors
 from course_lib.data import load_corpus
 from course_lib.devices import gpu_count
 from course_lib.engines.dist_result import FAULT_KINDS, DistributedResult, Fault, RunSpec
@@ -66,7 +65,6 @@ from course_lib.errors import require
 from course_lib.launch import DistributedError, spawn
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
-from course_lib.schedules.basic import LIMITS
 from course_lib.schedules.ir import Schedule
 from course_lib.tp.mesh import Mesh
 from course_lib.tp.shard import check_divisible
@@ -121,7 +119,7 @@ def make_spec(
         f"schedule {sched.name!r} puts {sched.n_stages} stages on {ranks} devices; the distributed engine "
         "needs the same number of stages on every device",
     )
-    timeout_s = real("timeout_s", timeout_s, high=LIMITS["timeout_s"], above=True)
+    timeout_s = check_timeout(timeout_s)
     _check_latency(plan.links, timeout_s)
     if fault is not None:
         require(fault.how in FAULT_KINDS, f"fault.how must be one of {FAULT_KINDS}, got {fault.how!r}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from course_lib.checks import shown, whole
+from course_lib.checks import TIMEOUT_LIMIT_S, shown, whole
 from course_lib.errors import require
 from course_lib.schedules.ir import Action, Kind, Schedule
 
@@ -39,8 +39,7 @@ LIMITS = {
     # any cost, latency or duration, in seconds: 1e12 s is 31,700 years; a million actions' sum of them
     # stays a finite float with room for the small terms (1e308 overflows the makespan, then bubble is nan)
     "seconds": 1e12,
-    # a rank's wait for a silent peer: a week; a timedelta of 1e15 s overflows inside torch.distributed
-    "timeout_s": 7 * 24 * 3600,
+    "timeout_s": TIMEOUT_LIMIT_S,  # a rank's wait for a silent peer (checks.check_timeout)
 }
 
 
