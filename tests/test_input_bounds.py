@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from course_lib import reference
+from course_lib import cli, reference
 from course_lib.cli import main, report_errors
 from course_lib.costs import StageCosts
 from course_lib.data import check_microbatches
@@ -323,3 +323,12 @@ def test_simulate_prints_at_most_64_device_rows(capsys):
     rows = [line for line in out if line.split() and line.split()[0].isdigit()]
     assert len(rows) == 64 and rows[-1].split()[0] == "69"  # the first 32 and the last 32
     assert "   ... 6 devices more: --json lists every one" in out
+
+
+def test_ctrl_c_while_the_parser_imports_the_commands_is_one_line(monkeypatch, capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)  # torch's import: the first second of a run
+    assert main(["train"]) == 130
+    assert capsys.readouterr().err.strip() == "interrupted"
