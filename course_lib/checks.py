@@ -52,11 +52,11 @@ def real(name: str, value: object, low: float = 0.0, high: float = math.inf, abo
     raise CourseError(f"{name} must be {allowed}, got {shown(value)}")
 
 
-def wholes(name: str, values: object, low: int = 1, high: int | None = None) -> tuple[int, ...]:
+def wholes(name: str, values: object, low: int | None = 1, high: int | None = None) -> tuple[int, ...]:
     """A list, tuple or numpy array of whole numbers, each checked by :func:`whole` (as ``name[i]``)."""
     listed = hasattr(values, "__len__") and hasattr(values, "__iter__")
     if isinstance(values, (str, bytes, dict)) or not listed:
-        raise CourseError(f"{name} must be a list of whole numbers >= {low}, got {shown(values)}")
+        raise CourseError(f"{name} must be a list of whole numbers, got {shown(values)}")
     return tuple(whole(f"{name}[{i}]", v, low, high) for i, v in enumerate(values))
 
 

@@ -42,7 +42,7 @@ class Partition:
     @classmethod
     def from_sizes(cls, sizes: list[int] | tuple[int, ...]) -> Partition:
         """Stages of these many layers each (Python or numpy whole numbers), in order."""
-        counts = wholes("partition sizes (layers per stage)", sizes, low=0)
+        counts = wholes("partition sizes (layers per stage)", sizes, low=None)
         require(len(counts) >= 1, "a partition needs at least one stage")
         bad = [s for s in counts if s < 1]
         require(not bad, f"every stage needs at least one layer; got stage sizes {list(counts)}")
