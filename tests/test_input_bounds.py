@@ -23,7 +23,7 @@ from course_lib import cli, reference
 from course_lib.cli import main, report_errors
 from course_lib.costs import StageCosts
 from course_lib.data import check_microbatches
-from course_lib.engines.distributed import make_spec, naming_slow_links
+from course_lib.engines.distributed import make_spec, naming_a_missing_guard, naming_slow_links
 from course_lib.engines.plan import make_plan
 from course_lib.errors import CourseError
 from course_lib.launch import DistributedError, spawn
@@ -332,3 +332,16 @@ def test_ctrl_c_while_the_parser_imports_the_commands_is_one_line(monkeypatch, c
     monkeypatch.setattr(cli, "build_parser", interrupted)  # torch's import: the first second of a run
     assert main(["train"]) == 130
     assert capsys.readouterr().err.strip() == "interrupted"
+
+
+def test_a_rank_that_died_unreported_under_a_script_names_the_missing_guard(monkeypatch):
+    died = DistributedError("rank 0 failed: x", 0, "the process ended with exit code 1 without reporting", {})
+    script = type(sys)("__main__")
+    script.__file__, script.__spec__ = "/home/me/run.py", None  # `python /home/me/run.py`
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    assert str(naming_a_missing_guard(died)).endswith(
+        'if /home/me/run.py starts the run when imported, put its code under `if __name__ == "__main__":`, '
+        "as every rank imports the script again"
+    )
+    script.__spec__ = "course_lib.__main__"  # `python -m ...`: multiprocessing does not re-run it
+    assert naming_a_missing_guard(died) is died

@@ -49,6 +49,7 @@ each rank does, from joining the group to handing rank 0 its record, is ``dist_w
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -206,8 +207,28 @@ def launch(
                 should_stop=asked,
             )  # fmt: skip
         except DistributedError as err:
-            raise naming_slow_links(err, specs, timeout_s) from None
+            raise naming_slow_links(naming_a_missing_guard(err), specs, timeout_s) from None
     return values[0]
+
+
+def naming_a_missing_guard(err: DistributedError) -> DistributedError:
+    """`err` with a hint when a rank died before it could report and this process runs a script: the
+    spawn start method imports that script again in every rank, and one without an
+    ``if __name__ == "__main__":`` guard starts its run again there, which multiprocessing refuses
+    (its traceback goes to this terminal, not to the rank log)."""
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__spec__", None) is None and hasattr(main, "__file__")  # python path/to/x.py
+    if not (script and "exit code 1 without reporting" in err.cause):
+        return err
+    return _with_hint(err, f"if {main.__file__} starts the run when imported, put its code under "
+                      '`if __name__ == "__main__":`, as every rank imports the script again')  # fmt: skip
+
+
+def _with_hint(err: DistributedError, hint: str) -> DistributedError:
+    """The same failure, its message followed by `hint`."""
+    named = DistributedError(f"{err}; {hint}", err.failed_rank, err.cause, err.outcomes)
+    named.stopped_after_s = err.stopped_after_s
+    return named
 
 
 def naming_slow_links(err: DistributedError, specs: list[RunSpec], timeout_s: float) -> DistributedError:
@@ -218,14 +239,11 @@ def naming_slow_links(err: DistributedError, specs: list[RunSpec], timeout_s: fl
     timed_out = any(w in err.cause for w in ("stopped answering", "imed out", "timeout"))
     if not (timed_out and latency > 0):
         return err
-    message = (
-        f"{err}; the links' latency of {latency:g} s, paid by {messages} messages one after another "
+    return _with_hint(
+        err, f"the links' latency of {latency:g} s, paid by {messages} messages one after another "
         f"({latency * messages:g} s for one micro-batch), against the timeout of {timeout_s:g} s may be what "
-        "made it slow: raise --timeout (timeout_s) or lower --latency"
-    )
-    named = DistributedError(message, err.failed_rank, err.cause, err.outcomes)
-    named.stopped_after_s = err.stopped_after_s
-    return named
+        "made it slow: raise --timeout (timeout_s) or lower --latency",
+    )  # fmt: skip
 
 
 def run_distributed(
