@@ -10,9 +10,9 @@ The library is built in floors; a module imports only from its own floor or the 
   5  planner
   4  engines
   3  reference balance plots tp autoschedule
-  2  costs links network netif geo timeline simulator model data devices partition launch saved_memory
-  2  simulator_fast
-  1  errors schedules
+  2  costs links sim_inputs network netif geo timeline simulator model data devices partition launch
+  2  saved_memory simulator_fast
+  1  errors checks schedules
 
 1 the schedule spine (schedules as data, messages, builders and registry, validator, PyTorch interop);
 2 time and links (the simulator, the Timeline, the model, the data, the process launcher); 3 the

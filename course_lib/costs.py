@@ -13,13 +13,15 @@ and ``w`` for W (weight gradient). A full backward B does both pieces at once, s
 
 from __future__ import annotations
 
-import math
+import numbers
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from course_lib.checks import real
 from course_lib.errors import require
+from course_lib.schedules.basic import LIMITS
 from course_lib.schedules.ir import Kind
 from course_lib.timeline import Timeline
 
@@ -55,15 +57,17 @@ class StageCosts:
 
 
 def _expand(label: str, value: Cost, n_stages: int) -> list[float]:
-    values = [float(value)] * n_stages if isinstance(value, (int, float)) else [float(x) for x in value]
+    """One cost per stage, each a number of seconds in [0, LIMITS["seconds"]] (numpy's too): a cost of
+    1e308 would overflow the makespan, a string or None says so here rather than deep in the simulator."""
+    top = LIMITS["seconds"]
+    if isinstance(value, numbers.Real) or not isinstance(value, Sequence) or isinstance(value, str):
+        return [real(f"StageCosts.{label}", value, high=top)] * n_stages
     require(
-        len(values) == n_stages,
-        f"StageCosts.{label} has {len(values)} entries but the schedule has {n_stages} stages; "
+        len(value) == n_stages,
+        f"StageCosts.{label} has {len(value)} entries but the schedule has {n_stages} stages; "
         "give one number per stage, or a single number for all",
     )
-    bad = [x for x in values if not (math.isfinite(x) and x >= 0)]
-    require(not bad, f"StageCosts.{label} must be finite and >= 0, got {bad[0] if bad else None!r}")
-    return values
+    return [real(f"StageCosts.{label}[{s}]", x, high=top) for s, x in enumerate(value)]
 
 
 def costs_from(

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from course_lib.checks import divisors
 from course_lib.errors import CourseError, require
 
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus.txt"
@@ -91,10 +92,9 @@ def check_microbatches(batch_size: int, m: int) -> None:
     """Refuse an m that does not split the batch into equal micro-batches, before any work."""
     require(m >= 1, f"micro-batches must be >= 1, got {m}")
     if batch_size % m != 0:
-        divisors = [d for d in range(1, batch_size + 1) if batch_size % d == 0]
         raise CourseError(
             f"{m} micro-batches do not divide the batch of {batch_size} samples; "
-            f"choose m from {divisors} (or change the batch size)"
+            f"choose m from {divisors(batch_size)} (or change the batch size)"
         )
 
 

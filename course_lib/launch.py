@@ -43,6 +43,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.distributed as dist
 
+from course_lib.checks import check_timeout, whole
 from course_lib.errors import require
 
 _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")  # gloo: a peer went
@@ -115,9 +116,8 @@ def spawn(
     `timeout_s`: how long a rank may wait for a silent peer (see the module doc for what else stops).
     `should_stop`, asked about 20 times a second (a widget's Stop button), ends the run as Ctrl-C does:
     every rank's process ends, then KeyboardInterrupt says so."""
-    require(isinstance(world, int) and world >= 1, f"world must be a whole number >= 1, got {world!r}")
+    world, timeout_s = whole("world", world), check_timeout(timeout_s)  # timeout: the ranks' timedelta
     require(backend in ("gloo", "nccl"), f"backend must be 'gloo' or 'nccl', got {backend!r}")
-    require(timeout_s > 0, f"timeout_s must be > 0 seconds, got {timeout_s!r}")
     ctx = multiprocessing.get_context("spawn")
     results, beats = ctx.Queue(), ctx.Array("q", world, lock=False)
     log_fd, log = tempfile.mkstemp(prefix="course_lib-ranks-", suffix=".log")

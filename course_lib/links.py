@@ -9,9 +9,12 @@ and the one ring all-reduce formula (tensor parallelism, the planner's TP and DP
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
+from course_lib.checks import real
 from course_lib.errors import require
+from course_lib.schedules.basic import LIMITS
 
 
 @dataclass(frozen=True)
@@ -21,8 +24,11 @@ class Link:
     name: str = ""
 
     def __post_init__(self) -> None:
-        require(self.latency_s >= 0, f"link latency must be >= 0 seconds, got {self.latency_s!r}")
-        require(self.bandwidth_Bps > 0, f"link bandwidth must be > 0 bytes/s, got {self.bandwidth_Bps!r}")
+        # finite, at most LIMITS["seconds"]: an infinite latency would hang a rank, 1e308 makes nan
+        object.__setattr__(self, "latency_s", real("link latency_s", self.latency_s, high=LIMITS["seconds"]))
+        if self.bandwidth_Bps != math.inf:  # inf: a free wire
+            bandwidth = real("link bandwidth_Bps", self.bandwidth_Bps, above=True)
+            object.__setattr__(self, "bandwidth_Bps", bandwidth)
 
     def transfer_time(self, nbytes: float) -> float:
         """Seconds from the first byte leaving to the last byte arriving."""
@@ -53,7 +59,7 @@ def per_boundary(value, n_boundaries: int, label: str, default=None) -> list:
     so the rule and its error message live here once."""
     if value is None:
         return [default] * n_boundaries
-    if isinstance(value, (Link, int, float)):
+    if isinstance(value, (Link, numbers.Real)):
         return [value] * n_boundaries
     require(
         isinstance(value, (list, tuple)),

@@ -19,6 +19,7 @@ from itertools import accumulate
 
 from torch import nn
 
+from course_lib.checks import whole, wholes
 from course_lib.errors import CourseError, require
 
 
@@ -40,10 +41,12 @@ class Partition:
 
     @classmethod
     def from_sizes(cls, sizes: list[int] | tuple[int, ...]) -> Partition:
-        require(len(sizes) >= 1, "a partition needs at least one stage")
-        bad = [s for s in sizes if s < 1]
-        require(not bad, f"every stage needs at least one layer; got stage sizes {list(sizes)}")
-        ends = list(accumulate(sizes))
+        """Stages of these many layers each (Python or numpy whole numbers), in order."""
+        counts = wholes("partition sizes (layers per stage)", sizes, low=None)
+        require(len(counts) >= 1, "a partition needs at least one stage")
+        bad = [s for s in counts if s < 1]
+        require(not bad, f"every stage needs at least one layer; got stage sizes {list(counts)}")
+        ends = list(accumulate(counts))
         return cls(tuple(zip([0, *ends[:-1]], ends, strict=True)))
 
     def check(self, n_layers: int) -> None:
@@ -57,6 +60,7 @@ class Partition:
 
 def uniform(n_layers: int, n_stages: int) -> Partition:
     """As equal as possible; earlier stages take the remainder, one layer each."""
+    n_layers, n_stages = whole("n_layers", n_layers, low=0), whole("number of stages", n_stages, low=None)
     require(n_stages >= 1, f"number of stages must be >= 1, got {n_stages}")
     require(
         n_stages <= n_layers,

@@ -20,15 +20,17 @@ them. That is what GPipe and 1F1B compute too; only the order of the work differ
 
 from __future__ import annotations
 
+import numbers
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from course_lib.checks import is_number, memory_bytes, require_fits, shown, whole
 from course_lib.data import Corpus, check_microbatches, load_corpus, split_microbatches
 from course_lib.devices import resolve_device
 from course_lib.errors import require
@@ -52,8 +54,22 @@ class TrainConfig:
     data_path: str | None = None  # None: the corpus shipped in data/
     device: str = "cpu"  # cpu, cuda, cuda:N or auto (see course_lib/devices.py)
 
+    def __post_init__(self) -> None:
+        """numpy numbers become Python's (a lesson's np.int64(4) is 4); anything else stays for check()."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if type(value) not in (int, float, bool) and isinstance(value, numbers.Real):
+                setattr(self, f.name, int(value) if isinstance(value, numbers.Integral) else float(value))
+
     def check(self) -> None:
-        """All bad input is refused here, before a model is built or data is read."""
+        """All bad input is refused here, before a model is built or data is read: wrong types, sizes
+        over LIMITS, and sizes whose memory this machine does not have (``check_fits``)."""
+        for f in fields(self):
+            if f.type == "int":
+                whole(f.name, getattr(self, f.name), low=None)
+            elif f.type == "float":
+                value = getattr(self, f.name)
+                require(is_number(value), f"{f.name} must be a number, got {shown(value)}")
         require(self.steps >= 0, f"steps must be >= 0, got {self.steps}")
         require(0 < self.lr <= LIMITS["lr"], f"learning rate must be in (0, {LIMITS['lr']:g}], got {self.lr}")
         require(self.warmup_steps >= 0, f"warmup steps must be >= 0, got {self.warmup_steps}")
@@ -62,9 +78,56 @@ class TrainConfig:
         resolve_device(self.device)
         self.model_config(vocab_size=ModelConfig.vocab_size)  # checks layers, width, heads, length
         within_limit("parameters", 12 * self.d_model**2 * self.n_layers, "12*d_model^2*n_layers")
+        within_limit("layers", self.n_layers, "n_layers")  # the command line's --layers reads the same
+        self.check_fits()
+
+    def training_bytes(self, held: float = 1.0) -> float:
+        """Bytes a run of this config needs at its peak, on all its devices together: the parameters
+        with AdamW (16 B each: weights, gradients, two moments), the token ids of a batch, and what
+        backward keeps of `held` micro-batches in every block (64 B per token per unit of width, measured
+        on the toy: accelerator_config's docstring) and in the head (logits, their softmax and gradient:
+        12 B per token per vocabulary entry). `held` = 1: the reference, one micro-batch at a time."""
+        d, vocab = self.d_model, ModelConfig.vocab_size
+        params = 12 * d * d * self.n_layers + (2 * vocab + self.seq_len) * d
+        tokens = self.batch_size // max(1, self.microbatches) * self.seq_len  # of one micro-batch
+        saved = held * tokens * (64 * d * self.n_layers + 12 * vocab)
+        return 16 * params + 16 * self.batch_size * self.seq_len + saved
+
+    def check_fits(self, held: float = 1.0, why: str = "one micro-batch at a time") -> None:
+        """Refuse, before any work, a config whose training_bytes(held) exceed the memory of the device
+        it runs on; the message names the largest batch size and sequence length that would fit."""
+        have, need = _free_bytes(resolve_device(self.device)), self.training_bytes(held)
+        if have is None or need <= have:  # None: a GPU that cannot say (the first CUDA call fails)
+            return
+        names = ("batch_size", "seq_len", "d_model")
+        def fits(name: str, value: int) -> bool:
+            return replace(self, **{name: value}).training_bytes(held) <= have
+
+        largest = {n: _largest(lambda v, n=n: fits(n, v), getattr(self, n)) for n in names}
+        said = ", ".join(f"{name} {value:,}" if value else f"no {name}" for name, value in largest.items())
+        require_fits(f"training this config ({why})", need, have, f"{said} (each with the rest as given)")
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(self.n_layers, self.d_model, self.n_heads, vocab_size, self.seq_len)
+
+
+def _free_bytes(device: torch.device) -> int | None:
+    """Free memory of `device`: a CUDA GPU's own; the machine's for the CPU and Apple's shared memory."""
+    if device.type != "cuda":
+        return memory_bytes()
+    try:
+        return torch.cuda.mem_get_info(device)[0]
+    except (AssertionError, RuntimeError):
+        return None
+
+
+def _largest(fits: Callable[[int], bool], above: int) -> int:
+    """The largest v in 1..above for which fits(v) holds (0: none), by bisection: fits grows false."""
+    low, high = 0, above
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid - 1)
+    return low
 
 
 def accelerator_config(**overrides) -> TrainConfig:

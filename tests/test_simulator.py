@@ -184,11 +184,11 @@ def test_bad_inputs_say_what_is_wrong():
         simulate(s, StageCosts(f=[1, 2, 3]))
     with pytest.raises(CourseError, match="2 entries but the pipeline has 3 stage boundaries"):
         simulate(s, links=[Link(), Link()])
-    with pytest.raises(CourseError, match="boundary_bytes must be >= 0"):
+    with pytest.raises(CourseError, match="boundary_bytes must be a finite number >= 0"):
         simulate(s, boundary_bytes=-1)
     with pytest.raises(CourseError, match="stash_bytes has 2 entries but the schedule has 4 stages"):
         simulate(s, stash_bytes=[1, 2])
-    with pytest.raises(CourseError, match="must be finite and >= 0"):
+    with pytest.raises(CourseError, match="StageCosts.w must be a finite number >= 0"):
         simulate(s, StageCosts(w=-1.0))
     moved = build_schedule("1f1b", 2, 2)
     moved.orders[0].append(moved.orders[1].pop())

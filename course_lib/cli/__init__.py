@@ -8,10 +8,14 @@ COMMANDS. Try ``python -m course_lib train --help``.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import importlib
 import os
 import re
+import signal
 import sys
+import threading
 from collections.abc import Callable
 
 from course_lib.errors import CourseError
@@ -50,29 +54,66 @@ def as_help(docstring: str | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return report_errors(lambda: args._run(args))
+    def parse_and_run() -> int | None:  # the parser imports every command: a Ctrl-C there is one line too
+        args = build_parser().parse_args(argv)
+        return args._run(args)
+
+    return report_errors(parse_and_run)
+
+
+_OUTPUT_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EBADF, errno.EFBIG, errno.EROFS)
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (``kill``, a scheduler's time limit): unwinds like Ctrl-C, so that every rank
+    process is stopped and every temporary file removed on the way out."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 def report_errors(command: Callable[[], int | None]) -> int:
     """Run `command` as a shell user expects: its exit code; bad input (CourseError, exit 2), a
-    failed rank of the distributed engine (exit 1) and Ctrl-C (exit 130) as one line on stderr, not a
+    failed rank of the distributed engine (exit 1), Ctrl-C (exit 130), SIGTERM (exit 143) and an output
+    that cannot be written (a full disk, a closed stdout: exit 1) as one line on stderr, not a
     traceback; and a reader that went away (``... | head``) as a quiet exit 1."""
+    if sys.stdout is None:  # started with stdout closed (>&-): refuse before any work
+        print("error: standard output is closed; redirect it (> file, > /dev/null) instead", file=sys.stderr)
+        return 2
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+    try:
+        return _run_reporting(command)
+    finally:
+        if main_thread:  # None: a handler set outside Python, which Python cannot put back
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _run_reporting(command: Callable[[], int | None]) -> int:
     try:
         code = int(command() or 0)
         sys.stdout.flush()  # inside the try: output still buffered meets a closed pipe here
         return code
     except BrokenPipeError:
-        # the Python docs' recipe (signal module, "Note on SIGPIPE"): point stdout at devnull so that
-        # the interpreter's last flush at exit does not raise again
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _quiet_stdout()
         return 1
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)  # on a line of its own, after a progress bar
         return 130
+    except Terminated:
+        print("\nterminated (SIGTERM)", file=sys.stderr)
+        return 143  # 128 + SIGTERM, as a shell reports a process the signal ended
     except CourseError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a full disk, a vanished folder: what was written so far stays
+        if not (err.filename or err.errno in _OUTPUT_ERRORS):
+            raise  # not an output's failure: its traceback is the report
+        where = f" ({err.filename})" if err.filename else " while writing the output"
+        print(f"error: {err.strerror or err}{where}", file=sys.stderr)
+        _quiet_stdout()
+        return 1
     except Exception as err:
         from course_lib.launch import DistributedError  # here: it loads torch.distributed
 
@@ -80,3 +121,10 @@ def report_errors(command: Callable[[], int | None]) -> int:
             raise
         print(f"error: {err}", file=sys.stderr)
         return 1
+
+
+def _quiet_stdout() -> None:
+    """The Python docs' recipe (signal module, "Note on SIGPIPE"): point stdout at devnull so that the
+    interpreter's last flush at exit does not raise again."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course_lib.engines.runtime import CHECKPOINT_MODES
+from course_lib.errors import CourseError
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
 from course_lib.schedules.basic import LIMITS
@@ -39,28 +40,53 @@ def number(kind: type = int, low: float = 1, high: float = math.inf, above: bool
 
 
 COUNT, WHOLE, LAYERS = number(), number(low=0), number(high=LIMITS["layers"])
-SECONDS, POSITIVE = number(float, 0), number(float, 0, above=True)
+SECONDS, TIMEOUT = number(float, 0, LIMITS["seconds"]), number(float, 0, LIMITS["timeout_s"], above=True)
 LR, SEED = number(float, 0, LIMITS["lr"], above=True), number(low=0, high=LIMITS["seed"])
 BANDWIDTH = number(float, 0, above=True, hint="; omit --bandwidth for unlimited")
 
 
 def figure_path(text: str) -> str:
-    """An argparse `type` for --gantt: a file matplotlib can write, in a folder that exists."""
+    """An argparse `type` for --gantt: a file matplotlib can write, in a folder that exists, tried for
+    writing now (permissions, a folder of that name, a read-only disk) rather than after the work."""
     from matplotlib.backend_bases import FigureCanvasBase  # loads only when a chart is asked for
 
     kinds = sorted(FigureCanvasBase.get_supported_filetypes())
-    if Path(text).suffix[1:].lower() in kinds and Path(text).parent.is_dir():
-        return text
-    endings = ", *.".join(kinds)
-    raise argparse.ArgumentTypeError(f"cannot write {text!r}: want an existing folder and a name *.{endings}")
+    if Path(text).suffix[1:].lower() not in kinds or not Path(text).parent.is_dir():
+        endings = ", *.".join(kinds)
+        wanted = f"want an existing folder and a name *.{endings}"
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: {wanted}")
+    if problem := _unwritable(Path(text)):
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: {problem}")
+    return text
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why `path` cannot be written (None: it can), found without leaving anything behind: an existing
+    file is opened for appending (nothing appended), a new one is created and removed at once."""
+    if path.is_dir():
+        return "it is a folder"
+    existed = path.exists()
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as err:
+        return err.strerror or str(err)
+    if not existed:
+        path.unlink()
+    return None
 
 
 def save_chart(timeline: Timeline, args: argparse.Namespace, **options) -> None:
-    """Save --gantt's chart once the result is out, so that a failed save cannot lose it."""
+    """Save --gantt's chart once the result is out, so that a failed save cannot lose it; a save that
+    fails all the same (the disk filled up meanwhile) is one line naming the file."""
     if args.gantt:
         from course_lib.plots import save_timeline_png
 
-        save_timeline_png(timeline, args.gantt, **options)
+        try:
+            save_timeline_png(timeline, args.gantt, **options)
+        except OSError as err:
+            raise CourseError(f"the result above stands, but the chart {args.gantt!r} was not saved: "
+                              f"{err.strerror or err}") from None  # fmt: skip
         if not args.json:  # the JSON output stays one object
             print(f"Gantt chart saved to {args.gantt}")
 
@@ -116,7 +142,7 @@ def add_pipeline_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGro
     modes = ", ".join(CHECKPOINT_MODES)
     group.add_argument("--checkpoint", help=f"activation checkpointing: {modes} (default never)")
     group.add_argument(
-        "--timeout", type=POSITIVE,
+        "--timeout", type=TIMEOUT,
         help="distributed engine: seconds a rank waits for a peer that is alive but silent (a crashed or "
         "stopped rank is named within seconds anyway); default: 10 x a pessimistic step, at least 60",
     )  # fmt: skip
@@ -171,6 +197,9 @@ class PipelineFlags:
 
 def default_timeout(args: argparse.Namespace) -> float:
     """--timeout's default: 10 pessimistic steps, at least 60 s (start-up). Pessimistic: 5 ms a block per
-    micro-batch of the CPU toy (measured: 1.4 ms at width 32, 256 tokens), scaled by tokens x width^2."""
+    micro-batch of the CPU toy (measured: 1.4 ms at width 32, 256 tokens), scaled by tokens x width^2,
+    and a --latency paid on every one of a step's 2 x m messages on each of its (default 4) boundaries."""
     block_s = 5e-3 * max(1.0, args.batch_size // args.microbatches * args.seq_len * args.width**2 / 2**18)
-    return max(60.0, 10 * args.layers * args.microbatches * block_s)
+    boundaries = getattr(args, "stages", None) or PipelineFlags.stages
+    waits_s = (getattr(args, "latency", None) or 0.0) * 2 * args.microbatches * boundaries
+    return min(LIMITS["timeout_s"], max(60.0, 10 * (args.layers * args.microbatches * block_s + waits_s)))

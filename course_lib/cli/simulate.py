@@ -82,14 +82,15 @@ def _closed_form(form: ClosedForm, case: Case) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     tl, setup, info, case = _simulate(args)
+    summary = tl.summary()  # once: its per-device peaks take a pass over every span
     if args.json:
-        print_json(tl.summary() | setup, indent=2)  # an unlimited bandwidth is null
+        print_json(summary | setup, indent=2)  # an unlimited bandwidth is null
     else:
         _print_setup(tl, setup, args)
-        peak = max(tl.peak_inflight(d) for d in range(tl.n_devices))
+        peak = max(d["peak_inflight_microbatches"] for d in summary["per_device"])
         print(f"bubble: {tl.bubble_fraction:.2%} of device-time idle (simulated);", info.bubble.explain(case))
         print(f"peak in flight: {peak} micro-batches on the busiest device; {info.peak.explain(case, 'd')}")
-        _print_devices(tl)
+        _print_devices(summary["per_device"])
     save_chart(tl, args, show_transfers=args.transfers)
     return 0
 
@@ -111,9 +112,18 @@ def _print_setup(tl: Timeline, setup: dict, args: argparse.Namespace) -> None:
     print(f"makespan: {tl.makespan:g} s")
 
 
-def _print_devices(tl: Timeline) -> None:
+SHOWN_DEVICES = 64  # rows of the per-device table; --json has every device
+
+
+def _print_devices(per_device: list[dict]) -> None:
     print(f"{'device':>6} {'busy':>10} {'idle':>10} {'idle %':>7} {'peak in-flight':>15} {'peak bytes':>12}")
-    for d in tl.summary()["per_device"]:
+    half, hidden = SHOWN_DEVICES // 2, len(per_device) - SHOWN_DEVICES
+    if hidden > 0:  # the first and the last devices: the pipe's two ends
+        per_device = [*per_device[:half], None, *per_device[-half:]]
+    for d in per_device:
+        if d is None:
+            print(f"{'...':>6} {hidden:,} devices more: --json lists every one")
+            continue
         print(
             f"{d['device']:>6} {d['busy']:>10.4g} {d['idle']:>10.4g} {d['idle_fraction']:>7.1%} "
             f"{d['peak_inflight_microbatches']:>15} {d['peak_stash_bytes'] or '-':>12}"

@@ -42,6 +42,7 @@ from dataclasses import replace
 
 import torch
 
+from course_lib.checks import check_threads
 from course_lib.cli import flags
 from course_lib.cli.flags import PipelineFlags
 from course_lib.errors import require
@@ -116,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = flags.config_from_flags(args)
     # the lessons' thread policy (course_lib/lesson.py): on a busy machine extra threads make a step of
     # this small model many times slower; distributed ranks get their own count (--threads or a share)
-    torch.set_num_threads(args.threads or 1)
+    torch.set_num_threads(check_threads(args.threads, "--threads") or 1)  # before libgomp allocates them
     progress = sys.stderr.isatty() or not args.json
     if args.engine == "reference":
         result, diff, timeline = train(cfg, progress=progress), None, None

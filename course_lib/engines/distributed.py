@@ -49,12 +49,14 @@ each rank does, from joining the group to handing rank 0 its record, is ``dist_w
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 
 import torch
 from tqdm.auto import tqdm
 
+from course_lib.checks import check_threads, check_timeout, divisors
 from course_lib.data import load_corpus
 from course_lib.devices import gpu_count
 from course_lib.engines.dist_result import FAULT_KINDS, DistributedResult, Fault, RunSpec
@@ -119,7 +121,8 @@ def make_spec(
         f"schedule {sched.name!r} puts {sched.n_stages} stages on {ranks} devices; the distributed engine "
         "needs the same number of stages on every device",
     )
-    require(timeout_s > 0, f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+    timeout_s = check_timeout(timeout_s)
+    _check_latency(plan.links, timeout_s)
     if fault is not None:
         require(fault.how in FAULT_KINDS, f"fault.how must be one of {FAULT_KINDS}, got {fault.how!r}")
         require(0 <= fault.rank < mesh.world, f"fault.rank must be in 0..{mesh.world - 1}, got {fault.rank}")
@@ -137,7 +140,7 @@ def make_spec(
         # NCCL needs them (see comm.py); with gloo they are optional (the tests use them there)
         direction_groups=device == "cuda" if direction_groups is None else direction_groups,
         track_memory=track_memory, fault=fault, return_grads=return_grads,
-        threads=threads or max(1, (os.cpu_count() or 1) // local_ranks), tp=tp, dp=dp,
+        threads=check_threads(threads) or max(1, (os.cpu_count() or 1) // local_ranks), tp=tp, dp=dp,
         pace_s=None if pace_s is None else (float(pace_s[0]), float(pace_s[1])),
     )  # fmt: skip
 
@@ -151,13 +154,25 @@ def _check_mesh(cfg: TrainConfig, mesh: Mesh, local_ranks: int) -> None:
         per_mb % mesh.d == 0,
         f"dp={mesh.d} replicas cannot share a micro-batch of {per_mb} samples (batch_size {cfg.batch_size} / "
         f"{cfg.microbatches} micro-batches) evenly; choose dp among the divisors of {per_mb}: "
-        f"{', '.join(str(k) for k in range(1, per_mb + 1) if per_mb % k == 0)}",
+        f"{', '.join(map(str, divisors(per_mb)))}",
     )
     require(
         local_ranks <= MAX_LOCAL_RANKS,
         f"t x p x d = {mesh.t} x {mesh.p} x {mesh.d} = {mesh.world} ranks would start {local_ranks} "
         f"processes on this machine, over the limit of {MAX_LOCAL_RANKS} "
         "(course_lib.engines.distributed.MAX_LOCAL_RANKS)",
+    )
+
+
+def _check_latency(links: list[Link] | None, timeout_s: float) -> None:
+    """A rank waits for every message at least its link's latency: one at or over the timeout would
+    fail the run after the timeout, blaming a rank that "stopped answering". Refused here instead."""
+    slowest = max((link.latency_s for link in links or ()), default=0.0)
+    require(
+        slowest < timeout_s,
+        f"link latency {slowest:g} s is not below the timeout of {timeout_s:g} s: every rank would wait "
+        f"longer than the timeout for its first message; raise --timeout (timeout_s) above "
+        f"{slowest:g} s times the messages a step waits for in a row, or lower the latency",
     )
 
 
@@ -194,11 +209,49 @@ def launch(
             bar.set_postfix(loss=f"{loss:.3f}")
 
         asked = None if stop is None else (lambda: stop(done[0]))
-        values = spawn(
-            run_specs, ranks, (specs,), backend=backend, timeout_s=timeout_s, on_progress=on_progress,
-            should_stop=asked,
-        )  # fmt: skip
+        try:
+            values = spawn(
+                run_specs, ranks, (specs,), backend=backend, timeout_s=timeout_s, on_progress=on_progress,
+                should_stop=asked,
+            )  # fmt: skip
+        except DistributedError as err:
+            raise naming_slow_links(naming_a_missing_guard(err), specs, timeout_s) from None
     return values[0]
+
+
+def naming_a_missing_guard(err: DistributedError) -> DistributedError:
+    """`err` with a hint when a rank died before it could report and this process runs a script: the
+    spawn start method imports that script again in every rank, and one without an
+    ``if __name__ == "__main__":`` guard starts its run again there, which multiprocessing refuses
+    (its traceback goes to this terminal, not to the rank log)."""
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__spec__", None) is None and hasattr(main, "__file__")  # python path/to/x.py
+    if not (script and "exit code 1 without reporting" in err.cause):
+        return err
+    return _with_hint(err, f"if {main.__file__} starts the run when imported, put its code under "
+                      '`if __name__ == "__main__":`, as every rank imports the script again')  # fmt: skip
+
+
+def _with_hint(err: DistributedError, hint: str) -> DistributedError:
+    """The same failure, its message followed by `hint`."""
+    named = DistributedError(f"{err}; {hint}", err.failed_rank, err.cause, err.outcomes)
+    named.stopped_after_s = err.stopped_after_s
+    return named
+
+
+def naming_slow_links(err: DistributedError, specs: list[RunSpec], timeout_s: float) -> DistributedError:
+    """`err` saying which input made a timed-out run slow, when its links have a latency: a micro-batch's
+    forward and backward cross 2(n-1) boundaries one after another, each paying it, against the timeout."""
+    waits = [(link.latency_s, 2 * (s.schedule.n_stages - 1)) for s in specs for link in s.links or ()]
+    latency, messages = max(waits, default=(0.0, 0))
+    timed_out = any(w in err.cause for w in ("stopped answering", "imed out", "timeout"))
+    if not (timed_out and latency > 0):
+        return err
+    return _with_hint(
+        err, f"the links' latency of {latency:g} s, paid by {messages} messages one after another "
+        f"({latency * messages:g} s for one micro-batch), against the timeout of {timeout_s:g} s may be what "
+        "made it slow: raise --timeout (timeout_s) or lower --latency",
+    )  # fmt: skip
 
 
 def run_distributed(

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from course_lib.balance import inflight_per_stage
+from course_lib.checks import whole
 from course_lib.devices import stage_devices
 from course_lib.engines.runtime import check_checkpoint
 from course_lib.errors import require
@@ -40,12 +42,7 @@ def _as_partition(partition, n_layers: int, n_stages: int) -> Partition:
     if partition is None:
         return uniform(n_layers, n_stages)
     if not isinstance(partition, Partition):
-        sizes = list(partition)
-        require(
-            all(isinstance(s, int) for s in sizes),
-            f"partition must be a Partition or a list of layer counts per stage, got {partition!r}",
-        )
-        partition = Partition.from_sizes(sizes)
+        partition = Partition.from_sizes(partition)  # a list of layer counts per stage, checked there
     require(
         partition.n_stages == n_stages,
         f"partition {list(partition.sizes)} has {partition.n_stages} stages, but the schedule has "
@@ -53,13 +50,6 @@ def _as_partition(partition, n_layers: int, n_stages: int) -> Partition:
     )
     partition.check(n_layers)
     return partition
-
-
-def _whole(value, name: str) -> None:
-    require(
-        isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-        f"{name} must be a whole number >= 1, got {value!r}",
-    )
 
 
 def _check_built(sched: Schedule, cfg: TrainConfig, stages: int | None, virtual: int | None) -> None:
@@ -95,8 +85,7 @@ def resolve_schedule(
     else:
         default = SCHEDULES[resolve_name(schedule)].default_virtual  # 2 for interleaving and V shapes
         stages, virtual = 4 if stages is None else stages, default if virtual is None else virtual
-        _whole(stages, "stages")
-        _whole(virtual, "virtual")
+        stages, virtual = whole("stages", stages), whole("virtual", virtual)
         n_layers = cfg.n_layers + 2  # embedding + blocks + head
         require(
             stages * virtual <= n_layers,
@@ -124,4 +113,14 @@ def make_plan(
         links = per_boundary(links, sched.n_stages - 1, "links")
         require(all(isinstance(x, Link) for x in links), f"links must be Link objects, got {links!r}")
     devices = stage_devices(sched.n_devices, cfg.device)
+    if checkpoint == "never":  # every stage keeps its micro-batches' activations until their backward
+        _check_fits(cfg, sched, part)
     return PipelinePlan(schedule=sched, partition=part, devices=devices, checkpoint=checkpoint, links=links)
+
+
+def _check_fits(cfg: TrainConfig, sched: Schedule, part: Partition) -> None:
+    """The schedule's activations, held as its order says (GPipe: all m micro-batches), must fit this
+    machine's memory with everything else (``TrainConfig.check_fits``): refused before any work."""
+    peaks = inflight_per_stage(sched)
+    held = sum(k * size for k, size in zip(peaks, part.sizes, strict=True)) / part.n_layers
+    cfg.check_fits(held, f"{sched.name} holds up to {max(peaks)} micro-batches' activations on a stage")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from course_lib.checks import divisors, whole
 from course_lib.errors import require
 from course_lib.planner.clusters import Cluster, cluster
 from course_lib.planner.cost import Parts, estimate, pipeline_timeline, played_microbatches, simulate_pipeline
@@ -100,18 +101,14 @@ class Plan:
         return self.layouts[0]
 
 
-def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
-
-
 def candidates(
     shape: ModelShape, gpus: int, global_batch: int, schedules: Sequence[str], recompute: Sequence[bool],
     zero1: bool = False, node: int = 8,
 ) -> Iterator[Layout]:  # fmt: skip
     """Layouts that divide the GPUs (t also divides the heads and the FFN, and a node's GPUs or a
     whole number of nodes), the batch, and the layers (p*v stages of at least one layer)."""
-    for t in (t for t in _divisors(gpus) if _splits(shape, t, node)):
-        for p in (p for p in _divisors(gpus // t) if p <= shape.layers):
+    for t in (t for t in divisors(gpus) if _splits(shape, t, node)):
+        for p in (p for p in divisors(gpus // t) if p <= shape.layers):
             d = gpus // (t * p)
             if global_batch % d:
                 continue
@@ -160,7 +157,11 @@ def plan(
     `only=(t, p)` keeps the layouts with that t and p (a published layout, sec 5.4's comparisons)."""
     shape = model(shape) if isinstance(shape, str) else shape
     cl = cluster(cluster_) if isinstance(cluster_, str) else cluster_
-    check_request(cl, gpus, global_batch, schedules)
+    require(
+        isinstance(shape, ModelShape), f"shape must be a model preset's name or a ModelShape, got {shape!r}"
+    )
+    require(isinstance(cl, Cluster), f"cluster_ must be a cluster preset's name or a Cluster, got {cl!r}")
+    gpus, global_batch = check_request(cl, gpus, global_batch, schedules)
     names = [resolve_name(s) for s in schedules]
     fitting, total = [], 0
     for layout in candidates(shape, gpus, global_batch, names, recompute, zero1, cl.gpus_per_node):
@@ -191,10 +192,10 @@ def _require_some(shape: ModelShape, cl: Cluster, gpus: int, global_batch: int, 
     )
 
 
-def check_request(cl: Cluster, gpus: int, global_batch: int, schedules: Sequence[str]) -> None:
-    """Refuse a request no layout can meet, before any work, naming the value and what is allowed."""
-    for label, value in (("gpus", gpus), ("global batch", global_batch)):
-        require(isinstance(value, int) and value >= 1, f"{label} must be a whole number >= 1, got {value!r}")
+def check_request(cl: Cluster, gpus: int, global_batch: int, schedules: Sequence[str]) -> tuple[int, int]:
+    """Refuse a request no layout can meet, before any work, naming the value and what is allowed;
+    returns `gpus` and `global_batch` as Python ints (numpy's are the same numbers)."""
+    gpus, global_batch = whole("gpus", gpus), whole("global batch", global_batch)
     require(
         gpus % cl.gpus_per_node == 0 or gpus < cl.gpus_per_node and cl.gpus_per_node % gpus == 0,
         f"gpus must be a multiple of {cl.gpus_per_node} (the GPUs of one {cl.name} node) or divide it, "
@@ -205,3 +206,4 @@ def check_request(cl: Cluster, gpus: int, global_batch: int, schedules: Sequence
             resolve_name(name) in SCHEDULE_CHOICES,
             f"the planner models the schedules {', '.join(SCHEDULE_CHOICES)}; got {name!r}",
         )
+    return gpus, global_batch

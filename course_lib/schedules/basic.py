@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from course_lib.checks import TIMEOUT_LIMIT_S, shown, whole
 from course_lib.errors import require
 from course_lib.schedules.ir import Action, Kind, Schedule
 
@@ -35,6 +36,10 @@ LIMITS = {
     "parameters": 10**9,  # 16 B each with AdamW (weights, gradients, two moments): 16 GB
     "lr": 1e3,  # AdamW moves a weight by about lr a step: 1000 already diverges; 1e300 overflows float32
     "seed": 2**63 - 1,  # a signed 64-bit int; torch.manual_seed also takes seed + 12345 (held-out batches)
+    # any cost, latency or duration, in seconds: 1e12 s is 31,700 years; a million actions' sum of them
+    # stays a finite float with room for the small terms (1e308 overflows the makespan, then bubble is nan)
+    "seconds": 1e12,
+    "timeout_s": TIMEOUT_LIMIT_S,  # a rank's wait for a silent peer (checks.check_timeout)
 }
 
 
@@ -44,14 +49,18 @@ def within_limit(name: str, value: int, what: str) -> None:
     require(value <= LIMITS[name], f"{what} is {value:,}, over {limit}")
 
 
-def check_sizes(n_devices: int, n_microbatches: int, virtual: int = 1) -> None:
+def check_sizes(n_devices: int, n_microbatches: int, virtual: int = 1) -> tuple[int, int, int]:
     """Reject sizes no schedule can use or finish, naming the value that was given (build_schedule checks
-    them for every builder; the three a lesson calls directly check them too)."""
-    for label, value in (("n_devices", n_devices), ("n_microbatches", n_microbatches), ("virtual", virtual)):
-        require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-                f"{label} must be a whole number >= 1, got {value!r}")  # fmt: skip
-    actions = 3 * n_devices * n_microbatches * virtual
-    within_limit("actions", actions, f"3*p*m*v = 3*{n_devices}*{n_microbatches}*{virtual}")
+    them for every builder; the three a lesson calls directly check them too). Returns them as Python
+    ints (a numpy int is accepted as the same number)."""
+    p, m = whole("n_devices", n_devices), whole("n_microbatches", n_microbatches)
+    v = whole("virtual", virtual)
+    for label, value in (("n_devices", p), ("n_microbatches", m), ("virtual", v)):
+        # 10**5000 cannot even be printed in full: say so before 3*p*m*v is
+        require(value < 2**64, f"{label} is {shown(value)}, alone over the limit of {LIMITS['actions']:,} "
+                "actions (course_lib.schedules.builders.LIMITS)")  # fmt: skip
+    within_limit("actions", 3 * p * m * v, f"3*p*m*v = 3*{p}*{m}*{v}")
+    return p, m, v
 
 
 def naive(n_devices: int, n_microbatches: int) -> Schedule:
@@ -60,7 +69,7 @@ def naive(n_devices: int, n_microbatches: int) -> Schedule:
     Device d's order is ``dF0 dB0 dF1 dB1 ...``. Because device 0 runs ``0F1`` only after ``0B0``,
     and ``0B0`` needs every later stage's backward, no two devices ever work at the same time.
     """
-    check_sizes(n_devices, n_microbatches)
+    n_devices, n_microbatches, _ = check_sizes(n_devices, n_microbatches)
     orders = [[a for mb in range(n_microbatches) for a in (F(d, mb), B(d, mb))] for d in range(n_devices)]
     return Schedule("naive", n_devices, n_microbatches, orders, list(range(n_devices)))
 
@@ -71,7 +80,7 @@ def gpipe(n_devices: int, n_microbatches: int) -> Schedule:
     Backwards go in micro-batch order 0, 1, ..., m-1, as torch.distributed.pipelining's ScheduleGPipe
     does. Device 0 holds the activations of all m micro-batches until its first backward.
     """
-    check_sizes(n_devices, n_microbatches)
+    n_devices, n_microbatches, _ = check_sizes(n_devices, n_microbatches)
     mbs = range(n_microbatches)
     orders = [[F(d, mb) for mb in mbs] + [B(d, mb) for mb in mbs] for d in range(n_devices)]
     return Schedule("gpipe", n_devices, n_microbatches, orders, list(range(n_devices)))
@@ -90,7 +99,7 @@ def one_f_one_b(n_devices: int, n_microbatches: int, warmup: Sequence[int] | Non
     So device d never holds more than ``p - d`` micro-batches' activations (device 0: p), where GPipe
     holds m. With m < p - 1 - d the warm-up is simply all m forwards.
     """
-    check_sizes(n_devices, n_microbatches)
+    n_devices, n_microbatches, _ = check_sizes(n_devices, n_microbatches)
     p, m = n_devices, n_microbatches
     warmup = [p - 1 - d for d in range(p)] if warmup is None else list(warmup)
     require(

@@ -99,7 +99,7 @@ def build_schedule(name: str, n_devices: int, n_microbatches: int, virtual: int 
     """
     info = SCHEDULES[resolve_name(name)]
     virtual = info.default_virtual if virtual is None else virtual
-    check_sizes(n_devices, n_microbatches, virtual)
+    n_devices, n_microbatches, virtual = check_sizes(n_devices, n_microbatches, virtual)
     if info.uses_virtual:
         return info.build(n_devices, n_microbatches, virtual)
     require(

@@ -58,8 +58,10 @@ def from_csv_text(
     lives on the device whose row holds its actions (a stage no row mentions is put on device
     ``stage % p``). `n_microbatches` and `n_stages` default to what the actions mention; pass them to
     check a schedule against the sizes it should have. Non-compute cells such as ``0REDUCE_GRAD`` or
-    ``1SEND_F0`` are an error unless `ignore_non_compute` is True, which drops them."""
-    rows = list(csv.reader(io.StringIO(text)))
+    ``1SEND_F0`` are an error unless `ignore_non_compute` is True, which drops them. `text` may be
+    bytes holding UTF-8; anything that is not such text (binary, UTF-16, a NUL, a cell longer than any
+    action) is one CourseError saying so."""
+    rows = _rows(_as_text(text, "the CSV text"))
     if not rows:
         raise CourseError("the CSV text is empty; expected one row of actions per device, e.g. '0F0,0B0'")
     orders: list[list[Action]] = []
@@ -105,6 +107,54 @@ def from_csv_text(
 
 
 def read_csv(path: str | Path, **kwargs) -> Schedule:
-    """Read a PyTorch schedule CSV file; keyword arguments as for :func:`from_csv_text`."""
-    kwargs.setdefault("name", Path(path).stem)
-    return from_csv_text(Path(path).read_text(), **kwargs)
+    """Read a PyTorch schedule CSV file; keyword arguments as for :func:`from_csv_text`. A missing,
+    unreadable or oversized file, or one that is not UTF-8 text, is one CourseError naming it."""
+    path = Path(path)
+    kwargs.setdefault("name", path.stem)
+    try:
+        size = path.stat().st_size
+        require(size <= MAX_BYTES, f"{str(path)!r} holds {size:,} bytes, more than the {MAX_BYTES:,} that "
+                f"{MAX_ACTIONS:,} actions take: is it a schedule CSV?")  # fmt: skip
+        data = path.read_bytes()
+    except OSError as err:
+        raise CourseError(f"cannot read {str(path)!r}: {err.strerror or err}") from None
+    return from_csv_text(_as_text(data, repr(str(path))), **kwargs)
+
+
+MAX_CELL = 200  # characters: the longest action, an overlapped pair "(123F45;678B90)OVERLAP_F_B", takes ~30
+MAX_BYTES = MAX_ACTIONS * 16  # a CSV of MAX_ACTIONS actions, each with its comma: at most ~12 bytes
+
+
+def _as_text(data: object, what: str) -> str:
+    """`data` as text: a str, or bytes that decode as UTF-8 (a byte-order mark is dropped)."""
+    if isinstance(data, str):
+        text = data
+    elif isinstance(data, (bytes, bytearray)):
+        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+            raise CourseError(f"{what} is UTF-16 text; save it as UTF-8 (PyTorch's _dump_csv writes UTF-8)")
+        try:
+            text = bytes(data).decode("utf-8-sig")
+        except UnicodeDecodeError as err:
+            byte = f"byte {err.start} is {data[err.start]:#04x}"
+            raise CourseError(f"{what} is not UTF-8 text ({byte}); a schedule CSV holds rows of actions "
+                              "such as 0F0,0B0") from None  # fmt: skip
+    else:
+        raise CourseError(f"{what} must be a str (or UTF-8 bytes), got {type(data).__name__}")
+    require("\0" not in text, f"{what} holds a NUL character: it is binary, not a schedule CSV")
+    return text
+
+
+def _rows(text: str) -> list[list[str]]:
+    """The CSV's rows, each cell at most MAX_CELL characters (csv's own limit is 131,072)."""
+    try:
+        rows = list(csv.reader(io.StringIO(text)))
+    except csv.Error as err:
+        raise CourseError(f"the CSV text cannot be read as CSV ({err}): is it a schedule CSV?") from None
+    for device, row in enumerate(rows):
+        for column, cell in enumerate(row):
+            require(
+                len(cell) <= MAX_CELL,
+                f"row {device}, column {column}: a cell of {len(cell):,} characters (an action such as 0F0 "
+                f"takes a few; at most {MAX_CELL} are read): is this a schedule CSV?",
+            )
+    return rows

@@ -37,12 +37,14 @@ from dataclasses import dataclass
 
 import ipywidgets as widgets
 
+from course_lib.checks import whole
 from course_lib.errors import require
 from course_lib.links import FREE, Link
 from course_lib.network import PRESETS
 from course_lib.plots import format_bytes
 from course_lib.schedules.builders import SCHEDULES, resolve_name
 from course_lib.schedules.closed_forms import Case
+from course_lib.sim_inputs import check_costs
 from course_lib.simulator import StageCosts, simulate_named
 from course_lib.timeline import Timeline
 from course_lib.widgets.controls import WRAP_AT_SPACES, Shown, wide_slider
@@ -97,6 +99,9 @@ class PipelineDashboard(Shown, widgets.VBox):
         links: dict[str, Link] | None = None, extra_controls: Sequence[widgets.Widget] = (),
         on_train: TrainHook | None = None, costs_p: int | None = None, fixed_model: bool = True,
     ):  # fmt: skip
+        p, m, v = whole("p", p), whole("m", m), whole("v", v)  # numpy's too; a str is refused here
+        max_p, max_m = whole("max_p", max_p), whole("max_m", max_m)
+        check_costs(costs, boundary_bytes)  # their types, before a widget is built
         # default costs: 20 ms for each of F, I (input grad), W per device's share of the model,
         # so that link presets from NVLink to an ocean show their real weight
         self.costs = costs if costs is not None else StageCosts(f=0.02, i=0.02, w=0.02)

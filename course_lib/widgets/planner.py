@@ -23,6 +23,8 @@ import html
 
 import ipywidgets as widgets
 
+from course_lib.checks import whole
+from course_lib.errors import require
 from course_lib.planner import MODELS, cluster, plan
 from course_lib.planner.cost import pipeline_timeline, played_microbatches
 from course_lib.planner.enumerate import Plan, Planned
@@ -42,6 +44,8 @@ class PlannerWidget(Shown, widgets.VBox):
     what = "the planner"
 
     def __init__(self, model: str, cluster_name: str, gpus: int, global_batch: int, top: int = 8):
+        gpus, global_batch, top = whole("gpus", gpus), whole("global_batch", global_batch), whole("top", top)
+        require(model in MODELS, f"model must be one of {', '.join(MODELS)}, got {model!r}")
         self.cluster = cluster(cluster_name)
         self.top = top
         self.result: Plan | None = None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from course_lib.checks import whole
 from course_lib.costs import StageCosts, costs_from
 from course_lib.errors import require
 from course_lib.lessons.runs import LessonRun, train_pipeline
@@ -44,6 +45,8 @@ class TrainSettings:
     device: str = "auto"  # one GPU per stage when there are enough, else simulated devices
 
     def check(self) -> None:
+        for name in ("n_layers", "steps", "samples_per_microbatch", "seq_len"):  # numpy's too; text refused
+            whole(name, getattr(self, name), low=None)
         require(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
         require(
             self.samples_per_microbatch >= 1,

@@ -1,0 +1,40 @@
+"""The simulator's inputs, checked at its door: the types a lesson may pass, one sentence for any other.
+
+``simulate`` calls :func:`check_inputs` first thing, so a string for a schedule, a list of strings for
+the message sizes or a dict for the links is named there, never met as a TypeError in the event loop.
+Numbers may be Python's or numpy's; the costs' and latencies' ranges are StageCosts' and Link's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from course_lib.checks import real, shown
+from course_lib.costs import StageCosts
+from course_lib.errors import require
+from course_lib.links import Link
+from course_lib.schedules.ir import Schedule
+
+
+def check_inputs(
+    schedule: object, costs: object, boundary_bytes: object, links: object, stash: object
+) -> None:
+    """Refuse, naming the argument, anything ``simulate`` cannot read (before any work)."""
+    example = "such as build_schedule('1f1b', 4, 8)"
+    require(isinstance(schedule, Schedule), f"schedule must be a Schedule ({example}), got {shown(schedule)}")
+    check_costs(costs, boundary_bytes, links, stash)
+
+
+def check_costs(costs: object, boundary_bytes: object, links: object = None, stash: object = None) -> None:
+    """The costs, message sizes and links of a simulation (a dashboard's too), checked for their types."""
+    require(costs is None or isinstance(costs, StageCosts),
+            f"costs must be StageCosts(f=..., i=..., w=...) or None, got {shown(costs)}")  # fmt: skip
+    for name, value in (("boundary_bytes", boundary_bytes), ("stash_bytes", stash)):
+        for i, x in enumerate(value if _is_list(value) else [] if value is None else [value]):
+            real(f"{name}[{i}]" if _is_list(value) else name, x)
+    for link in links if _is_list(links) else [] if links is None else [links]:
+        require(isinstance(link, Link), f"links must be a Link or a list of them, got {shown(link)}")
+
+
+def _is_list(value: object) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, str)
