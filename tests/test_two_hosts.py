@@ -10,6 +10,7 @@ simulator's prediction from the same work's measured compute, and with the engin
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import subprocess
 import sys
@@ -164,3 +165,21 @@ def test_the_missing_peer_line_says_what_to_check():
     assert "Check that node 0 runs this command with --node-rank 0" in node1
     assert rendezvous_timeout("read_timeout=3,timeout=7") == "7 s"
     assert rendezvous_timeout("") == "torchrun's rendezvous timeout"
+
+
+def test_node_0_closing_the_store_at_the_exit_barrier_is_one_line(capsys):
+    from torch.distributed import DistNetworkError
+
+    from course_lib.cli.torchrun import _EarlyStoreClose
+
+    def record(msg: str, err: Exception) -> logging.LogRecord:
+        return logging.LogRecord("api", logging.ERROR, "api.py", 1, msg, (1.0,), (type(err), err, None))
+
+    note, barrier = _EarlyStoreClose(1, "2"), "Error waiting on exit barrier. Elapsed: %s seconds"
+    assert not note.filter(record(barrier, DistNetworkError("closed")))
+    assert capsys.readouterr().err == (
+        "node 1 of 2: this node's ranks finished; node 0 ended first and closed the rendezvous, so "
+        "torchrun's exit barrier here ended without its answer\n"
+    )
+    assert note.filter(record(barrier, RuntimeError("other")))
+    assert note.filter(record("something else", DistNetworkError("closed")))

@@ -14,6 +14,7 @@ its own (``--virtual-stages`` is the same flag). TP x PP x DP, 2 x 2 x 2::
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -135,6 +136,29 @@ def missing_peer_line(args: argparse.Namespace, err: Exception) -> str:
     )
 
 
+class _EarlyStoreClose(logging.Filter):
+    """torchrun's exit barrier on a node other than 0 can lose its connection when node 0, which holds
+    the rendezvous store, leaves the barrier first and exits; the run had finished (rc 0), yet the
+    agent logs a traceback. This says so in one line instead."""
+
+    def __init__(self, node: int, nodes: str) -> None:
+        super().__init__()
+        self.node, self.nodes = node, nodes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from torch.distributed import DistNetworkError
+
+        err = record.exc_info[1] if record.exc_info else None
+        at_barrier = str(record.msg).startswith("Error waiting on exit barrier")
+        if not (at_barrier and isinstance(err, DistNetworkError)):
+            return True
+        print(
+            f"node {self.node} of {self.nodes}: this node's ranks finished; node 0 ended first and closed "
+            "the rendezvous, so torchrun's exit barrier here ended without its answer", file=sys.stderr,
+        )  # fmt: skip
+        return False
+
+
 def launch_nodes(argv: list[str]) -> int:
     """torchrun itself, with torchrun's flags as written; a node whose rendezvous fails (its peers
     never came, the endpoint is unreachable) ends with one line instead of the agent's traceback."""
@@ -145,6 +169,8 @@ def launch_nodes(argv: list[str]) -> int:
     if _QUIET_CPP:  # torch has read it: the ranks get the user's environment (their C++ errors show)
         del os.environ["TORCH_CPP_LOG_LEVEL"]
     args = torch_run.parse_args(argv)
+    barrier_log = logging.getLogger("torch.distributed.elastic.agent.server.api")
+    barrier_log.addFilter(_EarlyStoreClose(args.node_rank, args.nnodes))
     try:
         torch_run.run(args)
     except DistError as err:  # raised by the rendezvous, before any rank started
