@@ -9,6 +9,12 @@ given. Spell flags out under torchrun: it reads ``-m`` and abbreviations such as
 its own (``--virtual-stages`` is the same flag). TP x PP x DP, 2 x 2 x 2::
 
     torchrun --nproc-per-node 8 -m course_lib.cli.torchrun --tp 2 --dp 2 --layers 8 --steps 5
+
+Given torchrun's own arguments (with ``-m``), this module is torchrun's launch itself, for several
+machines (README.md, "Several machines"): a node whose rendezvous fails ends with one line::
+
+    python -m course_lib.cli.torchrun --nnodes 2 --nproc-per-node 1 --node-rank 1 --master-addr HOST0 \
+        --master-port 29500 --rdzv-conf timeout=60 -m course_lib.cli.torchrun --schedule gpipe
 """
 
 from __future__ import annotations
