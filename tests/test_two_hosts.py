@@ -9,11 +9,13 @@ simulator's prediction from the same work's measured compute, and with the engin
 
 from __future__ import annotations
 
-import os
+import argparse
+import logging
 import re
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import pytest
 from two_hosts import (
@@ -26,21 +28,19 @@ from two_hosts import (
     why_not_here,
 )
 
+from course_lib.cli.torchrun import missing_peer_line, rendezvous_timeout
 from course_lib.engines.distributed import launch, make_spec
 from course_lib.lessons.scale_out import replay
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
+from course_lib.schedules.messages import messages
 
-# Opt-in for now: in one clean-clone run of the whole suite a two-node run hung (node 1 exited, node 0's
-# torchrun agent waited at its exit barrier), which the issue-26 work did not see in its own runs.
-# Until that is understood the suite does not gamble on it: COURSE_TWO_HOSTS=1 runs these tests.
-OPT_IN = os.environ.get("COURSE_TWO_HOSTS") == "1"
 
-pytestmark = [
-    pytest.mark.processes,
-    pytest.mark.skipif(not OPT_IN, reason="two network namespaces: set COURSE_TWO_HOSTS=1 to run (opt-in)"),
-    pytest.mark.skipif(OPT_IN and why_not_here() is not None, reason=str(why_not_here())),
-]
+def on_two_hosts(test):
+    """A test that starts processes in two namespaces: skipped, with the reason, where they cannot be made."""
+    skip = pytest.mark.skipif(why_not_here() is not None, reason=str(why_not_here()))
+    return pytest.mark.processes(skip(test))
+
 
 # a shaped run where the wire sets the pace: 4 x 128 tokens x 64 wide x 4 bytes = 131 kB per message,
 # 262 ms each at 0.5 MB/s (4 Mbit/s), against a few ms of compute per micro-batch and stage
@@ -83,6 +83,7 @@ def hosts():
         pair.close()
 
 
+@on_two_hosts
 def test_each_node_finds_the_interface_towards_node_0(hosts):
     probe = f"from course_lib.netif import interface_towards; print(interface_towards({hosts.address(0)!r}))"
     for node in (0, 1):
@@ -97,6 +98,7 @@ def test_each_node_finds_the_interface_towards_node_0(hosts):
     assert out.strip() == hosts.interface(1)
 
 
+@on_two_hosts
 def test_two_hosts_train_like_one(hosts, one_node):
     out, err0, err1 = run_two_nodes(hosts, ["--json"])
     steps = readme_flag("--steps")
@@ -107,6 +109,7 @@ def test_two_hosts_train_like_one(hosts, one_node):
     print(f"two hosts: {out['step_time_s']:.3f} s a step; one node: {one_node['readme'].step_time_s:.3f} s")
 
 
+@on_two_hosts
 def test_shaped_link_step_matches_simulated_and_injected(hosts, one_node):
     one_node_free, one_node_injected = one_node["free"], one_node["injected"]
     nbytes = max(t.nbytes for t in one_node_free.timeline.transfers)
@@ -122,25 +125,67 @@ def test_shaped_link_step_matches_simulated_and_injected(hosts, one_node):
         hosts.unshape()
     measured, injected_step = real["step_time_s"], one_node_injected.step_time_s
     print(f"{RATE_TC}: measured {measured:.3f}, simulated {predicted:.3f}, injected {injected_step:.3f} s")
-    assert measured > 2 * one_node_free.step_time_s, "the shaped wire should set the pace: pick a lower rate"
+    # the wire's own floor, whatever the load on the cores: a step cannot beat one direction's bytes at
+    # the rate (a test where tbf shaped nothing fails here; a busy machine only makes compute longer)
+    per_direction = Counter((m.src, m.dst) for m in messages(schedule))
+    wire_floor = max(per_direction.values()) * nbytes / RATE_BPS
+    assert measured > wire_floor, f"{measured:.3f} s a step, faster than the shaped wire allows"
     assert measured == pytest.approx(predicted, rel=0.25)
     assert measured == pytest.approx(injected_step, rel=0.25)
     assert real["losses"] == pytest.approx(one_node_free.losses, rel=1e-6)
 
 
-@pytest.mark.parametrize("node", [1, 0])
-def test_a_node_whose_peer_never_starts_says_what_it_waited_for(hosts, node):
-    wait = ["--rdzv-conf", "timeout=5"]  # later flags win: the README's timeout, cut to 5 s
-    start = time.monotonic()
-    words = node_command(hosts, node, [])
-    at = words.index("-m")
-    proc = hosts.start(node, [*words[:at], *wait, *words[at:]], ROOT, clean_env())
-    _, err = proc.communicate(timeout=120)
-    elapsed = time.monotonic() - start
-    last = err.strip().splitlines()[-1]
-    print(f"node {node} alone, after {elapsed:.0f} s: {last}")
-    assert proc.returncode != 0
-    if node == 1:  # torchrun's words: it names the endpoint it could not reach
-        assert f"timed out after 5000ms while trying to connect to ({hosts.address(0)}, 29500)" in last, last
-    else:  # node 0 holds the endpoint: it says how many nodes came
-        assert "waiting for clients. 1/2 clients joined" in last, last
+@on_two_hosts
+def test_a_node_whose_peer_never_starts_says_what_it_waited_for(hosts):
+    """Node 0 alone and node 1 alone, at once: node 1 looks for node 0 on a port where nothing listens."""
+    start, procs, ports = time.monotonic(), {}, {0: 29500, 1: 29501}
+    for node, port in ports.items():  # later flags win: the README's timeout cut to 3 s, node 1's port
+        words = node_command(hosts, node, [])
+        at = len(words) - 1 - words[::-1].index("-m")  # torchrun's -m (the launcher is run with one too)
+        flags = ["--rdzv-conf", "timeout=3", "--master-port", str(port)]
+        procs[node] = hosts.start(node, [*words[:at], *flags, *words[at:]], ROOT, clean_env())
+    for node, proc in procs.items():
+        _, err = proc.communicate(timeout=120)
+        lines, endpoint = err.strip().splitlines(), f"{hosts.address(0)}:{ports[node]}"
+        print(f"node {node} alone, after {time.monotonic() - start:.0f} s: {err.strip()}")
+        assert proc.returncode == 1
+        assert len(lines) == 1 and lines[0].startswith(f"error: node {node} of 2: no rendezvous at "), err
+        assert f"{endpoint} after 3 s" in lines[0]
+        if node == 1:  # torch's own words name the endpoint it could not reach
+            assert f"after 3000ms while trying to connect to ({hosts.address(0)}, {ports[1]})" in lines[0]
+        else:  # node 0 holds the endpoint: it says how many nodes came
+            assert "waiting for clients. 1/2 clients joined" in lines[0]
+
+
+def test_the_missing_peer_line_says_what_to_check():
+    args = argparse.Namespace(master_addr="10.0.0.1", master_port=29500, nnodes="2", rdzv_conf="timeout=60")
+    err = RuntimeError("Timed out after 61 seconds waiting for clients. 1/2 clients joined.\nmore")
+    node0 = missing_peer_line(argparse.Namespace(**vars(args), node_rank=0), err)
+    assert node0 == (
+        "node 0 of 2: no rendezvous at 10.0.0.1:29500 after 60 s (Timed out after 61 seconds waiting for "
+        "clients. 1/2 clients joined.). Check that every other node runs this command with --nnodes 2, its "
+        "own --node-rank and --master-addr 10.0.0.1, and reaches port 29500 of this node."
+    )
+    node1 = missing_peer_line(argparse.Namespace(**vars(args), node_rank=1), err)
+    assert node1.startswith("node 1 of 2: ")
+    assert "Check that node 0 runs this command with --node-rank 0" in node1
+    assert rendezvous_timeout("read_timeout=3,timeout=7") == "7 s"
+    assert rendezvous_timeout("") == "torchrun's rendezvous timeout"
+
+
+def test_node_0_closing_the_store_at_the_exit_barrier_is_one_line(capsys):
+    from torch.distributed import DistNetworkError
+
+    from course_lib.cli.torchrun import _EarlyStoreClose
+
+    def record(msg: str, err: Exception) -> logging.LogRecord:
+        return logging.LogRecord("api", logging.ERROR, "api.py", 1, msg, (1.0,), (type(err), err, None))
+
+    note, barrier = _EarlyStoreClose(1, "2"), "Error waiting on exit barrier. Elapsed: %s seconds"
+    assert not note.filter(record(barrier, DistNetworkError("closed")))
+    assert capsys.readouterr().err == (
+        "node 1 of 2: this node's ranks finished; node 0 ended first and closed the rendezvous, so "
+        "torchrun's exit barrier here ended without its answer\n"
+    )
+    assert note.filter(record(barrier, RuntimeError("other")))
+    assert note.filter(record("something else", DistNetworkError("closed")))

@@ -9,23 +9,34 @@ given. Spell flags out under torchrun: it reads ``-m`` and abbreviations such as
 its own (``--virtual-stages`` is the same flag). TP x PP x DP, 2 x 2 x 2::
 
     torchrun --nproc-per-node 8 -m course_lib.cli.torchrun --tp 2 --dp 2 --layers 8 --steps 5
+
+Given torchrun's own arguments (with ``-m``), this module is torchrun's launch itself, for several
+machines (README.md, "Several machines"): a node whose rendezvous fails ends with one line::
+
+    python -m course_lib.cli.torchrun --nnodes 2 --nproc-per-node 1 --node-rank 1 --master-addr HOST0 \
+        --master-port 29500 --rdzv-conf timeout=60 -m course_lib.cli.torchrun --schedule gpipe
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
-import torch.distributed as dist
+_QUIET_CPP = __name__ == "__main__" and "-m" in sys.argv[1:] and "TORCH_CPP_LOG_LEVEL" not in os.environ
+if _QUIET_CPP:  # as torchrun's launcher: before torch loads, which reads it once (launch_nodes says why)
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
 
-from course_lib import netif  # multi-node: the interface towards the peers, threads, each node's line
-from course_lib.cli import as_help, flags, report_errors
-from course_lib.engines.dist_result import DistributedResult
-from course_lib.engines.dist_worker import RunSpec, gather_and_merge, init_rank, run_rank
-from course_lib.engines.distributed import make_spec
-from course_lib.errors import require
-from course_lib.launch import free_port
+import torch.distributed as dist  # noqa: E402
+
+from course_lib import netif  # noqa: E402  (multi-node: the interface towards the peers, threads, each node's line)
+from course_lib.cli import as_help, flags, report_errors  # noqa: E402
+from course_lib.engines.dist_result import DistributedResult  # noqa: E402
+from course_lib.engines.dist_worker import RunSpec, gather_and_merge, init_rank, run_rank  # noqa: E402
+from course_lib.engines.distributed import make_spec  # noqa: E402
+from course_lib.errors import require  # noqa: E402
+from course_lib.launch import free_port  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,6 +84,7 @@ def run_this_rank(spec: RunSpec, rank: int, world: int) -> DistributedResult | N
         device = init_rank(spec, rank, world)
         record = run_rank(spec, rank, device)
         result = gather_and_merge(spec, rank, record)
+        dist.barrier()  # no rank ends while another still has work: a rank that fails before fails all
         # across nodes, every rank says it finished
         netif.print_node_finished(rank, [st.time_s for st in record.steps])
     except Exception as err:
@@ -108,5 +120,92 @@ def main(argv: list[str] | None = None) -> int:
     return report_errors(lambda: _main(argv))
 
 
+def rendezvous_timeout(rdzv_conf: str) -> str:
+    """The seconds of ``--rdzv-conf timeout=S`` as torchrun was given them, for the message."""
+    pairs = dict(kv.split("=", 1) for kv in rdzv_conf.split(",") if "=" in kv)
+    return f"{pairs['timeout']} s" if "timeout" in pairs else "torchrun's rendezvous timeout"
+
+
+def missing_peer_line(args: argparse.Namespace, err: Exception) -> str:
+    """One line for a node whose rendezvous failed: which endpoint, after how long, what to check."""
+    addr, port, nodes, node = args.master_addr, args.master_port, args.nnodes, args.node_rank
+    said = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    waited = rendezvous_timeout(args.rdzv_conf)
+    head = f"node {node} of {nodes}: no rendezvous at {addr}:{port} after {waited} ({said})."
+    if node == 0:
+        return head + (
+            f" Check that every other node runs this command with --nnodes {nodes}, its own --node-rank "
+            f"and --master-addr {addr}, and reaches port {port} of this node."
+        )
+    return head + (
+        f" Check that node 0 runs this command with --node-rank 0, that {addr} is its address as this "
+        f"node reaches it, and that port {port} is open there."
+    )
+
+
+class _EarlyStoreClose(logging.Filter):
+    """torchrun's exit barrier on a node other than 0 can lose its connection when node 0, which holds
+    the rendezvous store, leaves the barrier first and exits; the run had finished (rc 0), yet the
+    agent logs a traceback. This says so in one line instead."""
+
+    def __init__(self, node: int, nodes: str) -> None:
+        super().__init__()
+        self.node, self.nodes = node, nodes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from torch.distributed import DistNetworkError
+
+        err = record.exc_info[1] if record.exc_info else None
+        at_barrier = str(record.msg).startswith("Error waiting on exit barrier")
+        if not (at_barrier and isinstance(err, DistNetworkError)):
+            return True
+        print(
+            f"node {self.node} of {self.nodes}: this node's ranks finished; node 0 ended first and closed "
+            "the rendezvous, so torchrun's exit barrier here ended without its answer", file=sys.stderr,
+        )  # fmt: skip
+        return False
+
+
+def launch_nodes(argv: list[str]) -> int:
+    """torchrun itself, with torchrun's flags as written; a node whose rendezvous fails (its peers
+    never came, the endpoint is unreachable) ends with one line instead of the agent's traceback."""
+    from torch.distributed import DistError
+    from torch.distributed import run as torch_run
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    if _QUIET_CPP:  # torch has read it: the ranks get the user's environment (their C++ errors show)
+        del os.environ["TORCH_CPP_LOG_LEVEL"]
+    args = torch_run.parse_args(argv)
+    barrier_log = logging.getLogger("torch.distributed.elastic.agent.server.api")
+    barrier_log.addFilter(_EarlyStoreClose(args.node_rank, args.nnodes))
+    try:
+        torch_run.run(args)
+    except DistError as err:  # raised by the rendezvous, before any rank started
+        print(f"error: {missing_peer_line(args, err)}", file=sys.stderr)
+        return 1
+    except ChildFailedError as err:  # each failed rank has printed its own line
+        failed = ", ".join(f"rank {r} (exit code {f.exitcode})" for r, f in sorted(err.failures.items()))
+        print(f"error: node {args.node_rank} of {args.nnodes}: {failed} failed", file=sys.stderr)
+        return 1
+    return 0
+
+
+def end_rank(code: int) -> None:
+    """Exit a rank that torchrun started without the interpreter's teardown. destroy_process_group
+    does not join gloo's worker threads; one that drops the last reference to a tensor while the
+    interpreter is being torn down needs the GIL, and the process aborts ("terminate called without
+    an active exception", SIGABRT: pytorch/pytorch#179291 describes it). Under load that came after
+    the rank had finished: its node failed, and the other node's torchrun agent waited at its exit
+    barrier for 300 s. Everything is written by now; flush it and leave."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":  # torchrun -m course_lib.cli.torchrun (the old path runs this too)
-    sys.exit(main())
+    if "-m" in sys.argv[1:]:  # torchrun's syntax (no flag of ours is -m): launch, as torchrun does
+        sys.exit(launch_nodes(sys.argv[1:]))
+    code = main()
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # a rank of torchrun's (a plain python run exits as usual)
+        end_rank(code)
+    sys.exit(code)

@@ -35,8 +35,10 @@ From the shell, with torchrun (one process per rank; rank 0 prints the summary; 
 Several machines (README.md, "Several machines"; the interface: ``course_lib/netif.py``), the same
 command on every node but for --node-rank::
 
-    torchrun --nnodes 2 --nproc-per-node 1 --node-rank 0 --master-addr HOST0 --master-port 29500 \\
-        --rdzv-conf timeout=60 -m course_lib.cli.torchrun --schedule gpipe --layers 80
+    python -m course_lib.cli.torchrun --nnodes 2 --nproc-per-node 1 --node-rank 0 --master-addr HOST0 \\
+        --master-port 29500 --rdzv-conf timeout=60 -m course_lib.cli.torchrun --schedule gpipe --layers 80
+
+(torchrun's launch with torchrun's arguments; a node whose rendezvous fails ends with one line.)
 
 Backend: gloo on CPUs, NCCL when the ranks run on GPUs (``--device cuda``: rank r uses its local
 GPU). A failed rank stops the others and is named (``course_lib/launch.py`` says how); under torchrun,
