@@ -55,13 +55,15 @@ def torchrun_commands(
         require(":" in endpoint, f"endpoint must be HOST:PORT of the first node, got {endpoint!r}")
         (host, port), wait = endpoint.rsplit(":", 1), " --rdzv-conf timeout=60"
     nodes = f"--nnodes {nnodes} " if nnodes > 1 else ""
+    # across nodes, the course's own launcher: torchrun's launch, with a node whose peer never comes
+    # answered in one line instead of torchrun's traceback (cli/torchrun.py)
+    launcher = ".venv/bin/torchrun" if nnodes == 1 else ".venv/bin/python -m course_lib.cli.torchrun"
     return [
-        f".venv/bin/torchrun {nodes}--nproc-per-node {nproc_per_node}"
+        f"{launcher} {nodes}--nproc-per-node {nproc_per_node}"
         + (f" --node-rank {rank}" if nnodes > 1 else "")
         + f" --master-addr {shlex.quote(host)} --master-port {port}{wait} {tail}"
         for rank in range(nnodes)
     ]
-
 
 
 def train_distributed_for(
