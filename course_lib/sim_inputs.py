@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from course_lib.checks import real, shown
 from course_lib.costs import StageCosts
-from course_lib.errors import require
+from course_lib.errors import CourseError
 from course_lib.links import Link
 from course_lib.schedules.ir import Schedule
 
@@ -20,20 +20,23 @@ def check_inputs(
     schedule: object, costs: object, boundary_bytes: object, links: object, stash: object
 ) -> None:
     """Refuse, naming the argument, anything ``simulate`` cannot read (before any work)."""
-    example = "such as build_schedule('1f1b', 4, 8)"
-    require(isinstance(schedule, Schedule), f"schedule must be a Schedule ({example}), got {shown(schedule)}")
+    # the messages are built only for a refusal: a Schedule's repr lists every action (milliseconds)
+    if not isinstance(schedule, Schedule):
+        example = "such as build_schedule('1f1b', 4, 8)"
+        raise CourseError(f"schedule must be a Schedule ({example}), got {shown(schedule)}")
     check_costs(costs, boundary_bytes, links, stash)
 
 
 def check_costs(costs: object, boundary_bytes: object, links: object = None, stash: object = None) -> None:
     """The costs, message sizes and links of a simulation (a dashboard's too), checked for their types."""
-    require(costs is None or isinstance(costs, StageCosts),
-            f"costs must be StageCosts(f=..., i=..., w=...) or None, got {shown(costs)}")  # fmt: skip
+    if not (costs is None or isinstance(costs, StageCosts)):
+        raise CourseError(f"costs must be StageCosts(f=..., i=..., w=...) or None, got {shown(costs)}")
     for name, value in (("boundary_bytes", boundary_bytes), ("stash_bytes", stash)):
         for i, x in enumerate(value if _is_list(value) else [] if value is None else [value]):
             real(f"{name}[{i}]" if _is_list(value) else name, x)
     for link in links if _is_list(links) else [] if links is None else [links]:
-        require(isinstance(link, Link), f"links must be a Link or a list of them, got {shown(link)}")
+        if not isinstance(link, Link):
+            raise CourseError(f"links must be a Link or a list of them, got {shown(link)}")
 
 
 def _is_list(value: object) -> bool:
