@@ -5,7 +5,7 @@ micro-batches are through, and the next batch starts from the new weights. The f
 asynchronous pipeline never flushes: micro-batches stream through, and a stage updates its weights while
 others are still in flight, so a micro-batch's gradient arrives computed on weights that have since moved on.
 
-* **PipeDream** (Narayanan et al. 2019, SOSP, sec. 3.3) updates after every micro-batch. Under 1F1B stage s
+* **PipeDream** (Narayanan et al. 2019, SOSP) updates after every micro-batch. Under 1F1B stage s
   (0-based, of p) has p - s micro-batches in flight, so its forward sees weights p - 1 - s updates old; it
   **stashes** that version and runs the micro-batch's backward on the same one (weight stashing).
 * **PipeDream-2BW** (Narayanan et al. 2021, arXiv 2006.09503, sec. 3) accumulates a batch of m micro-batches
