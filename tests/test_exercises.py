@@ -163,3 +163,16 @@ def test_each_notebook_checks_registered_keys_of_its_own_lesson(path):
     assert "expected=" not in text, f"{path.name} still types an expected value"
     assert len(keys) == len(set(keys)) and all(k in EXERCISES and k[:2] == lesson for k in keys), keys
     assert sorted(keys) == sorted(k for k in EXERCISES if k[:2] == lesson), "each registered key used once"
+
+
+def test_answers_follow_the_lessons_claims():
+    from course_lib.schedules.closed_forms import gpipe_bubble
+
+    # recomputation lengthens the ramps' slots as much as the steady state's: 1F1B's idle share is unchanged
+    assert EXERCISES["11.4"].expected() == pytest.approx(gpipe_bubble(4, 8))
+    # a slot's cost proportional to b (no gain from larger kernels) makes the smallest b best (least bubble);
+    # a fixed cost per slot (all overhead) makes the largest b best (fewest slots)
+    linear = {b: float(b) for b in (1, 2, 4, 8, 16, 32)}
+    fixed = dict.fromkeys(linear, 1.0)
+    assert EXERCISES["13.1"].expected(slot_ms=linear) == 1
+    assert EXERCISES["13.1"].expected(slot_ms=fixed) == 32

@@ -46,11 +46,11 @@ def peak(schedule: str, p: int, m: int, stage: int = 0) -> int:
 
 add(
     "00.1",
-    "parameters in one block (d = 32)",
+    "parameters in one block (d = 64)",
     block_parameters,
     "count each weight matrix of the block (attention's projections, the MLP's two), then the biases and the "
-    "LayerNorms' scales and shifts; count_parameters checks you",
-    given=dict(d_model=32),
+    "LayerNorms' scales and shifts, as a formula in d; the printout at width 32 checks the formula",
+    given=dict(d_model=64),
 )
 add(
     "00.2",

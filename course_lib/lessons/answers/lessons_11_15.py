@@ -27,6 +27,11 @@ def lesson12_timeline(p: int, m: int):
     return simulate(build_schedule("1f1b", p, m), StageCosts.fused(1, 2))
 
 
+def recomputed_bubble(p: int, m: int, t_f: float, t_b: float) -> float:
+    """1F1B's simulated idle share when every backward also runs its forward again (full recomputation)."""
+    return simulate(build_schedule("1f1b", p, m), StageCosts.fused(t_f, t_b + t_f)).bubble_fraction
+
+
 def first_complete(p: int, m: int) -> int:
     """The device whose last backward ends first: its gradients are complete before the others'."""
     ends = [end for _, end in last_backwards(lesson12_timeline(p, m))]
@@ -74,6 +79,14 @@ add(
     lambda p, m, layers: peak("1f1b", p, m) * (layers // p),
     "micro-batches in flight on stage 0 (lesson 04), each keeping one input per layer of its stage",
     given=dict(p=16, m=64, layers=80),
+)
+
+add(
+    "11.4",
+    "1F1B idle share with full recomputation, p = 4, m = 8",
+    recomputed_bubble,
+    "which slots does recomputation lengthen: only the steady state's backwards, or the ramps' as well?",
+    given=dict(p=4, m=8, t_f=1.0, t_b=2.0),
 )
 
 add(
