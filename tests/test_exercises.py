@@ -12,6 +12,7 @@ import pytest
 from course_lib.errors import MAX_CHARS, MAX_LINES, CourseError, capped
 from course_lib.exercises import check, verdict
 from course_lib.lessons.answers import EXERCISES, exercise
+from course_lib.simulator import StageCosts
 
 
 def test_verdicts_say_how_far_off():
@@ -89,7 +90,10 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("[0-9][0-9]
 # Lessons whose cells still hold check(name, answer, expected=...): the coordinator runs
 # tools/rewrite_exercises.py on them after merging and then empties this set.
 NOT_YET_REWRITTEN = {f"{n:02d}" for n in range(1, 10)}  # lesson 10 has no exercises
-SAMPLE_MEASURED = {"slot_ms": {1: 1.0, 2: 1.6, 4: 2.9, 8: 5.5, 16: 10.8, 32: 21.4}}  # ms per slot, by b
+SAMPLE_MEASURED = {  # what the notebooks pass: ms per slot by b (13.1), the toy's stage forwards in s (15.4)
+    "slot_ms": {1: 1.0, 2: 1.6, 4: 2.9, 8: 5.5, 16: 10.8, 32: 21.4},
+    "costs": StageCosts.fused([0.0036, 0.0035, 0.0035, 0.0034], 0.0),
+}
 KEY_CALL = re.compile(r"""\bcheck\(\s*["'](\d\d\.\d+)["']""")
 
 
@@ -177,3 +181,6 @@ def test_answers_follow_the_lessons_claims():
     fixed = dict.fromkeys(linear, 1.0)
     assert EXERCISES["13.1"].expected(slot_ms=linear) == 1
     assert EXERCISES["13.1"].expected(slot_ms=fixed) == 32
+    # forward only: the first request passes every stage, then one leaves per slowest stage's forward
+    costs = SAMPLE_MEASURED["costs"]
+    assert EXERCISES["15.4"].expected(costs=costs) == pytest.approx((sum(costs.f) + 63 * max(costs.f)) * 1e3)

@@ -62,10 +62,10 @@ add(
 )
 add(
     "06.4",
-    "plain 1F1B growth 20 -> 40 ms (ms)",
+    "plain 1F1B growth 40 -> 80 ms (ms)",
     link_growth_ms,
     "only the waits on the link depend on L: count them, they do not depend on t_f or t_b",
-    given=dict(p=2, m=8, low_s=0.02, high_s=0.04),
+    given=dict(p=2, m=8, low_s=0.04, high_s=0.08),
 )
 add(
     "06.5",

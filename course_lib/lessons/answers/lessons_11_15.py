@@ -1,6 +1,7 @@
 """Exercises of lessons 11 to 15: recomputation, PP with DP, micro-batch size, asynchronous pipelines,
-inference. Each answer is computed by the library from the question's inputs (`given`); 13.1 also takes
-the costs the notebook measured (`measured`), because the question is which b wins on this machine."""
+inference. Each answer is computed by the library from the question's inputs (`given`); 13.1 and 15.4 also
+take the costs the notebook measured (`measured`), because their questions are about this machine: which b
+wins on it (13.1), and what the toy's measured stages predict for a batch the lesson did not run (15.4)."""
 
 from __future__ import annotations
 
@@ -61,10 +62,11 @@ def prefill_busy(p: int, m: int) -> float:
 
 add(
     "11.1",
-    "stage inputs held, GPipe stage 0, p = 4, m = 8",
-    lambda p, m: peak("gpipe", p, m),
-    "a checkpointed micro-batch keeps its input until its backward; when does GPipe's first backward run?",
-    given=dict(p=4, m=8),
+    "stage inputs held, 1F1B stage 1, checkpointed, p = 4, m = 8",
+    lambda p, m, stage: peak("1f1b", p, m, stage),
+    "a checkpointed micro-batch keeps its input until its backward; count the forwards stage 1 runs before "
+    "its first backward",
+    given=dict(p=4, m=8, stage=1),
 )
 add(
     "11.2",
@@ -91,25 +93,27 @@ add(
 
 add(
     "12.1",
-    "first device with complete gradients, p = 4",
+    "first device with complete gradients, p = 8",
     first_complete,
-    "follow the last micro-batch's backward in section 1's picture: which stage runs it first?",
-    given=dict(p=4, m=8),
+    "follow the last micro-batch's backward in section 1's printout: which stage runs it first, at any p?",
+    given=dict(p=8, m=16),
 )
 add(
     "12.2",
-    "ZeRO-2 / DP bytes, m = 16, d = 8",
+    "ZeRO-2 / DP bytes, m = 64, d = 8",
     lambda m, d: zero_traffic(m, d)["ZeRO-2"] / zero_traffic(m, d)["DP"],
-    "count the reduce-scatters a GPU needs when it keeps only its shard of gradients that accumulate",
-    given=dict(m=16, d=8),
+    "count the reduce-scatters a GPU needs when it keeps only its shard of gradients that accumulate; "
+    "section 3's table shows how it grows with m",
+    given=dict(m=64, d=8),
 )
 add(
     "12.3",
-    "all-reduces queued after the flush, p = 4",
+    "all-reduces queued after the flush, p = 8",
     queued_after_flush,
-    "who else wants the link when the flush ends?",
-    given=dict(p=4, m=8),
+    "who else wants the link when the flush ends? section 2's table gives the case of 4 stages",
+    given=dict(p=8, m=16),
 )
+
 
 add(
     "13.1",
@@ -122,10 +126,10 @@ add(
 )
 add(
     "13.2",
-    "bubble at b = 4, B = 32, p = 4",
+    "bubble at b = 4, B = 64, p = 8",
     lambda batch, b, p: gpipe_bubble(p, batch // b),
     "first count the micro-batches of 4 sequences the batch makes, then take lesson 03's idle share",
-    given=dict(batch=32, b=4, p=4),
+    given=dict(batch=64, b=4, p=8),
 )
 
 add(
@@ -144,12 +148,11 @@ add(
 )
 add(
     "14.3",
-    "2BW versions per stage, p = 16",
-    lambda p: two_bw(p).versions[0],
-    "how far behind the newest weights does 2BW let a gradient be computed?",
-    given=dict(p=16),
+    "PipeDream's weights over 2BW's, p = 8 equal stages",
+    lambda p: sum(pipedream(p).versions) / sum(two_bw(p).versions),
+    "add up the versions every stage keeps under each, as in section 3's table",
+    given=dict(p=8),
 )
-
 add(
     "15.1",
     "fewest requests for 80% busy, p = 8",
@@ -159,15 +162,23 @@ add(
 )
 add(
     "15.2",
-    "per-token latency, one sequence (in T)",
+    "per-token latency, one sequence, p = 8, hop = 0.03 T (in T)",
     token_time,
     "follow one token from stage 0 until the next one can start on stage 0",
-    given=dict(p=4, m=1, t_f=0.25, hop=0.1),
+    given=dict(p=8, m=1, t_f=0.125, hop=0.03),
 )
 add(
     "15.3",
-    "sequences that fill the ring, p = 4",
+    "sequences that fill the ring, p = 8, hop = 0.03 T",
     lambda p, t_f, hop: first_m(lambda m: token_time(p, m, t_f, hop) <= m * t_f + 1e-12, limit=100),
     "a stage stays busy if it has another sequence's token ready every time it finishes one",
-    given=dict(p=4, t_f=0.25, hop=0.1),
+    given=dict(p=8, t_f=0.125, hop=0.03),
+)
+add(
+    "15.4",
+    "the toy's makespan for m = 64 requests (ms, your measured stage costs)",
+    lambda costs, m: simulate(forward_only(len(costs.f), m), costs).makespan * 1e3,
+    "the first request passes every stage once; after it, how often does a request leave the last stage?",
+    given=dict(m=64),
+    measured=("costs",),
 )
