@@ -2,10 +2,11 @@
 
     from course_lib.exercises import check
     answer = None            # the student writes their number here
-    check("bubble at p=4, m=8", answer, expected=3 / 11, hint="idle share = (p-1)/(m+p-1)")
+    check("03.1", answer)    # lesson 03, exercise 1: its answer and hint live in course_lib.lessons.answers
 
-``check`` prints one line (and returns nothing, so a notebook shows only that line); it never raises,
-so a lesson keeps running while an exercise is still open. Graded assignments use
+``check`` prints one line (and returns nothing, so a notebook shows only that line); it never raises on
+a student's answer, so a lesson keeps running while an exercise is still open. The line says "too high"
+or "too low", never by how much: that would give the answer away. Graded assignments use
 ``course_lib.grading`` instead, which does raise.
 """
 
@@ -26,11 +27,14 @@ def _as_number(answer: object) -> float:
         return math.nan
 
 
-def verdict(answer: object, expected: float, rel_tol: float = 0.02, abs_tol: float = 1e-9) -> str:
+def verdict(
+    answer: object, expected: float, rel_tol: float = 0.02, abs_tol: float = 1e-9, how_far: bool = True
+) -> str:
     """'ok', 'missing', 'not a number', 'not a whole number', 'too high by 3.2x', 'too low by 10%', ...
 
     An integer `expected` (a count, a smallest m) asks for that integer exactly; a fraction between 0 and 1
-    given as a percent (18 for 0.18) is answered with a word on the unit.
+    given as a percent (18 for 0.18) is answered with a word on the unit. `how_far=False` says only
+    'too high' or 'too low' (a lesson's exercise: the distance would pin the answer).
     """
     if answer is None or answer is Ellipsis:
         return "missing"
@@ -44,6 +48,8 @@ def verdict(answer: object, expected: float, rel_tol: float = 0.02, abs_tol: flo
         return "ok"
     if 0 < abs(expected) < 1 and math.isclose(value / 100, expected, rel_tol=rel_tol):
         return "a percent: give the share as a fraction between 0 and 1"
+    if not how_far:
+        return f"too {'high' if value > expected else 'low'}"
     if expected != 0 and value != 0 and (value / expected > 2 or value / expected < 0.5):
         ratio = value / expected
         return f"too {'high' if ratio > 1 else 'low'} by {max(ratio, 1 / ratio):.1f}x"
@@ -51,10 +57,26 @@ def verdict(answer: object, expected: float, rel_tol: float = 0.02, abs_tol: flo
     return f"too {'high' if value > expected else 'low'} by {abs(off):.0%}"
 
 
-def check(name: str, answer: object, expected: float, hint: str = "", rel_tol: float = 0.02) -> None:
-    """Print whether `answer` matches `expected` (within rel_tol; an integer exactly), and a hint if not."""
+def check(key: str, answer: object, expected: float | None = None, hint: str = "", rel_tol: float = 0.02,
+          **measured: object) -> None:  # fmt: skip
+    """Print whether `answer` is the answer to exercise `key` (a key of course_lib.lessons.answers, such as
+    "03.1"), and the exercise's hint if not. `measured`: the values the exercise says the notebook passes.
+
+    Deprecated, for the lessons not yet rewritten: ``check(name, answer, expected=..., hint=...)`` with the
+    expected value in the cell (remove it once no notebook calls it so: tools/rewrite_exercises.py).
+    """
+    if expected is not None:
+        _report(key, answer, expected, hint, rel_tol)
+        return
+    from course_lib.lessons.answers import exercise  # imported here: it pulls in the planner and the model
+
+    ex = exercise(key)
+    _report(f"{ex.key} {ex.title}", answer, ex.expected(**measured), ex.hint, ex.rel_tol)
+
+
+def _report(name: str, answer: object, expected: float, hint: str, rel_tol: float) -> None:
     try:  # reprlib shortens a huge list or number; whatever the answer, this prints one short line
-        result, shown = verdict(answer, expected, rel_tol), reprlib.repr(answer)
+        result, shown = verdict(answer, expected, rel_tol, how_far=False), reprlib.repr(answer)
     except Exception:  # an answer that cannot even be shown, such as an int of 5,000 digits
         result, shown = "not a number", f"a {type(answer).__name__} too big to show"
     if result == "ok":
