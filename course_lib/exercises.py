@@ -57,17 +57,10 @@ def verdict(
     return f"too {'high' if value > expected else 'low'} by {abs(off):.0%}"
 
 
-def check(key: str, answer: object, expected: float | None = None, hint: str = "", rel_tol: float = 0.02,
-          **measured: object) -> None:  # fmt: skip
+def check(key: str, answer: object, **measured: object) -> None:
     """Print whether `answer` is the answer to exercise `key` (a key of course_lib.lessons.answers, such as
     "03.1"), and the exercise's hint if not. `measured`: the values the exercise says the notebook passes.
-
-    Deprecated, for the lessons not yet rewritten: ``check(name, answer, expected=..., hint=...)`` with the
-    expected value in the cell (remove it once no notebook calls it so: tools/rewrite_exercises.py).
     """
-    if expected is not None:
-        _report(key, answer, expected, hint, rel_tol)
-        return
     from course_lib.lessons.answers import exercise  # imported here: it pulls in the planner and the model
 
     ex = exercise(key)

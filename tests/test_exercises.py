@@ -41,12 +41,15 @@ def test_a_share_given_as_a_percent_is_told_its_unit():
 
 
 def test_check_prints_hint_and_never_raises(capsys):
-    check("bubble", None, 0.5, hint="(p-1)/(m+p-1)")  # the deprecated form, until 01-10 are rewritten
-    assert "no answer yet. Hint: (p-1)/(m+p-1)" in capsys.readouterr().out
-    check("bubble", 0.5, 0.5)
-    assert capsys.readouterr().out.startswith("[correct] bubble")
-    check("bubble", 2.0, 0.5, hint="h")
-    assert "which is too high. Hint: h" in capsys.readouterr().out
+    from course_lib.schedules.closed_forms import gpipe_bubble
+
+    check("03.1", None)
+    assert "no answer yet. Hint: count the idle slots" in capsys.readouterr().out
+    check("03.1", gpipe_bubble(4, 8))
+    assert capsys.readouterr().out.startswith("[correct] 03.1")
+    check("03.1", 0.5)
+    out = capsys.readouterr().out
+    assert "which is too high. Hint: count" in out and "%" not in out.split("Hint")[0]
 
 
 def test_verdict_without_distance_says_only_the_direction():
@@ -89,7 +92,6 @@ def test_capped_keeps_a_screenful_and_says_how_much_was_cut():
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 # Lessons whose cells still hold check(name, answer, expected=...): the coordinator runs
 # tools/rewrite_exercises.py on them after merging and then empties this set.
-NOT_YET_REWRITTEN = {f"{n:02d}" for n in range(1, 10)}  # lesson 10 has no exercises
 SAMPLE_MEASURED = {  # what the notebooks pass: ms per slot by b (13.1), the toy's stage forwards in s (15.4)
     "slot_ms": {1: 1.0, 2: 1.6, 4: 2.9, 8: 5.5, 16: 10.8, 32: 21.4},
     "costs": StageCosts.fused([0.0036, 0.0035, 0.0035, 0.0034], 0.0),
@@ -161,13 +163,13 @@ def exercise_cells(path: Path) -> list[str]:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
 def test_each_notebook_checks_registered_keys_of_its_own_lesson(path):
     lesson, text = path.name[:2], "\n".join(exercise_cells(path))
-    if lesson in NOT_YET_REWRITTEN:
-        assert "expected=" in text, f"lesson {lesson} is rewritten: remove it from NOT_YET_REWRITTEN"
-        pytest.skip(f"lesson {lesson} is rewritten by tools/rewrite_exercises.py after the merge")
     keys = KEY_CALL.findall(text)
     assert "expected=" not in text, f"{path.name} still types an expected value"
     assert len(keys) == len(set(keys)) and all(k in EXERCISES and k[:2] == lesson for k in keys), keys
     assert sorted(keys) == sorted(k for k in EXERCISES if k[:2] == lesson), "each registered key used once"
+    cells = json.loads(path.read_text())["cells"]
+    markdown = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert "summary>Answers" not in markdown, f"{path.name}: no answer sits in a cell after the exercises"
 
 
 def test_answers_follow_the_lessons_claims():
