@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import csv
-import html
 import json
 import os
 import re
@@ -36,6 +35,14 @@ from test_assignments_cases import (
     hard_coded_notebook,
     sandbox_or_skip,
     solution_secrets,
+)  # fmt: skip
+from test_assignments_feedback import (
+    near_answers,
+    outputs_text,
+    own_lines,
+    recorded_answers,
+    visible_text,
+    what_the_student_had,
 )  # fmt: skip
 
 nbgrader = pytest.importorskip("nbgrader", reason="nbgrader is in the dev extra: pip install -e '.[dev]'")
@@ -161,30 +168,6 @@ def course_copy(tmp: Path):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-@contextlib.contextmanager
-def recorded_answers(answers: set[float]):
-    """While the block runs, every value a check compares a student's answer with (``grading.number``'s
-    expected, through ``verdict``; ``close_to_best``'s best) is added to `answers`: the graded answers,
-    visible and hidden, as the checks compute them in this (the grader's) process."""
-    import course_lib.grading as grading
-
-    real_verdict, real_best = grading.verdict, grading.close_to_best
-
-    def verdict(answer, expected, *args, **kwargs):
-        answers.add(float(expected))
-        return real_verdict(answer, expected, *args, **kwargs)
-
-    def close_to_best(name, value, best, *args, **kwargs):
-        answers.add(float(best))
-        return real_best(name, value, best, *args, **kwargs)
-
-    grading.verdict, grading.close_to_best = verdict, close_to_best
-    try:
-        yield answers
-    finally:
-        grading.verdict, grading.close_to_best = real_verdict, real_best
 
 
 @pytest.fixture(scope="module")
@@ -341,36 +324,6 @@ def test_feedback_shows_teaching_messages_not_hidden_tests_and_wraps(graded):
             assert max(len(line) for line in shown.splitlines()) <= 110, (name, student)
 
 
-# a number standing alone: not the digits inside a word, a checksum (65e0db...) or an id
-NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)*(?:[eE][-+]?\d+)?(?![\w])")
-
-
-def _numbers(text: str) -> set[float]:
-    """Every number in `text` (a version such as 2.13.0 is not one)."""
-    return {float(n) for n in NUMBER.findall(text) if n.count(".") <= 1}
-
-
-def _near(value: float, answers: set[float], within: float = 0.10) -> bool:
-    return any(abs(value - a) <= within * abs(a) for a in answers)
-
-
-def _what_the_student_had(course: Path, name: str, student: str) -> str:
-    """What the student saw before any feedback: the whole student version (text, metadata, points), their
-    own cells as graded (their code, what it printed in the sandbox), and what the instructor's cells
-    that are not tests print (the same whenever the student runs their notebook)."""
-    (released,) = (course / "release" / name).glob("*.ipynb")
-    (autograded,) = (course / "autograded" / student / name).glob("*.ipynb")
-    had = [c for c in cells(autograded) if c["cell_type"] == "code" and not grade_info(c).get("grade")]
-    return released.read_text() + json.dumps(had)
-
-
-def _own_lines(course: Path, name: str, student: str) -> set[str]:
-    """The lines of the student's own cells (a solution may share a line with a hidden test)."""
-    (autograded,) = (course / "autograded" / student / name).glob("*.ipynb")
-    own = [c for c in cells(autograded) if c["cell_type"] == "code" and not grade_info(c).get("locked")]
-    return {line.strip() for c in own for line in "".join(c["source"]).splitlines()}
-
-
 def test_feedback_holds_no_hidden_test_and_no_number_near_a_graded_answer(graded):
     """Every feedback page (the solution, an untouched and a wrong submission, on every assignment):
     no hidden-test line, and no number the grader added that lies within 10% of a value the checks
@@ -384,27 +337,13 @@ def test_feedback_holds_no_hidden_test_and_no_number_near_a_graded_answer(graded
             student = folder.parent.name
             (page,) = folder.glob("*.html")
             text = visible_text(page.read_text())
-            lines = {line.strip() for line in text.splitlines()} - _own_lines(course, name, student)
+            lines = {line.strip() for line in text.splitlines()} - own_lines(course, name, student)
             hidden = [line for line in solution_secrets(name, solution=False) if line in lines]
             assert "HIDDEN TESTS" not in text and not hidden, (name, student, hidden[:3])
-            known = _numbers(_what_the_student_had(course, name, student))
-            near = sorted(n for n in _numbers(text) - known if _near(n, answers[name]))
+            near = near_answers(text, what_the_student_had(course, name, student), answers[name])
             assert not near, f"{name}, {student}: the feedback shows {near[:5]}, within 10% of graded answers"
             pages += 1
     assert pages >= 3 * len(ASSIGNMENTS)
-
-
-def visible_text(page: str) -> str:
-    """What a reader of an nbconvert HTML page sees: tags (and the code highlighter's spans) removed."""
-    page = re.sub(r"<(style|script)[^>]*>.*?</\1>", "", page, flags=re.S)
-    return html.unescape(re.sub(r"<[^>]+>", "", page))
-
-
-def outputs_text(page: str) -> str:
-    """The text of the cells' outputs (streams and errors) in an nbconvert HTML page."""
-    output = r'<div class="output_subarea output_(?:stream|error)[^>]*>\s*<pre>(.*?)</pre>'
-    blocks = re.findall(output, page, re.S)
-    return visible_text("\n".join(blocks))
 
 
 def test_export_writes_a_csv_of_grades(graded):
