@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import csv
-import html
 import json
 import os
 import re
@@ -36,6 +35,14 @@ from test_assignments_cases import (
     hard_coded_notebook,
     sandbox_or_skip,
     solution_secrets,
+)  # fmt: skip
+from test_assignments_feedback import (
+    near_answers,
+    outputs_text,
+    own_lines,
+    recorded_answers,
+    visible_text,
+    what_the_student_had,
 )  # fmt: skip
 
 nbgrader = pytest.importorskip("nbgrader", reason="nbgrader is in the dev extra: pip install -e '.[dev]'")
@@ -165,7 +172,8 @@ def course_copy(tmp: Path):
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """Generate every assignment, submit and autograde it; returns the course dir, scores, seconds."""
+    """Generate every assignment, submit and autograde it; returns the course dir, scores, lateness and
+    the graded answers each assignment's checks compared with."""
     sandbox_or_skip()  # autograde runs the students' code in it
     tmp = tmp_path_factory.mktemp("nbgrader")
     with course_copy(tmp) as (course, config, api):
@@ -184,11 +192,12 @@ def graded(tmp_path_factory):
                 students[name].append("hardcoded")
                 hard_coded_notebook(course / "release" / name, course / "submitted" / "hardcoded" / name)
         students[FLOW] += _exchange_flow(api, config, tmp, course)
-        seconds = {}
+        seconds, answers = {}, {}
         for name, names in students.items():
             for student in names:
                 start, cpu = time.perf_counter(), _cpu_seconds()
-                result = api.autograde(name, student, force=True, create=True)
+                with recorded_answers(answers.setdefault(name, set())):
+                    result = api.autograde(name, student, force=True, create=True)
                 seconds[(name, student)] = (time.perf_counter() - start, _cpu_seconds() - cpu)
                 assert result["success"], result["log"] + result.get("error", "")
             result = api.generate_feedback(name)
@@ -202,7 +211,7 @@ def graded(tmp_path_factory):
             {k: f"{w:.1f}, {c:.1f}" for k, (w, c) in seconds.items()},
         )
         print("scores:", scores)
-        yield course, scores, late
+        yield course, scores, late, answers
 
 
 def test_every_assignment_has_points_hidden_tests_and_the_course_setup():
@@ -228,7 +237,7 @@ def released_text(course: Path, name: str) -> str:
 
 
 def test_student_versions_hold_no_solution_no_hidden_test_no_expected_value(graded):
-    course, _, _ = graded
+    course, _, _, _ = graded
     for name in ASSIGNMENTS:
         text = released_text(course, name)
         assert "BEGIN SOLUTION" not in text and "HIDDEN TESTS" not in text, name
@@ -274,7 +283,7 @@ def test_lessons_print_no_solution():
 
 
 def test_solutions_full_points_untouched_zero_hard_coded_at_most_30_percent(graded):
-    _, scores, _ = graded
+    _, scores, _, _ = graded
     for name in ASSIGNMENTS:
         score, max_score = scores[(name, "solution")]
         assert max_score >= 5 and score == max_score, (name, score, max_score)
@@ -286,7 +295,7 @@ def test_solutions_full_points_untouched_zero_hard_coded_at_most_30_percent(grad
 
 
 def test_exchange_flow_grades_every_kind_of_student(graded):
-    course, scores, late = graded
+    course, scores, late, _ = graded
     assert scores[(FLOW, "untouched")][0] == 0  # never ran a cell
     assert scores[(FLOW, "solution")][0] == scores[(FLOW, "solution")][1]
     assert scores[(FLOW, "late")][0] == scores[(FLOW, "late")][1]  # flagged late, not penalised (the default)
@@ -298,7 +307,7 @@ def test_exchange_flow_grades_every_kind_of_student(graded):
 
 
 def test_feedback_shows_teaching_messages_not_hidden_tests_and_wraps(graded):
-    course, _, _ = graded
+    course, _, _, _ = graded
     for name in ASSIGNMENTS:
         for student in ("untouched", "hardcoded"):
             folder = course / "feedback" / student / name
@@ -315,21 +324,30 @@ def test_feedback_shows_teaching_messages_not_hidden_tests_and_wraps(graded):
             assert max(len(line) for line in shown.splitlines()) <= 110, (name, student)
 
 
-def visible_text(page: str) -> str:
-    """What a reader of an nbconvert HTML page sees: tags (and the code highlighter's spans) removed."""
-    page = re.sub(r"<(style|script)[^>]*>.*?</\1>", "", page, flags=re.S)
-    return html.unescape(re.sub(r"<[^>]+>", "", page))
-
-
-def outputs_text(page: str) -> str:
-    """The text of the cells' outputs (streams and errors) in an nbconvert HTML page."""
-    output = r'<div class="output_subarea output_(?:stream|error)[^>]*>\s*<pre>(.*?)</pre>'
-    blocks = re.findall(output, page, re.S)
-    return visible_text("\n".join(blocks))
+def test_feedback_holds_no_hidden_test_and_no_number_near_a_graded_answer(graded):
+    """Every feedback page (the solution, an untouched and a wrong submission, on every assignment):
+    no hidden-test line, and no number the grader added that lies within 10% of a value the checks
+    compared with. A number the student already had (in the student version, printed by their own cells
+    or by the instructor's cells that are not tests) is not counted: it tells them nothing new."""
+    course, _, _, answers = graded
+    pages = 0
+    for name in ASSIGNMENTS:
+        assert answers[name], f"{name}: no graded answer recorded"
+        for folder in sorted((course / "feedback").glob(f"*/{name}")):
+            student = folder.parent.name
+            (page,) = folder.glob("*.html")
+            text = visible_text(page.read_text())
+            lines = {line.strip() for line in text.splitlines()} - own_lines(course, name, student)
+            hidden = [line for line in solution_secrets(name, solution=False) if line in lines]
+            assert "HIDDEN TESTS" not in text and not hidden, (name, student, hidden[:3])
+            near = near_answers(text, what_the_student_had(course, name, student), answers[name])
+            assert not near, f"{name}, {student}: the feedback shows {near[:5]}, within 10% of graded answers"
+            pages += 1
+    assert pages >= 3 * len(ASSIGNMENTS)
 
 
 def test_export_writes_a_csv_of_grades(graded):
-    course, scores, _ = graded
+    course, scores, _, _ = graded
     import subprocess
 
     # nbgrader's own command, as the guide gives it, run in the course directory
@@ -344,7 +362,7 @@ def test_export_writes_a_csv_of_grades(graded):
 
 
 def test_untouched_student_version_fails_only_at_exercises_with_teaching_messages(graded):
-    course, _, _ = graded
+    course, _, _, _ = graded
     for name in ASSIGNMENTS:
         (notebook,) = (course / "autograded" / "untouched" / name).glob("*.ipynb")
         nb_cells = [c for c in cells(notebook) if c["cell_type"] == "code"]
@@ -369,7 +387,7 @@ NEW = ("a01_tp_vs_pp", "a07_zero_bubble")
 def test_new_assignments_name_no_library_shortcut(graded):
     """A6 and A7's student versions neither import nor name the library's answers: its ZB-H1, the TP/PP
     accounting, the registry (which hands out 'zb-h1' by name)."""
-    course, _, _ = graded
+    course, _, _, _ = graded
     for name in NEW:
         text = released_text(course, name)
         for shortcut in (r"schedules\.zero_bubble", r"\bzb_h1\b", r"\bzb-h1\b", r"\baccounting\b",
@@ -380,7 +398,7 @@ def test_new_assignments_name_no_library_shortcut(graded):
 
 
 def test_new_assignments_failed_checks_teach_without_the_answer(graded):
-    course, _, _ = graded
+    course, _, _, _ = graded
     for name in NEW:
         for student in ("untouched", "hardcoded"):
             (notebook,) = (course / "autograded" / student / name).glob("*.ipynb")

@@ -79,6 +79,11 @@ LIBRARY_COPY = {  # a copy of the library's answer, made before the grader switc
     "my_1f1b = lambda p, m: _copy(p, m)",
 }
 FLOOD = "for _ in range(400_000):\n    print('x' * 99)  # 40 MB\n"
+EXITS = {  # the solution's line -> what replaces it
+    "exit": ("    return (p - 1) / (m + p - 1)", "    import os\n    os._exit(0)"),  # in idle_fraction
+    "sys_exit": ("    return (p - 1) / m", "    import sys\n    sys.exit(1)"),  # in bubble_over_ideal
+}
+ROBUSTNESS = ("exit", "sys_exit", "flood")  # the solution with one of these in it: graded, not a trick
 
 
 def _notebook(folder: Path) -> tuple[Path, dict]:
@@ -92,7 +97,7 @@ def _code_cell(source: str) -> dict:
 
 def trick(course: Path, name: str, kind: str) -> dict:
     """The student version of `name` (or the solution, for the robustness cases) with `kind` applied."""
-    base = "source" if kind in ("exit", "flood") else "release"
+    base = "source" if kind in ROBUSTNESS else "release"
     _, nb = _notebook(course / base / name)
     answers = [c for c in nb["cells"] if grade_info(c).get("solution")]
     first = nb["cells"].index(answers[0])
@@ -111,16 +116,17 @@ def trick(course: Path, name: str, kind: str) -> dict:
         answers[0]["source"] = FRAME_READER.format(functions=functions)
     elif kind == "library_copy":
         answers[0]["source"] = LIBRARY_COPY[name]
-    elif kind == "exit":  # the solution, but idle_fraction ends its process
-        answers[0]["source"] = "".join(answers[0]["source"]).replace(
-            "    return (p - 1) / (m + p - 1)", "    import os\n    os._exit(0)"
-        )
+    elif kind in EXITS:  # the solution, but one of its functions ends its process or calls sys.exit
+        line, exits = EXITS[kind]
+        source = "".join(answers[0]["source"])
+        assert line in source, f"{name}: the solution's line {line!r} is not there to replace"
+        answers[0]["source"] = source.replace(line, exits)
     return nb
 
 
 A1_TRICKS = ("transformer", "patch_checks", "frame_reader", "gradebook", "library_copy")
 SUBMISSIONS = [(name, "exec_source") for name in ASSIGNMENTS] + [("a03_bubble", kind) for kind in A1_TRICKS]
-SUBMISSIONS += [("a04_one_f_one_b", "library_copy"), ("a03_bubble", "exit"), ("a03_bubble", "flood")]
+SUBMISSIONS += [("a04_one_f_one_b", "library_copy"), *[("a03_bubble", kind) for kind in ROBUSTNESS]]
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +153,7 @@ def tricked(tmp_path_factory):
         yield course, scores
 
 
-@pytest.mark.parametrize(("name", "kind"), [s for s in SUBMISSIONS if s[1] not in ("exit", "flood")])
+@pytest.mark.parametrize(("name", "kind"), [s for s in SUBMISSIONS if s[1] not in ROBUSTNESS])
 def test_a_trick_scores_at_most_3_of_10(tricked, name, kind):
     _, scores = tricked
     score, max_score = scores[(name, kind)]
@@ -170,6 +176,15 @@ def test_a_function_that_exits_fails_its_own_tests_only(tricked):
     (notebook,) = (course / "autograded" / "exit" / "a03_bubble").glob("*.ipynb")
     messages = [o.get("evalue", "") for c in cells(notebook) for o in c.get("outputs", [])]
     assert any("idle_fraction(4, 8) raised SystemExit" in m and "os._exit" in m for m in messages)
+
+
+def test_a_function_that_calls_sys_exit_fails_its_own_test_with_why(tricked):
+    course, scores = tricked
+    assert scores[("a03_bubble", "sys_exit")][0] == 10 - 1  # bubble_over_ideal's test only
+    (page,) = (course / "feedback" / "sys_exit" / "a03_bubble").glob("*.html")
+    text = " ".join(page.read_text().split())  # the feedback wraps its lines
+    why = "bubble_over_ideal(4, 8) raised SystemExit: sys.exit(1) ends the program: a graded function must"
+    assert why in text
 
 
 def test_a_flood_of_output_is_capped_in_the_feedback(tricked):
