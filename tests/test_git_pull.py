@@ -84,12 +84,15 @@ def test_git_pull_of_a_later_commit_into_a_clone_with_a_used_lab_works(tmp_path,
     assert git(student, "status", "--porcelain") == ""
     lines = kit.build(lab, refresh=True, root=student)  # `make lab-refresh`
     new = {name: (upstream / "notebooks" / name).read_bytes() for name in LESSONS}
-    # both lessons were run, so both are the student's work now: kept, the new version beside each
-    assert sorted(lines) == [
-        f"kept your {name}; the course's new version is {name.replace('.ipynb', '.updated.ipynb')}"
-        for name in LESSONS
-    ]
+    # lesson 00 was only run: its cells are the course's, so the new version replaces it (outputs are
+    # the student's to make again); lesson 03 was edited: kept, and the new version lands beside it
+    ran_only = [name for name in LESSONS if name != edited.name]
+    assert sorted(lines) == sorted(
+        [f"updated {name}" for name in ran_only]
+        + [f"kept your {edited.name}; the course's new version is {edited.stem}.updated.ipynb"]
+    )
     assert "GPipe (mine)" in edited.read_text()
-    assert all((lab / name.replace(".ipynb", ".updated.ipynb")).read_bytes() == new[name] for name in LESSONS)
+    assert (lab / f"{edited.stem}.updated.ipynb").read_bytes() == new[edited.name]
+    assert all((lab / name).read_bytes() == new[name] for name in ran_only)
     assert (lab / "notes.txt").read_text() == "my notes"
     assert git(student, "status", "--porcelain") == ""

@@ -37,8 +37,20 @@ MANIFEST = ".kit.json"
 SECRET_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 
 
+def _digest_of(name: str, data: bytes) -> str:
+    """What makes a file the student's work: for a notebook its cells' sources, not its outputs or
+    execution counts, so that a lesson the student only ran is still the course's (and is refreshed)."""
+    if name.endswith(".ipynb"):
+        try:
+            cells = json.loads(data)["cells"]
+            data = json.dumps([[c["cell_type"], "".join(c["source"])] for c in cells]).encode()
+        except (ValueError, KeyError, TypeError):  # not a notebook we can read: its bytes decide
+            pass
+    return hashlib.sha256(data).hexdigest()
+
+
 def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return _digest_of(path.name, path.read_bytes())
 
 
 def released(course: Path = COURSE) -> dict[str, bytes]:
@@ -95,7 +107,7 @@ def build(dest: Path, refresh: bool = False, root: Path = ROOT) -> list[str]:
     for rel, data in sorted(kit_files(root).items()):
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        fresh = hashlib.sha256(data).hexdigest()
+        fresh = _digest_of(rel, data)
         if target.exists() and _digest(target) not in (built.get(rel), fresh):  # the student's work: keep it
             beside = target.with_name(f"{target.stem}.updated{target.suffix}")
             beside.write_bytes(data)
