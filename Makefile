@@ -78,7 +78,7 @@ unit: $(SETUP)
 	@bash tests/ensure_iproute2.sh
 	@# three processes, so that no test can leave state (threads, handlers, imports) to the others
 	$(BIN)/python -m pytest -q tests/browser
-	$(BIN)/python -m pytest -q tests --ignore=tests/browser -m processes
+	$(BIN)/python -m pytest -q tests --ignore=tests/browser -m processes --durations=15
 	$(BIN)/python -m pytest -q tests --ignore=tests/browser -m "not processes"
 
 # Running every lesson changes no file git tracks and leaves none it would add (tests/test_git_pull.py):
