@@ -35,7 +35,9 @@ def play(
     back = 2 if split_backward else 1  # the kind code whose gradient the previous stage waits for
     arrive = [-1.0] * n_keys  # when each action's output is usable by its consumer (< 0: not placed)
     ptr, free = [0] * n_dev, [0.0] * n_dev
-    wire_free = [[0.0] * n_dev for _ in range(n_dev)]  # [src][dst] -> when that wire is next idle
+    # [src][dst] -> when that wire is next idle; a dict per sender (it talks to a few neighbours),
+    # not a p x p table: 333,333 devices would need 10**11 entries
+    wire_free: list[dict[int, float]] = [{} for _ in range(n_dev)]
     parked: dict[int, list[int]] = {}  # key -> devices waiting for it
     spans: list[Span] = []
     transfers: list[Transfer] = []
@@ -73,7 +75,8 @@ def play(
                 arrive[k] = finish
             else:  # bandwidth serialises this wire's messages; latency overlaps the next one
                 dst, nbytes, on_wire, latency = route
-                begin = finish if finish > wires[dst] else wires[dst]
+                idle = wires.get(dst, 0.0)
+                begin = finish if finish > idle else idle
                 wires[dst] = begin + on_wire
                 arrive[k] = begin + on_wire + latency
                 add_transfer(new(Transfer, (d, dst, actions[pos], begin, arrive[k], nbytes)))
