@@ -81,7 +81,7 @@ unit: $(SETUP)
 	$(BIN)/python -m pytest -q tests --ignore=tests/browser -m processes --durations=15
 	$(BIN)/python -m pytest -q tests --ignore=tests/browser -m "not processes"
 
-# Running every lesson changes no file git tracks and leaves none it would add (tests/test_git_pull.py):
+# Running every lesson changes no file git tracks and leaves none it would add (tests/course/test_git_pull.py):
 # `git status` after the run is what it was before (outside a git checkout, the run alone)
 GIT_STATUS := { git status --porcelain 2>/dev/null || true; }
 notebooks: $(SETUP)

@@ -4,7 +4,7 @@ Not part of the test suite (it autogrades about 120 submissions). Through the re
 (nbgrader's API, the course's own nbgrader_config.py, a temp copy of the course directory), it prints:
 
 1. a table assignment x attempt -> score out of 10: the solution, the untouched student version, the
-   hard-coded submission and every trick of ``tests/test_assignments_tricks.py`` (exec the source
+   hard-coded submission and every trick of ``tests/grading/test_assignments_tricks.py`` (exec the source
    solution, an input transformer, patched checks, a frame-reading float, the gradebook, a library copy
    made before it is switched off, where the assignment has one), and on A03 the solution with
    ``os._exit(0)`` in one function, ``sys.exit(1)`` in another, and 40 MB of printed output;

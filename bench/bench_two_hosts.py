@@ -1,6 +1,6 @@
 """Real bytes on a real, rate-limited wire against the simulator and the engine's injected links.
 
-Two network namespaces joined by a veth pair (tests/two_hosts.py), one torchrun node in each,
+Two network namespaces joined by a veth pair (tests/support/two_hosts.py), one torchrun node in each,
 running the README's two-host command; the wire between them limited with ``tc tbf`` to each rate
 in turn. For each rate: the measured step (two "hosts"), the simulator's prediction from the same
 work's measured compute on one machine (``lessons.scale_out.replay``: measured compute + simulated

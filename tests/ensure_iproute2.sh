@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The two-host test (tests/test_two_hosts.py) needs iproute2's `ip` and `tc`: install Debian's iproute2
+# The two-host test (tests/course/test_two_hosts.py) needs iproute2's `ip` and `tc`: install Debian's iproute2
 # package when they are missing and we may (root, apt-get present). Quiet when they are there; else ONE
 # line saying why the test will skip. Always exits 0 so that `make test` goes on.
 set -u

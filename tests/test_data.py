@@ -1,5 +1,6 @@
 import pytest
 import torch
+from support.paths import REPO_ROOT
 
 from course_lib.data import CharTokenizer, check_microbatches, load_corpus, split_microbatches
 from course_lib.errors import CourseError
@@ -13,9 +14,8 @@ def test_shipped_corpus_is_small_and_split(corpus):
 
 def test_corpus_is_reproducible_from_its_script(tmp_path):
     import importlib.util
-    from pathlib import Path
 
-    script = Path(__file__).resolve().parent.parent / "data" / "make_corpus.py"
+    script = REPO_ROOT / "data" / "make_corpus.py"
     spec = importlib.util.spec_from_file_location("make_corpus", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -5,7 +5,7 @@ values a rank will use, outputs. Each row calls the library (or the command line
 which words the refusal must hold; ``accepted`` rows say what a numpy number or a size at the bound
 gives back instead. The memory the machine has is fixed at 8 GiB here, so the bounds do not depend on
 the machine the suite runs on. No test here starts a process: SIGTERM to the distributed launcher
-(one line, exit 143, no rank and no rank log left) is tests/test_cli_signals.py's.
+(one line, exit 143, no rank and no rank log left) is tests/cli/test_cli_signals.py's.
 """
 
 from __future__ import annotations

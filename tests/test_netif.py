@@ -1,5 +1,5 @@
 """course_lib/netif.py: the interface towards the rendezvous, threads across nodes, each rank's last line.
-(A real non-loopback choice, inside two network namespaces: tests/test_two_hosts.py.)"""
+(A real non-loopback choice, inside two network namespaces: tests/course/test_two_hosts.py.)"""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from course_lib.timeline import Timeline
 
 # A pending W as the authors count its memory: 32h of a forward's 34h + 5as per token (their Table 1;
 # ``paper_memory``). About a third for GPT-style layers; any share from 0.25 to 0.6 gives the same
-# schedules in the table below (tests/test_zero_bubble_frontier.py checks both ends).
+# schedules in the table below (tests/autoschedule/test_zero_bubble_frontier.py checks both ends).
 PAPER_W_MEMORY = 1 / 3
 
 

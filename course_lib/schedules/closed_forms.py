@@ -1,7 +1,7 @@
 """Closed forms: each schedule's bubble and peak memory as a formula, with the range where it holds.
 
 Each schedule's registry entry (``SCHEDULES[name].bubble`` and ``.peak``) carries one of these; the
-CLI, the dashboard and the plots read them from there. tests/test_schedules_closed_forms.py checks
+CLI, the dashboard and the plots read them from there. tests/schedules/test_schedules_closed_forms.py checks
 every formula against the simulator over a grid: wherever ``holds`` says yes, the two agree to
 rounding error. Outside that range, trust the simulator.
 

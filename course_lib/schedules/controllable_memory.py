@@ -20,7 +20,7 @@ collide). Passes are placed in dependency order, each in the first free slot not
 Each device's order is its actions sorted by their slot. The order holds for any costs; the slots are
 only how it was made (the simulator runs each action as soon as its inputs arrive).
 
-What comes out, checked by tests/test_schedules_controllable_memory.py for p <= 32:
+What comes out, checked by tests/schedules/test_schedules_controllable_memory.py for p <= 32:
 
 - peak activations on every device: ``min(2m, 2*((p+4)//3))`` stages' micro-batches for V-Min and
   ``min(2m, 2*((p+2)//2))`` for V-Half; a stage is half a device's layers, so that is (p+4)//3 and

@@ -19,7 +19,7 @@ whose order our IR can express comes through. Two of torch's forms are rewritten
 schedules/v_shape.py explains: an ``OVERLAP_F_B`` action (DualPipeV) becomes its sub-actions, forward
 first; in a schedule that mixes full backwards B with split ones (I + W), each B becomes I then W.
 This leans on torch's private API (``pipeline_order``, ``_Action``); if a torch version moves it,
-``torch_order`` raises a CourseError that says so. tests/test_torch_interop.py records what torch
+``torch_order`` raises a CourseError that says so. tests/schedules/test_torch_interop.py records what torch
 2.13 produces.
 """
 

@@ -1,6 +1,6 @@
 """Communication accounting: how many messages, how big, TP against PP on the same model.
 
-Formulas (checked against the counts the real runs log, in tests/test_tp_accounting.py):
+Formulas (checked against the counts the real runs log, in tests/tp/test_tp_accounting.py):
 
 - TP, t > 1 ranks, L blocks: 2L all-reduces in a forward pass, 2L more in the backward pass (Megatron,
   Shoeybi et al. 2019). A training step of m micro-batches issues 4Lm; one generated token (a forward

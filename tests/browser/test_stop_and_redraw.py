@@ -18,8 +18,7 @@ import re
 import time
 
 import pytest
-from lab_server import ARTIFACTS, LabServer
-from test_jupyterlab import (
+from lab_page import (
     WIDGET_TIMEOUT_MS,
     DashboardView,
     assert_no_traceback,
@@ -29,6 +28,7 @@ from test_jupyterlab import (
     wait_until_all_ran,
     write_notebook,
 )
+from lab_server import ARTIFACTS, LabServer
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.processes]  # a JupyterLab server and a browser
 

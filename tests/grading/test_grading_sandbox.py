@@ -1,0 +1,144 @@
+"""The grading sandbox (course_lib/grading/sandbox.py), tried the way a student's code would try it:
+each attack runs as a cell or inside a graded call, and must fail only itself, with a message, leaving
+the sandbox usable (it is restarted and its cells replayed) and nothing behind."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from support.assignments import sandbox_or_skip
+from support.paths import REPO_ROOT
+
+from course_lib.grading import sandbox
+from course_lib.schedules.ir import Schedule
+
+ROOT = REPO_ROOT
+pytestmark = pytest.mark.processes
+
+
+@pytest.fixture(scope="module")
+def box():
+    sandbox_or_skip()
+    gates = ("course_lib.schedules.builders:one_f_one_b",)
+    with sandbox.Sandbox(sandbox.Limits(request_s=4, output_chars=2000), gates=gates) as box:
+        output, error, names = box.exec("def double(x):\n    return 2 * x\nprint('ready')")
+        assert (output, error, names["double"]) == ("ready\n", None, {"kind": "callable"})
+        yield box
+
+
+def failed(box, code: str, *args) -> sandbox.StudentError:
+    """Define `attack` in the sandbox, call it, and return the error the call ended with."""
+    box.exec(code)
+    with pytest.raises(sandbox.StudentError) as info:
+        box.call("attack", args)
+    assert box.call("double", (21,)) == 42  # and the sandbox still answers (restarted if it had to be)
+    return info.value
+
+
+def test_plain_data_comes_back_and_nothing_else(box):
+    box.exec(
+        "from course_lib.schedules.ir import Action, Kind, Schedule\n"
+        "def mine(p, m):\n"
+        "    return Schedule('x', p, m, [[Action(0, Kind.F, 0), Action(0, Kind.B, 0)]], [0])\n"
+        "class Sly(float):\n    def __eq__(self, other):\n        return True\n"
+        "def sly():\n    return Sly(0.5)\n"
+    )
+    schedule = box.call("mine", (1, 1))
+    assert type(schedule) is Schedule and str(schedule.orders[0][1]) == "0B0"
+    with pytest.raises(sandbox.StudentError, match="cannot be handed to the grader"):
+        box.call("sly")
+
+
+def test_no_network_not_even_the_graders_loopback(box):
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    with server:
+        code = (
+            "import socket\n"
+            f"def attack():\n    return socket.create_connection(('127.0.0.1', {port}), timeout=2).fileno()\n"
+        )
+        assert "ConnectionRefusedError" in failed(box, code).ename
+        outside = (
+            "import socket\ndef attack():\n    return socket.create_connection(('1.1.1.1', 80), timeout=2)\n"
+        )
+        assert failed(box, outside).ename in ("OSError", "gaierror", "TimeoutError")
+
+
+def test_the_course_directory_and_gradebook_are_not_there(box):
+    course = ROOT / "notebooks" / "assignments"
+    code = f"import os\ndef attack():\n    return open({str(course / 'gradebook.db')!r}, 'rb').read()\n"
+    assert failed(box, code).ename == "FileNotFoundError"
+    look = "import os\ndef looked():\n    return [os.path.exists(p) for p in {paths}]\n"
+    paths = [str(course / "source"), str(ROOT / "notebooks"), str(ROOT / "tests"), str(ROOT / ".git")]
+    box.exec(look.format(paths=paths))
+    assert box.call("looked") == [False] * 4
+    write = f"def attack():\n    open({str(ROOT / 'course_lib' / 'x.py')!r}, 'w').write('import os')\n"
+    assert failed(box, write).ename in ("OSError", "PermissionError")
+    assert not (ROOT / "course_lib" / "x.py").exists()
+
+
+def test_a_fork_bomb_is_stopped_and_leaves_nothing(box):
+    bomb = "import os\ndef attack():\n    while True:\n        try:\n            os.fork()\n"
+    bomb += "        except OSError:\n            pass\n"
+    assert failed(box, bomb).ename == "TimeoutError"
+    time.sleep(0.5)
+    assert nobodys_processes() <= 1  # the restarted sandbox's worker only
+
+
+def nobodys_processes() -> int:
+    uid = sandbox.NOBODY if os.getuid() == 0 else os.getuid()
+    return sum(1 for p in Path("/proc").iterdir() if p.name.isdigit() and _uid(p) == uid and _is_worker(p))
+
+
+def _uid(path: Path) -> int | None:
+    try:
+        return path.stat().st_uid
+    except OSError:
+        return None
+
+
+def _is_worker(path: Path) -> bool:
+    try:
+        return b"course_lib.grading.worker" in (path / "cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def test_an_endless_loop_is_stopped_after_the_time_limit(box):
+    start = time.monotonic()
+    error = failed(box, "def attack():\n    while True:\n        pass\n")
+    assert error.ename == "TimeoutError" and "ran longer than 4 s" in error.evalue
+    assert time.monotonic() - start < 60
+
+
+def test_ten_gigabytes_are_refused(box):
+    assert failed(box, "def attack():\n    return len(bytearray(10 * 2**30))\n").ename == "MemoryError"
+
+
+def test_exiting_fails_the_call_only(box):
+    error = failed(box, "import os\ndef attack():\n    os._exit(0)\n")
+    assert error.ename == "SystemExit" and "os._exit" in error.evalue
+    error = failed(box, "import sys\ndef attack():\n    sys.exit(3)\n")
+    assert error.ename == "SystemExit" and "sys.exit(3) ends the program" in error.evalue
+
+
+def test_a_flood_of_output_is_capped(box):
+    output, error, _ = box.exec("for _ in range(400_000):\n    print('x' * 99)\n")  # 40 MB
+    assert error is None and len(output) < 2200
+    assert "more characters of output not shown" in output
+
+
+def test_a_switched_off_function_stays_off_in_copies_made_before_the_call(box):
+    box.exec(
+        "import types\nfrom course_lib.schedules.builders import one_f_one_b\n"
+        "copy = types.FunctionType(one_f_one_b.__code__, one_f_one_b.__globals__)\n"
+        "def attack(p, m):\n    return copy(p, m)\n"
+    )
+    assert box.call("attack", (2, 2)).n_devices == 2  # not graded: the library works
+    off = {"course_lib.schedules.builders:one_f_one_b": "write 1F1B yourself"}
+    with pytest.raises(sandbox.StudentError, match="one_f_one_b is switched off while your code is graded"):
+        box.call("attack", (2, 2), off=off)

@@ -1,0 +1,66 @@
+"""A temp copy of the course directory with its own HOME, Jupyter dirs, exchange and gradebook
+(nbgrader's)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from support.assignments import (
+    COURSE,
+)  # fmt: skip
+
+
+def _hermetic_env(tmp: Path) -> dict[str, str | None]:
+    env = {
+        "HOME": tmp / "home", "JUPYTER_CONFIG_DIR": tmp / "jupyter-config",
+        "JUPYTER_DATA_DIR": tmp / "jupyter-data", "JUPYTER_RUNTIME_DIR": tmp / "jupyter-runtime",
+        "IPYTHONDIR": tmp / "ipython",
+    }  # fmt: skip
+    saved = {k: os.environ.get(k) for k in [*env, "PATH"]}
+    for key, value in env.items():
+        value.mkdir()
+        os.environ[key] = str(value)
+    # nbgrader runs its database migrations with the `alembic` command found on PATH
+    os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+    return saved
+
+
+def _course_config(course: Path, exchange: Path):
+    """The course's own nbgrader_config.py (the feedback preprocessor is in it), rooted in the temp copy."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+    config.CourseDirectory.root = str(course)
+    config.CourseDirectory.db_url = f"sqlite:///{course / 'gradebook.db'}"
+    config.Exchange.root = str(exchange)
+    config.CollectApp.check_owner = False  # every "student" here is this test's user
+    return config
+
+
+@contextlib.contextmanager
+def course_copy(tmp: Path):
+    """A temp copy of the course directory, its own HOME, Jupyter dirs, exchange and gradebook, as the
+    working directory: yields (course, config, nbgrader's API); puts everything back afterwards."""
+    from nbgrader.apps import NbGraderAPI
+
+    course, exchange = tmp / "course", tmp / "exchange"
+    shutil.copytree(
+        COURSE, course, ignore=shutil.ignore_patterns("release", "submitted", "autograded", "*.db")
+    )
+    exchange.mkdir()
+    saved, cwd = _hermetic_env(tmp), Path.cwd()
+    os.chdir(course)
+    try:
+        config = _course_config(course, exchange)
+        yield course, config, NbGraderAPI(config=config)
+    finally:
+        os.chdir(cwd)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
