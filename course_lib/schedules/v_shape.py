@@ -33,8 +33,8 @@ How this IR writes DualPipeV (a deliberate, documented difference from torch's l
    gradients are the same numbers.
 
 ``torch_orders.torch_order`` applies the same two rules to torch's ``pipeline_order``, and
-``torch_csv`` to the ``(0F3;3B1)OVERLAP_F_B`` cells of torch's CSV; tests/schedules/test_schedules_vshape.py checks
-that the results equal these builders.
+``torch_csv`` to the ``(0F3;3B1)OVERLAP_F_B`` cells of torch's CSV;
+tests/schedules/test_schedules_vshape.py checks that the results equal these builders.
 
 Sizes: ZB-V builds any m >= 1 (so does torch: it plans for max(2p-1, m) micro-batches and drops the
 rest); DualPipeV needs m >= 2p (torch's rule too: its phases count m - 2p + d + 1 steady pairs).

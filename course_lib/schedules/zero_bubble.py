@@ -106,8 +106,8 @@ def zb_h2(n_devices: int, n_microbatches: int) -> Schedule:
 # ---- ZB-1p and ZB-2p at equal costs and free links (Qi et al. 2024 sec 3, Table 5) -----------------
 # The automatic scheduler (course_lib/autoschedule/zero_bubble.py) builds a schedule for given costs under
 # a memory limit of p or 2p micro-batches. At equal costs and free links it finds no shorter step than
-# these handcrafted ones and keeps them on a tie (tests/autoschedule/test_zero_bubble_frontier.py holds the two equal),
-# so the registry's names need no search, and the spine no simulator.
+# these handcrafted ones and keeps them on a tie (tests/autoschedule/test_zero_bubble_frontier.py holds
+# the two equal), so the registry's names need no search, and the spine no simulator.
 def zb_1p(n_devices: int, n_microbatches: int) -> Schedule:
     """ZB-1p at equal costs and free links: ZB-H1's order (limit p, 1F1B's memory)."""
     return replace(zb_h1(n_devices, n_microbatches), name="zb-1p")

@@ -3,7 +3,8 @@
 The distributed engine takes a built Schedule (the latency-aware one carries its extra count per link).
 One launch runs plain 1F1B at L = 0, 40, 80 ms and latency-aware 1F1B at 40 ms for k = 1..5, each run
 three times, taking turns; every number asserted is measured, against the formula and the flush bound
-from the measured op costs. Print the table: ``.venv/bin/pytest -s tests/lessons/test_wan_measured.py -k table``.
+from the measured op costs. Print the table:
+``.venv/bin/pytest -s tests/lessons/test_wan_measured.py -k table``.
 
 The suite must pass on a loaded machine, where two processes share 2 cores with other work. So:
 - every op is paced (``make_spec(pace_s=)``): the real op runs, then the rank sleeps out a fixed slot of

@@ -98,5 +98,5 @@ def test_usable_by_name_in_the_cli_and_the_dashboard(monkeypatch, capsys):
     assert board.timeline is not None and board.timeline.n_stages == 8
 
 
-# both engines train them: tests/schedules/test_schedules_vshape.py (test_local_engine_equals_the_reference and
-# test_distributed_engine_equals_the_reference, in the launch of two ranks)
+# both engines train them: tests/schedules/test_schedules_vshape.py (test_local_engine_equals_the_reference
+# and test_distributed_engine_equals_the_reference, in the launch of two ranks)

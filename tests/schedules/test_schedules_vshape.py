@@ -226,7 +226,8 @@ SMALL = dict(d_model=16, n_heads=2, seq_len=8, lr=1e-2, eval_batches=1, batch_si
         ("zb-v", 4, 4, [1, 1, 2, 1, 1, 1, 1, 2]), ("dualpipe-v", 1, 2, None),
         ("dualpipe-v", 2, 4, [2, 1, 3, 2]),
         ("dualpipe-v", 2, 8, None), ("dualpipe-v", 4, 8, [2, 1, 1, 1, 1, 1, 1, 2]),
-        # V-Min and V-Half (schedules/controllable_memory.py; tests/schedules/test_schedules_controllable_memory.py)
+        # V-Min and V-Half (schedules/controllable_memory.py;
+        # tests/schedules/test_schedules_controllable_memory.py)
         ("v-min", 2, 4, [1, 3, 2, 2]), ("v-min", 4, 8, None), ("v-half", 3, 8, None), ("v-half", 4, 4, None),
     ],
 )  # fmt: skip
