@@ -2,10 +2,10 @@
 
 ``tests/grading/test_assignments.py`` autogrades every assignment (the solution, the untouched student
 version, a wrong submission) with ``recorded_answers`` on, which keeps every value the checks compare a
-student's answer with: the graded answers, visible and hidden, as the grader computes them. Its feedback test then
-reads each page as a student does (``visible_text``) and asks ``near_answers`` for the numbers the page
-shows that the student did not have before (``what_the_student_had``) and that lie within 10% of a graded
-answer: there must be none. The tests below try these tools on made-up pages, so that a leak would be
+student's answer with: the graded answers, visible and hidden, as the grader computes them. Its feedback
+test then reads each page as a student does (``visible_text``) and asks ``near_answers`` for the numbers the
+page shows that the student did not have before (``what_the_student_had``) and that lie within 10% of a
+graded answer: there must be none. The tests below try these tools on made-up pages, so that a leak would be
 caught, and a version or a checksum is not taken for one.
 """
 
