@@ -18,6 +18,9 @@ SETUP        := $(STAMP) $(KERNEL_SPEC)
 # Extra pip arguments for torch, e.g. a CUDA build: make lab TORCH_INDEX=https://download.pytorch.org/whl/cu128
 TORCH_INDEX ?=
 # Extra JupyterLab arguments, e.g. make lab LAB_ARGS="--port=9999 --no-browser"
+# Lessons run side by side under nbval (pytest-xdist; each notebook's cells stay in order on one worker):
+# 2 halves the time on a 2-core laptop; more need about 1.5 GiB of memory each
+NB_WORKERS ?= 2
 LAB_ARGS ?=
 # Jupyter refuses to run as root unless told; containers and cloud notebooks often are root
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
@@ -86,7 +89,7 @@ unit: $(SETUP)
 GIT_STATUS := { git status --porcelain 2>/dev/null || true; }
 notebooks: $(SETUP)
 	@$(GIT_STATUS) > $(VENV)/.status-before-lessons
-	$(BIN)/python -m pytest -q --nbval-lax --nbval-current-env -p no:randomly notebooks
+	$(BIN)/python -m pytest -q --nbval-lax --nbval-current-env -p no:randomly -n $(NB_WORKERS) --dist loadfile notebooks
 	@$(GIT_STATUS) | diff $(VENV)/.status-before-lessons - \
 	  || { echo "running the lessons changed the files above (git status)"; exit 1; }
 
