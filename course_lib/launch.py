@@ -254,8 +254,9 @@ class _Watch:
         return Failure(False, f"the process {how} without reporting")
 
     def _drain(self, results, on_progress) -> None:
-        with contextlib.suppress(queue.Empty):  # until nothing has come for 50 ms
-            while True:
+        until = time.monotonic() + 0.2  # or 50 ms of quiet: fast steps must not starve the stop check
+        with contextlib.suppress(queue.Empty):
+            while time.monotonic() < until:
                 kind, rank, payload = results.get(timeout=0.05)
                 if kind == "progress" and on_progress is not None:
                     on_progress(rank, payload)
@@ -288,11 +289,9 @@ class _Watch:
 def diagnose(errors: dict[int, Failure], killed: set[int]) -> tuple[int | None, str]:
     """Which rank failed first, and why, from the failures in the order they arrived and the ranks
     the launcher had to kill. A rank that only saw a peer disappear is never the cause."""
-    own = [rank for rank, f in errors.items() if not f.peer_loss]
-    if own:
+    if own := [rank for rank, f in errors.items() if not f.peer_loss]:
         return own[0], errors[own[0]].message
-    waiting = [(rank, f) for rank, f in errors.items() if f.peer is not None]
-    if waiting:  # only waits failed: blame the rank that was waited for (it hung)
+    if waiting := [(rank, f) for rank, f in errors.items() if f.peer is not None]:  # only waits failed
         waiter, f = waiting[0]
         return f.peer, f"it stopped answering; rank {waiter} reported: {f.message}"
     if killed:  # the peers' connections failed and these never stopped: they hung

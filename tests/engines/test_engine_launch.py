@@ -145,3 +145,21 @@ def test_no_rank_outlives_a_launcher_killed_with_sigterm(tmp_path):
         for f in pid_files:  # never leave a rank behind, even when the test fails
             if f.exists() and f.read_text() and not _gone(int(f.read_text())):
                 os.kill(int(f.read_text()), signal.SIGKILL)
+
+
+def test_ranks_that_report_without_pause_do_not_keep_the_launcher_from_its_stop_check():
+    """The launcher reads its ranks' messages between looks at the stop button and the heartbeats.
+    Ranks of a tiny model report steps more often than every 50 ms; reading "until 50 ms of quiet" then
+    never ended, and the stop button took 7-17 s. A queue that is never empty must still be left."""
+    from course_lib.launch import _Watch
+
+    class EndlessProgress:
+        calls = 0
+
+        def get(self, timeout):
+            self.calls += 1
+            return "progress", 0, self.calls
+
+    heard, results = [], EndlessProgress()
+    _Watch(procs=[], beats=[])._drain(results, lambda rank, step: heard.append(step))
+    assert heard and heard == list(range(1, results.calls + 1))  # it came back, having passed each one on
