@@ -37,7 +37,7 @@ from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Action, Kind, Schedule
 from course_lib.schedules.messages import message_of
 from course_lib.schedules.validate import ScheduleError, check
-from course_lib.sim_inputs import check_inputs
+from course_lib.sim_inputs import check_costs, check_inputs
 from course_lib.simulator_fast import Route
 from course_lib.timeline import SIMULATED, Span, Timeline, Transfer
 
@@ -88,7 +88,7 @@ def simulate_named(
     comparisons, plots, planner) simulates a schedule by name. `costs` are a device's share of the
     model (default: 1 each for F, I, W), so each of its v stages costs 1/v and every v does the same work."""
     schedule = build_schedule(name, p, m, virtual)
-    check_inputs(schedule, costs, boundary_bytes, links, None)
+    check_costs(costs, None)  # before per_virtual_stage; simulate checks the rest once
     share = (costs if costs is not None else StageCosts()).per_virtual_stage(schedule.stages_per_device)
     return simulate(schedule, share, boundary_bytes, links)
 

@@ -35,8 +35,7 @@ def play(
     back = 2 if split_backward else 1  # the kind code whose gradient the previous stage waits for
     arrive = [-1.0] * n_keys  # when each action's output is usable by its consumer (< 0: not placed)
     ptr, free = [0] * n_dev, [0.0] * n_dev
-    # [src][dst] -> when that wire is next idle; a dict per sender (it talks to a few neighbours),
-    # not a p x p table: 333,333 devices would need 10**11 entries
+    # [src][dst] -> when that wire is next idle: a dict per sender (a p x p table outgrows memory)
     wire_free: list[dict[int, float]] = [{} for _ in range(n_dev)]
     parked: dict[int, list[int]] = {}  # key -> devices waiting for it
     spans: list[Span] = []
