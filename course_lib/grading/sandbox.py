@@ -24,7 +24,6 @@ import select
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,34 +90,16 @@ def bwrap_argv() -> list[str]:
     unshare = ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     argv = ["bwrap", *(unshare if root else ["--unshare-all", "--cap-drop", "ALL"])]
     argv += ["--die-with-parent", "--new-session"]
-    argv += [
-        "--ro-bind",
-        "/usr",
-        "/usr",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--perms",
-        "1777",
-        "--tmpfs",
-        "/tmp",
-    ]
+    argv += ["--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev"]
+    argv += ["--perms", "1777", "--tmpfs", "/tmp"]
     for name in ("bin", "lib", "lib64", "sbin"):  # /bin -> /usr/bin on Debian: the links, kept
         path = Path("/") / name
         if path.is_symlink():
             argv += ["--symlink", os.readlink(path), str(path)]
         elif path.exists():
             argv += ["--ro-bind", str(path), str(path)]
-    for name in (
-        "ld.so.cache",
-        "ld.so.conf",
-        "ld.so.conf.d",
-        "localtime",
-        "nsswitch.conf",
-        "passwd",
-        "group",
-    ):
+    etc = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "passwd", "group")
+    for name in etc:
         if (Path("/etc") / name).exists():
             argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
     # the library and its data files, not notebooks/ (the course directory)
@@ -163,25 +144,34 @@ def _limit(limits: Limits):
     return apply
 
 
-class _Output(threading.Thread):
-    """Reads the sandbox's stdout and stderr; keeps the first `cap` characters since the last take()."""
+class _Output:
+    """The sandbox's stdout and stderr, read by the grader while it waits for a reply: the first `cap`
+    characters since the last take() are kept. The worker flushes before it replies, so once the reply
+    is in, what the request printed is already in the pipe and `drain` reads it all."""
 
     def __init__(self, stream, cap: int) -> None:
-        super().__init__(daemon=True)
-        self.stream, self.cap, self.kept, self.dropped = stream, cap, [], 0
-        self.lock = threading.Lock()
+        self.stream, self.cap, self.kept, self.dropped, self.open = stream, cap, [], 0, True
+        self.fd = stream.fileno()  # held open by self.stream after the process and its Popen are gone
+        os.set_blocking(self.fd, False)
 
-    def run(self) -> None:
-        for chunk in iter(lambda: self.stream.read1(65536), b""):
-            with self.lock:
-                room = self.cap - sum(len(k) for k in self.kept)
-                self.kept.append(chunk[: max(room, 0)].decode(errors="replace"))
-                self.dropped += max(len(chunk) - max(room, 0), 0)
+    def read(self) -> None:
+        try:
+            chunk = os.read(self.fd, 65536)
+        except BlockingIOError:
+            return
+        self.open = bool(chunk)
+        room = max(self.cap - sum(len(k) for k in self.kept), 0)
+        self.kept.append(chunk[:room].decode(errors="replace"))
+        self.dropped += max(len(chunk) - room, 0)
+
+    def drain(self) -> None:
+        while self.open and select.select([self.fd], [], [], 0)[0]:
+            self.read()
 
     def take(self) -> str:
-        with self.lock:
-            text, dropped = "".join(self.kept), self.dropped
-            self.kept, self.dropped = [], 0
+        self.drain()
+        text, dropped = "".join(self.kept), self.dropped
+        self.kept, self.dropped = [], 0
         return text + (f"\n... ({dropped} more characters of output not shown)\n" if dropped else "")
 
 
@@ -212,7 +202,6 @@ class Sandbox:
         os.close(reply_write)
         self._replies = os.fdopen(reply_read, "rb")
         self._output = _Output(self._proc.stdout, self.limits.output_chars)
-        self._output.start()
         self._request(
             {"op": "gate", "functions": list(self.gates)}, timeout_s=max(self.limits.request_s, 120)
         )
@@ -238,10 +227,15 @@ class Sandbox:
         line = b""
         while not line.endswith(b"\n"):
             left = deadline - time.monotonic()
-            ready, _, _ = select.select([self._replies], [], [], max(left, 0))
+            output = [self._output.fd] if self._output.open else []  # read, or a full pipe blocks it
+            ready, _, _ = select.select([self._replies, *output], [], [], max(left, 0))
             if not ready:
                 self.close()
                 raise StudentError("TimeoutError", f"ran longer than {timeout_s:g} s and was stopped")
+            if self._output.fd in ready:
+                self._output.read()
+            if self._replies not in ready:
+                continue
             chunk = os.read(self._replies.fileno(), 1 << 20)
             if not chunk:
                 return self._died("ended")
@@ -268,6 +262,7 @@ class Sandbox:
             except StudentError:
                 self._start()
         self._cells = kept
+        self._output.take()  # the replay's output is not the next cell's
 
     def exec(self, code: str) -> tuple[str, dict | None, dict]:
         """Run a cell: (printed output, error or None, {name: description})."""
