@@ -11,7 +11,8 @@ file (or the next `git pull` conflicts). So `make lab` serves `lab/` (git-ignore
 - `.kit.json`: a hash of every file as built, so a refresh can tell the student's work from an old copy.
 
 ``refresh`` (`make lab-refresh`) brings in a newer course: a file the student never changed is replaced; a
-changed one is kept, and the new version is written beside it as ``<name>.updated.ipynb``. Nothing the
+changed one is kept, and the new version is written beside it as ``<name>.updated.ipynb``. A lesson the
+course renamed or split (``MOVED``) is kept too, and the refresh says where its sections went. Nothing the
 student wrote is ever overwritten.
 
     python -m course_lib.grading.kit lab             # build lab/ if it is missing
@@ -27,6 +28,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +37,13 @@ COURSE = LESSONS / "assignments"
 MANIFEST = ".kit.json"
 # What no file in a student's lab may contain: nbgrader's markers of solutions and hidden tests
 SECRET_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+# Lessons the course renamed or split: old name -> the lessons its sections went to (README.md's "Moved"
+# lists the same). A refresh keeps a student's copy of the old name and says where to go instead.
+MOVED = {
+    "07_beyond_1f1b.ipynb": ("07a_interleaving.ipynb", "07b_zero_bubble.ipynb", "07c_v_shapes.ipynb"),
+}
+# New lessons made of sections another lesson gave up: new name -> the lesson they were in
+SPLIT_FROM = {"04b_tp_or_pp.ipynb": "01_tensor_vs_pipeline.ipynb"}
 
 
 def _digest_of(name: str, data: bytes) -> str:
@@ -94,6 +103,18 @@ def kit_files(root: Path = ROOT) -> dict[str, bytes]:
     return files
 
 
+def no_longer_in_the_course(built: Iterable[str], current: Iterable[str], dest: Path) -> list[str]:
+    """One line for each file of the last build that the course no longer has and `dest` still holds: it
+    is kept (it may hold the student's work), and the line says where its sections went, if they moved."""
+    lines = []
+    for rel in sorted(set(built) - set(current)):
+        if (dest / rel).exists():
+            where = MOVED.get(rel)
+            said = f"the course moved it to {', '.join(where)}" if where else "the course no longer has it"
+            lines.append(f"kept your {rel}: {said}")
+    return lines
+
+
 def build(dest: Path, refresh: bool = False, root: Path = ROOT) -> list[str]:
     """Create `dest` (or, with `refresh`, bring it up to date); return one line per thing done."""
     dest = Path(dest)
@@ -103,8 +124,8 @@ def build(dest: Path, refresh: bool = False, root: Path = ROOT) -> list[str]:
     if dest.exists() and not manifest_path.exists() and any(dest.iterdir()):
         raise RuntimeError(f"{dest} exists and is not a student kit (no {MANIFEST}); move it away first")
     built = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-    done, manifest = [], {}
-    for rel, data in sorted(kit_files(root).items()):
+    done, manifest, files = [], {}, kit_files(root)
+    for rel, data in sorted(files.items()):
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         fresh = _digest_of(rel, data)
@@ -116,8 +137,10 @@ def build(dest: Path, refresh: bool = False, root: Path = ROOT) -> list[str]:
             continue
         if not target.exists() or _digest(target) != fresh:
             target.write_bytes(data)
-            done.append(f"{'updated' if rel in built else 'added'} {rel}")
+            origin = f" (sections that were in {SPLIT_FROM[rel]})" if rel in SPLIT_FROM and built else ""
+            done.append(f"{'updated' if rel in built else 'added'} {rel}{origin}")
         manifest[rel] = fresh
+    done += no_longer_in_the_course(built, files, dest)  # left out of the manifest: said once
     manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True))
     return done
 
