@@ -1,4 +1,5 @@
-"""Schedules side by side, simulated: lesson 07's tables and charts (step, bubble, peak memory, messages).
+"""Schedules side by side, simulated: lessons 07a-07c's tables and charts (step, bubble, peak memory,
+messages).
 
     from course_lib.lessons.compare_schedules import compare, format_table, plot_comparison
     rows = compare(p=4, m=8)            # a few named candidates; T_F = T_I = T_W = 1 per device's share

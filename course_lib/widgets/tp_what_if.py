@@ -1,4 +1,4 @@
-"""Lesson 01's what-if: pick a link preset, training step or decode, the device count and m; see TP
+"""Lesson 04b's what-if: pick a link preset, training step or decode, the device count and m; see TP
 against PP as the latency sweeps from NVLink to an ocean (the cost model of course_lib/tp/cost.py).
 
     from course_lib.widgets.tp_what_if import tp_what_if

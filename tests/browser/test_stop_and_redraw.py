@@ -6,7 +6,7 @@ redraws once.
   ended"); the time from the click to that line is printed and kept in artifacts/browser/stop_times.txt.
 - A training cell (as lesson 00's): Kernel > Interrupt ends it with one line, no traceback.
 - A refused setting keeps the chart (the same PNG stays, beside the reason).
-- One drag of lesson 01's devices slider and of lesson 05's budget slider: one redraw each (counted
+- One drag of lesson 04b's devices slider and of lesson 05's budget slider: one redraw each (counted
   in the kernel, as new PNGs of the widget's chart).
 
 Try it:  PYTHONPATH=$PWD .venv/bin/python -m pytest -q tests/browser/test_stop_and_redraw.py
@@ -139,7 +139,7 @@ def test_a_refused_setting_keeps_the_chart_beside_the_reason(page, lab: LabServe
 @pytest.mark.parametrize(
     "lesson, build, slider, value",
     [
-        ("01", "tp_what_if()", "devices", 14),
+        ("04b", "tp_what_if()", "devices", 14),
         ("05", "budget_cuts(prof, step_of, p=4, m=8, budget_factor=1.1)", "budget x avg", 1.3),
     ],
 )

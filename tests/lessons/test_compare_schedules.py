@@ -1,4 +1,4 @@
-"""compare_schedules: the closed forms of lesson 07, read off the simulator's rows."""
+"""compare_schedules: the closed forms of lessons 07a-07c, read off the simulator's rows."""
 
 from __future__ import annotations
 

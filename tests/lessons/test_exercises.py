@@ -90,14 +90,16 @@ def test_capped_keeps_a_screenful_and_says_how_much_was_cut():
     assert len(one_line) < MAX_CHARS + 40 and one_line.endswith(f"[{10**6 - MAX_CHARS:,} characters cut]")
 
 
-NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 # Lessons whose cells still hold check(name, answer, expected=...): the coordinator runs
 # tools/rewrite_exercises.py on them after merging and then empties this set.
 SAMPLE_MEASURED = {  # what the notebooks pass: ms per slot by b (13.1), the toy's stage forwards in s (15.4)
     "slot_ms": {1: 1.0, 2: 1.6, 4: 2.9, 8: 5.5, 16: 10.8, 32: 21.4},
     "costs": StageCosts.fused([0.0036, 0.0035, 0.0035, 0.0034], 0.0),
 }
-KEY_CALL = re.compile(r"""\bcheck\(\s*["'](\d\d\.\d+)["']""")
+# a key is its lesson's number, with the letter of a lesson split in parts ("07a.1"), then the exercise's
+KEY_CALL = re.compile(r"""\bcheck\(\s*["'](\d\d[a-z]?\.\d+)["']""")
+LESSON_OF_FILE = re.compile(r"\d\d[a-z]?(?=_)")
 
 
 def computed(fn) -> bool:
@@ -126,7 +128,7 @@ def test_every_answer_is_computed_from_the_question(key):
 
 def test_keys_name_their_lesson_and_hints_give_no_formula():
     for key, ex in EXERCISES.items():
-        assert re.fullmatch(r"\d\d\.\d+", key) and ex.key == key
+        assert re.fullmatch(r"\d\d[a-z]?\.\d+", key) and ex.key == key
         assert "=" not in ex.hint and "(p-1)" not in ex.hint.replace(" ", ""), key
         value = expected_of(ex)
         if not float(value).is_integer():  # a fraction or a time: its digits must not be in the hint
@@ -161,13 +163,14 @@ def exercise_cells(path: Path) -> list[str]:
     return [s for s in sources if "from course_lib.exercises import check" in s or KEY_CALL.search(s)]
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: LESSON_OF_FILE.match(p.name).group(0))
 def test_each_notebook_checks_registered_keys_of_its_own_lesson(path):
-    lesson, text = path.name[:2], "\n".join(exercise_cells(path))
+    lesson, text = LESSON_OF_FILE.match(path.name).group(0), "\n".join(exercise_cells(path))
     keys = KEY_CALL.findall(text)
     assert "expected=" not in text, f"{path.name} still types an expected value"
-    assert len(keys) == len(set(keys)) and all(k in EXERCISES and k[:2] == lesson for k in keys), keys
-    assert sorted(keys) == sorted(k for k in EXERCISES if k[:2] == lesson), "each registered key used once"
+    mine = sorted(k for k in EXERCISES if k.split(".")[0] == lesson)
+    assert len(keys) == len(set(keys)) and all(k in mine for k in keys), keys
+    assert sorted(keys) == mine, "each registered key used once"
     cells = json.loads(path.read_text())["cells"]
     markdown = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     assert "summary>Answers" not in markdown, f"{path.name}: no answer sits in a cell after the exercises"

@@ -1,5 +1,6 @@
-"""The numbers lesson 07 (beyond 1F1B) relies on, from the library: registry closed forms, the
-simulated comparisons its charts and tables show, and the measured 1F1B / ZB-H1 pair it trains."""
+"""The numbers lessons 07a (interleaving), 07b (zero bubble) and 07c (V shapes, the family) rely on, from
+the library: registry closed forms, the simulated comparisons their charts and tables show, and the
+measured 1F1B / ZB-H1 pair 07b trains."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def _row(p: int, m: int, candidate: Candidate, **kwargs):
 
 
 def test_compared_steps_end_where_the_lesson_says():
-    # section 1 and 2's charts, on one time axis: 1F1B 33, interleaved v=2 28.5, ZB-H1 27 (p=4, m=8)
+    # 07a sec 1's and 07b sec 1's charts, on one time axis: 1F1B 33, interleaved v=2 28.5, ZB-H1 27 (p=4, m=8)
     steps = {r.label: r.makespan for r in compare(4, 8)}
     assert steps["1F1B"] == pytest.approx(33.0)
     assert steps["interleaved 1F1B, v=2"] == pytest.approx(28.5)
@@ -56,7 +57,7 @@ def test_zb_h1_is_a_third_of_1f1b_idle_at_the_same_peak(p):
 
 @pytest.mark.parametrize("p", [4, 8])
 def test_zb_h1_keeps_1f1b_peak_on_device_0_but_later_devices_hold_more(p):
-    # lesson 07 sec 2: ZB-H1's peak is 1F1B's (p, on device 0); its later devices hold more than under 1F1B
+    # lesson 07b sec 1: ZB-H1's peak is 1F1B's (p, on device 0); its later devices hold more than under 1F1B
     costs = StageCosts(f=1, i=1, w=1)
     one, zb = (simulate(build_schedule(name, p, 2 * p), costs) for name in ("1f1b", "zb-h1"))
     one_peaks = [one.peak_inflight(d) for d in range(p)]
@@ -67,14 +68,14 @@ def test_zb_h1_keeps_1f1b_peak_on_device_0_but_later_devices_hold_more(p):
 
 
 def test_zb_h1_formula_is_out_of_range_when_w_exceeds_i():
-    # the CPU case of section 4: T_W several times T_I
+    # the CPU case of 07b section 4: T_W several times T_I
     assert SCHEDULES["zb-h1"].bubble.at(Case(4, 4, f=1.0, i=1.0, w=4.0)) is None
     assert SCHEDULES["zb-h1"].bubble.at(Case(4, 4, f=1.0, i=1.0, w=1.0)) is not None
 
 
 @pytest.mark.parametrize("r", [0.5, 1, 2, 4, 7])
 def test_zb_h1_wins_with_a_cheap_split_and_loses_with_a_slow_one(r):
-    # section 4's grid: T_F = 1, 1F1B's fused T_B = 2; ZB-H1's I + W = s * T_B with W / I = r
+    # 07b section 4's grid: T_F = 1, 1F1B's fused T_B = 2; ZB-H1's I + W = s * T_B with W / I = r
     one = _row(4, 4, ONE_F_ONE_B, costs=StageCosts.fused(f=1, b=2)).makespan
 
     def zb_over_one(s: float) -> float:
@@ -82,6 +83,17 @@ def test_zb_h1_wins_with_a_cheap_split_and_loses_with_a_slow_one(r):
         return _row(4, 4, ZB_H1, costs=StageCosts(f=1, i=i, w=r * i)).makespan / one
 
     assert zb_over_one(1) < 1 < zb_over_one(2)
+
+
+def test_interleaving_keeps_less_of_its_gain_on_a_slow_link_and_v4_loses_to_1f1b():
+    # 07a section 3 and its recap: with 1 T_F per link, v = 2 gains less than on free links, v = 4 is slower
+    slow = Link(latency_s=1.0)
+    gain = {
+        (v, link is None): _row(4, 8, ONE_F_ONE_B, link=link).makespan
+        - _row(4, 8, Candidate(f"v={v}", "interleaved-1f1b", v), link=link).makespan
+        for v in (2, 4) for link in (None, slow)
+    }  # fmt: skip
+    assert 0 < gain[2, False] < gain[2, True] and gain[4, False] < 0 < gain[4, True]
 
 
 @pytest.mark.parametrize("m", [8, 16, 32])
@@ -106,7 +118,7 @@ def test_measured_1f1b_and_zb_h1_train_alike_and_only_zb_h1_splits_the_backward(
     assert all(w > 0 for w in zb.result.costs.per_stage(2)[2])
 
 
-# ---- sections 2b-2d and 3b: ZB-H2, looped BFS, interleaved zero bubble, V-shape, the registry -------
+# ---- 07b secs 2-3, 07a sec 2, 07c secs 1 and 3: ZB-H2, interleaved ZB, looped BFS, V-shape, the registry
 def test_zb_h2_has_no_idle_inside_any_device_and_wins_the_step_when_w_is_cheaper_than_i():
     from course_lib.lessons.compare_schedules import idle_inside
     from course_lib.schedules.builders import build_schedule
@@ -125,7 +137,7 @@ def test_zb_h2_has_no_idle_inside_any_device_and_wins_the_step_when_w_is_cheaper
     assert steps["zb-h2", 0.5, 1] < steps["zb-h1", 0.5, 1] and steps["zb-h2", 1, 2] < steps["zb-h1", 1, 2]
 
 
-def test_looped_bfs_and_interleaved_zb_at_v2_as_section_2c_prints():
+def test_looped_bfs_and_interleaved_zb_at_v2_as_07a_and_07b_print():
     info_bfs, info_zb = SCHEDULES["looped-bfs"], SCHEDULES["interleaved-zb"]
     case = Case(4, 8, 2, 0.5, 0.5, 0.5)
     assert info_bfs.bubble.at(case) == pytest.approx(3 / 19) and info_bfs.peak.at(case) == 16

@@ -1,11 +1,13 @@
-"""Exercises of lessons 00 to 05: the model and the trainer, TP against PP, the naive pipeline, GPipe, 1F1B,
-balancing stages. Each answer is computed by the library from the question's inputs (`given`)."""
+"""Exercises of lessons 00 to 05: the model and the trainer, TP against PP (01, and 04b for the step time),
+the naive pipeline, GPipe, 1F1B, balancing stages. Each answer is computed by the library from the question's
+inputs (`given`)."""
 
 from __future__ import annotations
 
 from course_lib.data import check_microbatches
 from course_lib.errors import CourseError
 from course_lib.lessons.answers.registry import add, first_m, whole
+from course_lib.lessons.tp_or_pp import first_m_pp_wins
 from course_lib.links import Link, ring_all_reduce_s
 from course_lib.model import ModelConfig, build_model, count_parameters
 from course_lib.schedules.builders import SCHEDULES, build_schedule
@@ -170,6 +172,15 @@ add(
     lambda p, device: warmup_forwards(p)[device],
     "count the forwards device 1 runs before its steady state opens, in the orders of section 1",
     given=dict(p=4, device=1),
+)
+
+add(
+    "04b.1",
+    "first m at which PP wins, NVLink 4, 16 devices",
+    first_m_pp_wins,
+    "more devices means more hops in every all-reduce and more stages to fill: which step grows faster "
+    "with the device count? then find where the widget's two curves cross",
+    given=dict(name="nvlink4", devices=16),
 )
 
 add(

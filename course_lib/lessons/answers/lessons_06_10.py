@@ -76,39 +76,51 @@ add(
 )
 
 add(
-    "07.1",
+    "07a.1",
     "interleaved bubble, p = 4, m = 8, v = 2",
     lambda p, m, v: SCHEDULES["interleaved-1f1b"].bubble.at(Case(p=p, m=m, v=v)),
     "the ramp-up and ramp-down are made of chunks v times smaller than 1F1B's",
     given=dict(p=4, m=8, v=2),
 )
+
 add(
-    "07.2",
-    "ZB-H1 idle per device (ms), p = 8, 10 ms each",
-    zb_h1_idle_ms,
-    "which of 1F1B's gaps can a deferred W fill, and which stays idle? read section 4's picture",
-    given=dict(p=8, m=16, t_ms=10.0),
-)
-add(
-    "07.3",
+    "07a.2",
     "interleaved messages, p = 4, v = 2, m = 8",
     lambda p, m, v: messages("interleaved-1f1b", p, m, v),
     "with v chunks per device, how many stage boundaries does a micro-batch cross, each way?",
     given=dict(p=4, m=8, v=2),
 )
+
 add(
-    "07.4",
+    "07a.3",
     "interleaved memory factor, p = 8, v = 4, m = 16",
     lambda p, m, v: SCHEDULES["interleaved-1f1b"].peak.at(Case(p=p, m=m, v=v)) / (p * v),
     "the first device warms up with extra chunks before its first backward (Korthikanti et al. 2022); "
     "compare what it holds with 1F1B's p micro-batches",
     given=dict(p=8, m=16, v=4),
 )
+
 add(
-    "07.5",
+    "07b.1",
+    "ZB-H1 idle per device (ms), p = 8, 10 ms each",
+    zb_h1_idle_ms,
+    "which of 1F1B's gaps can a deferred W fill, and which stays idle? read section 1's picture",
+    given=dict(p=8, m=16, t_ms=10.0),
+)
+
+add(
+    "07b.2",
     "ZB-H2 peak, p = 8, m = 32",
     lambda p, m: SCHEDULES["zb-h2"].peak.at(Case(p=p, m=m)),
     "ZB-H2 fills the warm-up's gaps with more forwards: count them in its picture",
+    given=dict(p=8, m=32),
+)
+
+add(
+    "07c.1",
+    "latency-aware 1F1B peak in flight, device 0, p = 8, m = 32, slow links",
+    lambda p, m: SCHEDULES["latency-aware-1f1b"].peak.at(Case(p=p, m=m)),
+    "start from what 1F1B keeps in flight on the first device, then add what each slow link below it needs",
     given=dict(p=8, m=32),
 )
 
