@@ -202,3 +202,15 @@ def test_the_pipeline_picture_names_workers_arrows_and_gantt_boxes():
     assert "runs F" in notes and "backward" in notes and "idle" in notes
     assert "bubble 75.0%" in gantt.get_title()  # one micro-batch through 4 stages: (p-1)/p idle
     plt.close(fig)
+
+
+def test_lesson_04s_warm_up_text_printout_and_exercise_agree():
+    # issue 24: the text says p-1-d forwards, the printout beside it and exercise 04.4 must count the same
+    from support.committed import output_text, source
+
+    from course_lib.lessons.answers import EXERCISES
+
+    assert "**p − 1 − d forwards**" in source("04_1f1b", "4f5f6eb9")
+    printed = dict(re.findall(r"device (\d): warm-up of (\d) forwards", output_text("04_1f1b", "8122ff4d")))
+    assert {int(d): int(n) for d, n in printed.items()} == {d: 4 - 1 - d for d in range(4)}
+    assert EXERCISES["04.4"].expected() == int(printed["1"])
