@@ -172,3 +172,31 @@ def test_the_family_table_covers_the_registry_and_its_formulas_hold():
     assert by_name["looped-bfs"].messages == by_name["interleaved-zb"].messages == 48 * 7 // 3
     text = format_family(family_rows(4, 9))
     assert "interleaved-zb        2 does not fit: interleaved 1F1B sends micro-batches" in text
+
+
+# ---- the split lessons' text against their committed outputs ---------------------------------------
+def test_07b_says_zb_h1s_peak_as_its_printout_shows_it():
+    # issue 24: ZB-H1's peak is 1F1B's (device 0); its later devices hold more, none more than device 0
+    import re
+
+    from support.committed import output_text, source
+
+    printed = output_text("07b_zero_bubble", "12775bb6")
+    rows = re.findall(r"([\w-]+): peak micro-batches in flight per device \[([\d, ]+)\]", printed)
+    peaks = {name: [int(x) for x in re.findall(r"\d+", row)] for name, row in rows}
+    one, zb = peaks["1f1b"], peaks["zb-h1"]
+    assert max(zb) == zb[0] == one[0] and all(z > o for z, o in zip(zb[1:], one[1:], strict=True))
+    text = source("07b_zero_bubble", "5720494f")
+    assert "**its peak is 1F1B's**" in text and "The later devices\nhold more than under 1F1B" in text
+    claim = source("07b_zero_bubble", "2b2ea58d")
+    assert "*computes* 1F1B's bubble rate" in claim and "m = 24 (m = 3p)" in claim
+
+
+def test_07a_prints_where_both_steps_end_instead_of_typing_it():
+    from support.committed import output_text, source
+
+    one, inter = _row(4, 8, ONE_F_ONE_B), _row(4, 8, Candidate("v=2", "interleaved-1f1b", 2))
+    printed = output_text("07a_interleaving", "c4d97c69")
+    said = f"1F1B's step ends at {one.makespan:g} T_F, the interleaved one at {inter.makespan:g} T_F"
+    assert said in printed
+    assert "28.5" not in source("07a_interleaving", "d90a34f8")
