@@ -5,9 +5,10 @@ micro-batches are through, and the next batch starts from the new weights. The f
 asynchronous pipeline never flushes: micro-batches stream through, and a stage updates its weights while
 others are still in flight, so a micro-batch's gradient arrives computed on weights that have since moved on.
 
-* **PipeDream** (Narayanan et al. 2019, SOSP) updates after every micro-batch. Under 1F1B stage s
-  (0-based, of p) has p - s micro-batches in flight, so its forward sees weights p - 1 - s updates old; it
-  **stashes** that version and runs the micro-batch's backward on the same one (weight stashing).
+* **PipeDream** (Narayanan et al., SOSP 2019; an earlier version is arXiv 1806.03377) updates after every
+  micro-batch. Under 1F1B stage s (0-based, of p) has p - s micro-batches in flight, so its forward sees
+  weights p - 1 - s updates old; it **stashes** that version and runs the micro-batch's backward on the
+  same one (weight stashing, the paper's sec. 3.3).
 * **PipeDream-2BW** (Narayanan et al. 2021, arXiv 2006.09503, sec. 3) accumulates a batch of m micro-batches
   and keeps two weight versions (double buffering): W(t+1) = W(t) - step(grad f(W(t-1))), a delay of 1.
 

@@ -1,9 +1,11 @@
 """Lesson 14: asynchronous pipelines; stale weights trained for real, the step time simulated."""
 
+import re
 from dataclasses import replace
 
 import pytest
 import torch
+from support.committed import source
 
 from course_lib.errors import CourseError
 from course_lib.lessons.async_pipeline import (
@@ -79,3 +81,12 @@ def test_bad_specs_are_refused_with_the_value_named():
         train_async(CFG, AsyncSpec(2, "batch", (0, -1)))
     with pytest.raises(CourseError, match="n_batches must be >= 1, got 0"):
         time_per_batch(4, 8, 0)
+
+
+def test_lesson_14_cites_both_papers_with_their_sections():
+    intro = source("14_asynchronous_pipelines", "0626749e")
+    assert re.search(
+        r"PipeDream\*\* \(Narayanan et al\.,.*SOSP 2019,\s+sec\. 3\.3 on weight stashing", intro, re.S
+    )
+    assert "arXiv 1806.03377" in intro
+    assert re.search(r"PipeDream-2BW\*\* \(.*arXiv 2006\.09503,\s+sec\. 3\)", intro, re.S)
