@@ -122,3 +122,12 @@ def test_sec_8_says_whether_the_measured_gap_stands_clear_and_every_step_is_slow
     assert "every measured step slower than predicted: True" in text
     assert "each of" in output_text(NB, "c25") and "0.7 * whole" in source(NB, "c25")
     assert "70% of what the whole toy needs" in source(NB, "c24")
+
+
+def test_sec_2_the_activations_do_not_shrink_with_p_and_the_states_decide_the_fit():
+    table = rows("c06", r"\n\s+8\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(yes|no)")
+    assert [int(p) for p, *_ in table] == [1, 8, 16, 32, 64, 128]
+    assert len({act for _, _, act, _, _ in table}) == 1  # the same activations at every p
+    budget = float(re.search(r"budget (\d+) GiB", output_text(NB, "c06")).group(1))
+    assert all((fits == "yes") == (float(total) <= budget) for _, _, _, total, fits in table)
+    assert "does not shrink with p" in source(NB, "c06act")
