@@ -51,11 +51,6 @@ class StaleWeights:
         pairs = zip(self.stages, self.delays, strict=True)
         self.history = [deque([_snapshot(s)], maxlen=d + 1) for s, d in pairs]
 
-    @property
-    def versions(self) -> tuple[int, ...]:
-        """Weight versions each stage keeps: the one it computes on, and every newer one."""
-        return tuple(d + 1 for d in self.delays)
-
     @staticmethod
     def _load(stage: nn.Module, values: list[torch.Tensor]) -> None:
         with torch.no_grad():
