@@ -14,7 +14,8 @@ simulator: its source is "measured compute + simulated links".
 
 Synchronous training: gradients of the m micro-batches add up, and the optimizer steps once per
 batch, after the flush. Loss and gradients equal the reference trainer's (tests check every
-schedule); ``max_grad_diff_vs_reference`` checks one batch.
+schedule); ``max_grad_diff_vs_reference`` checks one batch. With ``staleness`` (``stale.py``) every
+stage computes on its weights that many updates old, as an asynchronous pipeline does (lesson 14).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -32,6 +34,7 @@ from course_lib.data import Corpus, split_microbatches
 from course_lib.devices import synchronize
 from course_lib.engines.plan import PipelinePlan, make_plan
 from course_lib.engines.runtime import StageRuntime
+from course_lib.engines.stale import StaleWeights, check_delays
 from course_lib.links import Link
 from course_lib.model import count_parameters
 from course_lib.partition import Partition, stage_modules
@@ -110,9 +113,12 @@ class LocalPipelineTrainer:
         links: Link | Sequence[Link] | None = None,
         corpus: Corpus | None = None,  # already loaded (default: read cfg.data_path or the shipped one)
         track_memory: bool = True,  # False: skip measuring bytes saved for backward (for timing)
+        staleness: Sequence[int] | None = None,  # per stage: updates behind the newest weights (stale.py)
     ):
         # every check first: nothing is built or read if any input is bad
         self.plan: PipelinePlan = make_plan(cfg, schedule, stages, virtual, partition, checkpoint, links)
+        if staleness is not None:
+            check_delays(staleness, self.plan.schedule.n_stages)
         self.cfg = cfg
         self.schedule = self.plan.schedule
         self.order: list[Action] = execution_order(self.schedule)
@@ -127,6 +133,7 @@ class LocalPipelineTrainer:
             for s, mod in enumerate(modules)
         ]  # fmt: skip
         self.optimizer = make_optimizer(self.model, cfg)
+        self.stale = None if staleness is None else StaleWeights(modules, staleness)
 
     # ---- one batch -----------------------------------------------------------------------------
     def compute_gradients(
@@ -194,6 +201,19 @@ class LocalPipelineTrainer:
         return timeline, costs
 
     # ---- training ------------------------------------------------------------------------------
+    def train_step(
+        self, x: torch.Tensor, y: torch.Tensor, stop: Callable[[], bool] | None = None
+    ) -> tuple[float, StepStats]:
+        """One batch: its gradients (on the stale weights, with `staleness`), then one optimizer step,
+        after the flush. Returns the batch's mean loss and what was measured."""
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.stale.stale() if self.stale is not None else nullcontext():
+            loss, stats = self.compute_gradients(x, y, stop)
+        self.optimizer.step()
+        if self.stale is not None:
+            self.stale.record()
+        return loss, stats
+
     def evaluate(self) -> float:
         """Held-out loss over the same fixed batches the reference trainer uses."""
         return held_out_loss(self._forward, self.corpus, self.cfg)
@@ -219,9 +239,7 @@ class LocalPipelineTrainer:
         asked = None if stop is None else (lambda: stop(len(losses)))
         for x, y in bar:
             t0 = time.perf_counter()
-            self.optimizer.zero_grad(set_to_none=True)
-            loss, stats = self.compute_gradients(x, y, asked)
-            self.optimizer.step()  # once per batch, after the flush
+            loss, stats = self.train_step(x, y, asked)
             synchronize(self.plan.devices)
             times.append(time.perf_counter() - t0)
             losses.append(loss)

@@ -5,14 +5,17 @@ micro-batches are through, and the next batch starts from the new weights. The f
 asynchronous pipeline never flushes: micro-batches stream through, and a stage updates its weights while
 others are still in flight, so a micro-batch's gradient arrives computed on weights that have since moved on.
 
-* **PipeDream** (Narayanan et al. 2019, SOSP) updates after every micro-batch. Under 1F1B stage s
-  (0-based, of p) has p - s micro-batches in flight, so its forward sees weights p - 1 - s updates old; it
-  **stashes** that version and runs the micro-batch's backward on the same one (weight stashing).
+* **PipeDream** (Narayanan et al., SOSP 2019; an earlier version is arXiv 1806.03377) updates after every
+  micro-batch. Under 1F1B stage s (0-based, of p) has p - s micro-batches in flight, so its forward sees
+  weights p - 1 - s updates old; it **stashes** that version and runs the micro-batch's backward on the
+  same one (weight stashing, the paper's sec. 3.3).
 * **PipeDream-2BW** (Narayanan et al. 2021, arXiv 2006.09503, sec. 3) accumulates a batch of m micro-batches
   and keeps two weight versions (double buffering): W(t+1) = W(t) - step(grad f(W(t-1))), a delay of 1.
 
-This module computes exactly those updates, stage by stage, on the library's model and stages: what an
-asynchronous engine computes, without its concurrency (the step time comes from the simulator)::
+The local engine computes exactly those updates (its ``staleness`` option, ``course_lib/engines/stale.py``),
+stage by stage on the library's model and stages: what an asynchronous engine computes, without its
+concurrency (the step time comes from the simulator). This module says which delays and update rhythm each
+variant has, and runs the engine::
 
     from course_lib.lessons.async_pipeline import pipedream, synchronous, train_async, two_bw
     cfg = TrainConfig(n_layers=8, steps=30, seq_len=32)
@@ -23,18 +26,17 @@ asynchronous engine computes, without its concurrency (the step time comes from 
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from torch import Tensor, nn
-from torch.func import functional_call
+from torch import Tensor
 
 from course_lib.costs import StageCosts
 from course_lib.data import split_microbatches
+from course_lib.engines.local import LocalPipelineTrainer
+from course_lib.engines.stale import check_delays
 from course_lib.errors import require
-from course_lib.model import count_parameters, lm_loss
-from course_lib.partition import uniform
-from course_lib.reference import TrainConfig, evaluate, make_optimizer, setup, train_batches
+from course_lib.model import count_parameters
+from course_lib.reference import TrainConfig, evaluate, train_batches
 from course_lib.simulator import simulate_named
 
 UPDATES = ("batch", "microbatch")
@@ -54,12 +56,7 @@ class AsyncSpec:
     def check(self) -> None:
         require(self.stages >= 1, f"stages must be >= 1, got {self.stages}")
         require(self.update in UPDATES, f"update must be one of {UPDATES}, got {self.update!r}")
-        require(
-            len(self.delays) == self.stages,
-            f"delays needs one entry per stage ({self.stages}), got {len(self.delays)}: {self.delays}",
-        )
-        bad = [d for d in self.delays if not (isinstance(d, int) and d >= 0)]
-        require(not bad, f"every delay must be a whole number >= 0, got {bad}")
+        check_delays(self.delays, self.stages)  # the engine's rule, before anything is built
 
     @property
     def versions(self) -> tuple[int, ...]:
@@ -99,68 +96,32 @@ class AsyncResult:
         return [n * v * bytes_per_param for n, v in zip(self.stage_params, self.versions, strict=True)]
 
 
-class _StagedModel:
-    """The model cut into stages; per stage the newest `delay + 1` weight versions (as plain tensors)."""
-
-    def __init__(self, layers: nn.ModuleList, spec: AsyncSpec):
-        self.stages = [nn.Sequential(*layers[a:b]) for a, b in uniform(len(layers), spec.stages).bounds]
-        pairs = zip(self.stages, spec.delays, strict=True)
-        self.history = [deque([self._snapshot(s)], maxlen=d + 1) for s, d in pairs]
-
-    @staticmethod
-    def _snapshot(stage: nn.Module) -> dict[str, Tensor]:
-        return {n: p.detach().clone() for n, p in stage.named_parameters()}
-
-    def gradients(self, microbatches: list[tuple[Tensor, Tensor]]) -> float:
-        """Forward and backward each micro-batch, every stage on its oldest kept version (the stashed one);
-        the gradients land on the live parameters' .grad, summed as the reference sums them."""
-        k = len(microbatches)
-        versions = [{n: t.clone().requires_grad_(True) for n, t in h[0].items()} for h in self.history]
-        total = 0.0
-        for x, y in microbatches:
-            h = x
-            for stage, weights in zip(self.stages, versions, strict=True):
-                h = functional_call(stage, weights, (h,))
-            loss = lm_loss(h, y) / k
-            loss.backward()
-            total += loss.item()
-        for stage, weights in zip(self.stages, versions, strict=True):
-            for n, p in stage.named_parameters():
-                p.grad = weights[n].grad
-        return total
-
-    def record(self) -> None:
-        """After an update: the new weights join every stage's history (the oldest drops out)."""
-        for stage, history in zip(self.stages, self.history, strict=True):
-            history.append(self._snapshot(stage))
-
-
 def train_async(cfg: TrainConfig, spec: AsyncSpec) -> AsyncResult:
-    """Train the toy on the reference trainer's batches, each stage computing on weights `spec.delays` old.
-    The optimizer and learning-rate schedule are the reference's; with "microbatch" updates it steps m times
-    a batch (the warm-up then counts micro-batch steps)."""
+    """Train the toy on the reference trainer's batches, each stage computing on weights `spec.delays` old:
+    the local engine with ``staleness`` (``course_lib/engines/stale.py``), 1F1B. The optimizer and
+    learning-rate schedule are the reference's; with "microbatch" updates the engine takes one micro-batch
+    at a time and steps m times a batch (the warm-up then counts micro-batch steps)."""
     spec.check()
     cfg.check()
     require(
         spec.stages <= cfg.n_layers + 2,
         f"{spec.stages} stages need at least as many layers; the model has {cfg.n_layers + 2}",
     )  # fmt: skip
-    corpus, model = setup(cfg)
-    optimizer = make_optimizer(model, cfg)
-    staged = _StagedModel(model.layers, spec)
+    per_step = cfg if spec.update == "batch" else replace(cfg, microbatches=1)
+    trainer = LocalPipelineTrainer(
+        per_step, "1f1b", stages=spec.stages, staleness=spec.delays, track_memory=False
+    )  # fmt: skip
     losses = []
-    for x, y in train_batches(corpus, cfg):
+    for x, y in train_batches(trainer.corpus, cfg):
         micro = split_microbatches(x, y, cfg.microbatches)
-        groups = [micro] if spec.update == "batch" else [[mb] for mb in micro]
+        groups = [(x, y)] if spec.update == "batch" else micro
         batch_loss = 0.0
-        for group in groups:
-            optimizer.zero_grad(set_to_none=True)
-            batch_loss += staged.gradients(group) * len(group) / len(micro)
-            optimizer.step()
-            staged.record()
+        for gx, gy in groups:
+            batch_loss += trainer.train_step(gx, gy)[0] * len(gx) / len(x)
         losses.append(batch_loss)
+    model, stage_params = trainer.model, [count_parameters(rt.module) for rt in trainer.runtimes]
     return AsyncResult(
-        spec, losses, evaluate(model, corpus, cfg), [count_parameters(s) for s in staged.stages],
+        spec, losses, evaluate(model, trainer.corpus, cfg), stage_params,
         {n: p.detach().clone() for n, p in model.named_parameters()},
     )  # fmt: skip
 

@@ -1,9 +1,11 @@
 """Lesson 14: asynchronous pipelines; stale weights trained for real, the step time simulated."""
 
+import re
 from dataclasses import replace
 
 import pytest
 import torch
+from support.committed import source
 
 from course_lib.errors import CourseError
 from course_lib.lessons.async_pipeline import (
@@ -79,3 +81,29 @@ def test_bad_specs_are_refused_with_the_value_named():
         train_async(CFG, AsyncSpec(2, "batch", (0, -1)))
     with pytest.raises(CourseError, match="n_batches must be >= 1, got 0"):
         time_per_batch(4, 8, 0)
+
+
+def test_lesson_14_cites_both_papers_with_their_sections():
+    intro = source("14_asynchronous_pipelines", "0626749e")
+    assert re.search(
+        r"PipeDream\*\* \(Narayanan et al\.,.*SOSP 2019,\s+sec\. 3\.3 on weight stashing", intro, re.S
+    )
+    assert "arXiv 1806.03377" in intro
+    assert re.search(r"PipeDream-2BW\*\* \(.*arXiv 2006\.09503,\s+sec\. 3\)", intro, re.S)
+
+
+def test_the_local_engine_runs_stale_weights_under_any_schedule_and_refuses_bad_staleness():
+    from course_lib.engines.local import LocalPipelineTrainer
+
+    def losses(schedule, staleness):
+        trainer = LocalPipelineTrainer(CFG, schedule, stages=4, staleness=staleness, track_memory=False)
+        return trainer.train(progress=False).losses
+
+    fresh, stale = losses("1f1b", None), losses("1f1b", (1, 1, 1, 1))
+    assert losses("gpipe", (0, 0, 0, 0)) == fresh  # no staleness: the synchronous engine
+    assert losses("gpipe", (1, 1, 1, 1)) == stale  # the same gradients in another order of actions
+    assert stale[0] == fresh[0] and stale != fresh  # stale from the second step on
+    for bad, message in [((1, 1), "one entry per stage \\(4\\), got 2"), ((0, 0, 0, -1), "got \\[-1\\]"),
+                         ((0, 0, 0, True), "got \\[True\\]"), ((0, 0, 0, 1.5), "got \\[1.5\\]")]:  # fmt: skip
+        with pytest.raises(CourseError, match=message):
+            LocalPipelineTrainer(CFG, "1f1b", stages=4, staleness=bad)

@@ -65,3 +65,17 @@ def test_lesson_08_quotes_its_printed_link_cost_and_its_paced_effect_stands_clea
     assert paced is not None, printed
     added, spread, ratio = (float(x) for x in paced.groups())
     assert ratio >= 3 and abs(added - float(formula)) <= 0.15 * float(formula) + spread
+
+
+def test_lesson_08_text_names_the_settings_its_code_runs():
+    code = source("08_scaling_out", "ba8bf209")
+    found = re.search(
+        r"P, M, LATENCY, PACE, REPEATS = (\d+), (\d+), ([\d.]+), \(([\d.]+), ([\d.]+)\), (\d+)", code
+    )
+    p, m, latency, pace_f, pace_b, repeats = (float(x) for x in found.groups())
+    assert "steps=3," in code and repeats == 3  # "three steps each", "three times"
+    text = " ".join(source("08_scaling_out", "418ce9f9").split())
+    assert f"p = {p:.0f} processes" in text and f"m = {m:.0f} micro-batches" in text
+    assert f"**{latency * 1e3:.0f} ms of latency injected**" in text and "three steps each" in text
+    assert f"({pace_f * 1e3:.0f} ms forward, {pace_b * 1e3:.0f} ms backward" in text and "three times" in text
+    assert f"How much should {latency * 1e3:.0f} ms cost?" in source("08_scaling_out", "254c8b56")
