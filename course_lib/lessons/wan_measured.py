@@ -281,8 +281,8 @@ def run_wan_experiment(e: WanExperiment = WanExperiment(), progress: bool = Fals
         mine = results[j :: len(jobs)]
         measured = [tl for result in mine for tl in result.timelines[1:]]
         simulated = replay(measured, sched, links=_link(lat), skip_warmup=0)
-        runs.append(WanRun(sched, lat, k, measured, simulated, costs_from(measured), list(mine[0].losses),
-                           e.steps - 1))
+        costs, losses = costs_from(measured), list(mine[0].losses)
+        runs.append(WanRun(sched, lat, k, measured, simulated, costs, losses, steps_per_repeat=e.steps - 1))
     pooled = costs_from([tl for r in runs for tl in r.measured])
     n = len(e.latencies_s)
     return WanMeasurement(e, runs[:n], runs[n:], mean(pooled.f), mean(pooled.i))
