@@ -46,7 +46,10 @@ from course_lib.timeline import SIMULATED, Span, Timeline, Transfer
 
 # What a device does after handing a message over. "overlapped": it moves on at once (isend; the
 # default, and every lesson's figure unless it says otherwise). "blocking": it waits until the last
-# byte has arrived (a blocking send, as Megatron-LM's p2p calls wait on their requests).
+# byte has arrived (a blocking send, as Megatron-LM's p2p calls wait on their requests). A batched send
+# (batch_isend_irecv: the send waited on together with the next receive, as Megatron Core's batch_p2p_comm
+# and torch's Schedule1F1B do) gives "blocking"'s numbers here: messages travel on their own, so waiting
+# for both ends when the later one is in, as waiting for one and then the other does. Not a third value.
 SENDS = ("overlapped", "blocking")
 
 # The event loop works on plain lists of numbers: hashing Action objects 100k times would dominate the
