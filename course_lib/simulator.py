@@ -40,17 +40,10 @@ from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Action, Kind, Schedule
 from course_lib.schedules.messages import message_of
 from course_lib.schedules.validate import ScheduleError, check
-from course_lib.sim_inputs import check_costs, check_inputs
+from course_lib.sim_inputs import SENDS as SENDS  # re-exported: simulate(sends=...) takes one of them
+from course_lib.sim_inputs import check_costs, check_inputs, check_sends
 from course_lib.simulator_fast import Route
 from course_lib.timeline import SIMULATED, Span, Timeline, Transfer
-
-# What a device does after handing a message over. "overlapped": it moves on at once (isend; the
-# default, and every lesson's figure unless it says otherwise). "blocking": it waits until the last
-# byte has arrived (a blocking send, as Megatron-LM's p2p calls wait on their requests). A batched send
-# (batch_isend_irecv: the send waited on together with the next receive, as Megatron Core's batch_p2p_comm
-# and torch's Schedule1F1B do) gives "blocking"'s numbers here: messages travel on their own, so waiting
-# for both ends when the later one is in, as waiting for one and then the other does. Not a third value.
-SENDS = ("overlapped", "blocking")
 
 # The event loop works on plain lists of numbers: hashing Action objects 100k times would dominate the
 # run time. An action's key is (micro-batch * n_stages + stage) * 4 + kind code; key % (4 * n_stages)
@@ -107,14 +100,6 @@ def simulate_named(
     check_costs(costs, None)  # before per_virtual_stage; simulate checks the rest once
     share = (costs if costs is not None else StageCosts()).per_virtual_stage(schedule.stages_per_device)
     return simulate(schedule, share, boundary_bytes, links, sends=sends)
-
-
-def check_sends(sends: object) -> None:
-    """Refuse a `sends` that is not one of SENDS, naming it and what is allowed (before any work)."""
-    require(
-        isinstance(sends, str) and sends in SENDS,
-        f"sends must be one of {', '.join(repr(x) for x in SENDS)}, got {sends!r}",
-    )
 
 
 class _Tables(NamedTuple):

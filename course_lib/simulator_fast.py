@@ -28,11 +28,10 @@ def play(
     keys: list[list[int]], orders: list[list[Action]], durations: list[float], routes: list[Route | None],
     n_stages: int, split_backward: bool, n_keys: int, blocking: bool = False,
 ) -> tuple[list[Span], list[Transfer], bool]:  # fmt: skip
-    """Place every action; returns the spans, the transfers, and whether every device got to the
-    end of its order (False: a deadlock). Dependencies are ``simulator._dependency_keys``, inline:
-    an input from the same stage (the own forward, or I before W) ran earlier on the same device,
-    so it only has to be done; an input from a neighbouring stage counts when it arrives. `blocking`:
-    a sender's device is free only when its message's last byte has arrived (sends="blocking")."""
+    """Place every action (`blocking`: sends="blocking"); returns the spans, the transfers, and whether
+    every device got to the end of its order (False: a deadlock). Dependencies: ``_dependency_keys``
+    inline: an input from the same stage (own forward, I before W) ran earlier on this device, so it
+    only has to be done; an input from a neighbouring stage counts when it arrives."""
     n_sk, n_dev, last = len(durations), len(keys), n_stages - 1
     back = 2 if split_backward else 1  # the kind code whose gradient the previous stage waits for
     arrive = [-1.0] * n_keys  # when each action's output is usable by its consumer (< 0: not placed)
@@ -81,8 +80,7 @@ def play(
                 wires[dst] = begin + on_wire
                 arrive[k] = begin + on_wire + latency
                 add_transfer(new(Transfer, (d, dst, actions[pos], begin, arrive[k], nbytes)))
-                if blocking:
-                    finish = arrive[k]  # held until the last byte is in: the next action starts no sooner
+                finish = arrive[k] if blocking else finish  # blocking: held until the last byte is in
             if k in parked:
                 runnable += parked.pop(k)
             pos, t_free = pos + 1, finish
