@@ -11,9 +11,17 @@ from collections.abc import Sequence
 
 from course_lib.checks import real, shown
 from course_lib.costs import StageCosts
-from course_lib.errors import CourseError
+from course_lib.errors import CourseError, require
 from course_lib.links import Link
 from course_lib.schedules.ir import Schedule
+
+# What a device does after handing a message over. "overlapped": it moves on at once (isend; the
+# default, and every lesson's figure unless it says otherwise). "blocking": it waits until the last
+# byte has arrived (a blocking send, as Megatron-LM's p2p calls wait on their requests). A batched send
+# (batch_isend_irecv: the send waited on together with the next receive, as Megatron Core's batch_p2p_comm
+# and torch's Schedule1F1B do) gives "blocking"'s numbers here: messages travel on their own, so waiting
+# for both ends when the later one is in, as waiting for one and then the other does. Not a third value.
+SENDS = ("overlapped", "blocking")
 
 
 def check_inputs(
@@ -41,3 +49,11 @@ def check_costs(costs: object, boundary_bytes: object, links: object = None, sta
 
 def _is_list(value: object) -> bool:
     return isinstance(value, Sequence) and not isinstance(value, str)
+
+
+def check_sends(sends: object) -> None:
+    """Refuse a `sends` that is not one of SENDS, naming it and what is allowed (before any work)."""
+    require(
+        isinstance(sends, str) and sends in SENDS,
+        f"sends must be one of {', '.join(repr(x) for x in SENDS)}, got {sends!r}",
+    )

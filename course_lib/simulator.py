@@ -6,7 +6,10 @@ Rules, the same ones a real pipeline obeys:
 - an action starts when its device is free AND all it depends on (``ir.dependencies``) has arrived;
 - an output crosses to another device exactly when ``schedules.messages`` says it does (the rule
   the engines use too); a dependency between stages on the same device costs nothing;
-- a send overlaps compute (the sender moves on at once), a receive waits for the last byte;
+- a receive waits for the last byte; a send, by the option ``sends`` (``SENDS``): "overlapped" (the
+  default: the sender moves on at once, like torch's isend or a NIC's DMA) or "blocking" (the sender's
+  device is busy until the message's last byte has arrived, like a blocking send/recv pair; the wait
+  shows as idle, not as a span);
 - messages on the same wire (one direction between two devices) queue for bandwidth, but latency
   pipelines: a second message may be in flight while the first is still travelling.
 
@@ -37,7 +40,8 @@ from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Action, Kind, Schedule
 from course_lib.schedules.messages import message_of
 from course_lib.schedules.validate import ScheduleError, check
-from course_lib.sim_inputs import check_costs, check_inputs
+from course_lib.sim_inputs import SENDS as SENDS  # re-exported: simulate(sends=...) takes one of them
+from course_lib.sim_inputs import check_costs, check_inputs, check_sends
 from course_lib.simulator_fast import Route
 from course_lib.timeline import SIMULATED, Span, Timeline, Transfer
 
@@ -55,7 +59,7 @@ Sent = tuple[int, int, int, float, float, int]  # (src, position, dst, begin, ar
 def simulate(
     schedule: Schedule, costs: StageCosts | None = None, boundary_bytes: int | Sequence[int] = 0,
     links: Link | Sequence[Link] | None = None, *, stash_bytes: Sequence[int] | None = None,
-    source: str = SIMULATED,
+    source: str = SIMULATED, sends: str = "overlapped",
 ) -> Timeline:  # fmt: skip
     """Run `schedule` under the cost model and return what happened, as a Timeline.
 
@@ -65,7 +69,9 @@ def simulate(
     boundary (default: free). `stash_bytes`: bytes of activations one micro-batch keeps alive on
     each stage until its backward; if not given, the boundary tensor the stage receives (a lower
     bound: a real stage stashes every layer's activations). `source`: SIMULATED, or
-    MEASURED_COMPUTE when `costs` were measured."""
+    MEASURED_COMPUTE when `costs` were measured. `sends`: one of SENDS, what a sender does while its
+    message travels (see the module's docstring)."""
+    check_sends(sends)
     check_inputs(schedule, costs, boundary_bytes, links, stash_bytes)
     n_st = schedule.n_stages
     nbytes = per_boundary(boundary_bytes, n_st - 1, "boundary_bytes", 0)
@@ -73,7 +79,7 @@ def simulate(
     wires = per_boundary(links, n_st - 1, "links", FREE)
     tables = _tables(schedule, costs if costs is not None else StageCosts(), nbytes, wires)
     with _gc_paused():
-        spans, transfers, finished = _play_fast(schedule, tables)
+        spans, transfers, finished = _play_fast(schedule, tables, sends == "blocking")
         if not finished:
             _reject(schedule)  # a deadlock: the validator explains it best (and the same way everywhere)
         return _timeline(schedule, spans, transfers, nbytes, stash_bytes, source)
@@ -82,15 +88,18 @@ def simulate(
 def simulate_named(
     name: str, p: int, m: int, virtual: int | None = None, costs: StageCosts | None = None,
     boundary_bytes: int | Sequence[int] = 0, links: Link | Sequence[Link] | None = None,
+    sends: str = "overlapped",
 ) -> Timeline:  # fmt: skip
     """Build the registered schedule `name` for p devices, m micro-batches and `virtual` stages per
     device (None: the registry's default), and simulate it: the one way every caller (CLI, dashboard,
     comparisons, plots, planner) simulates a schedule by name. `costs` are a device's share of the
-    model (default: 1 each for F, I, W), so each of its v stages costs 1/v and every v does the same work."""
+    model (default: 1 each for F, I, W), so each of its v stages costs 1/v and every v does the same work.
+    `sends`: one of SENDS (``simulate``)."""
+    check_sends(sends)
     schedule = build_schedule(name, p, m, virtual)
     check_costs(costs, None)  # before per_virtual_stage; simulate checks the rest once
     share = (costs if costs is not None else StageCosts()).per_virtual_stage(schedule.stages_per_device)
-    return simulate(schedule, share, boundary_bytes, links)
+    return simulate(schedule, share, boundary_bytes, links, sends=sends)
 
 
 class _Tables(NamedTuple):
@@ -171,19 +180,23 @@ def _routes(schedule: Schedule, nbytes: list, wires: list[Link]) -> list[Route |
     return table
 
 
-def _play_fast(schedule: Schedule, tables: _Tables) -> tuple[list[Span], list[Transfer], bool]:
+def _play_fast(
+    schedule: Schedule, tables: _Tables, blocking: bool = False
+) -> tuple[list[Span], list[Transfer], bool]:
     """``_play``'s result, computed in one pass without an event queue (``simulator_fast`` says why
     that gives the same numbers; a test checks it on every registered schedule)."""
     keys, owner, durations, routes = tables
     n_st, split = schedule.n_stages, schedule.split_backward
-    return simulator_fast.play(keys, schedule.orders, durations, routes, n_st, split, len(owner))
+    return simulator_fast.play(keys, schedule.orders, durations, routes, n_st, split, len(owner), blocking)
 
 
-def _play_reference(schedule: Schedule, tables: _Tables) -> tuple[list[Span], list[Transfer], bool]:
+def _play_reference(
+    schedule: Schedule, tables: _Tables, blocking: bool = False
+) -> tuple[list[Span], list[Transfer], bool]:
     """``_play``'s result as the Timeline's records: what the fast path must reproduce."""
     keys, owner, durations, routes = tables
     deps = [[_dependency_keys(k, schedule.n_stages, schedule.split_backward) for k in dk] for dk in keys]
-    started, sent, finished = _play(keys, deps, owner, durations, routes)
+    started, sent, finished = _play(keys, deps, owner, durations, routes, blocking)
     orders = schedule.orders
     spans = [Span(d, orders[d][pos], t0, t1) for d, pos, t0, t1 in started]
     transfers = [Transfer(d, dst, orders[d][pos], t0, t1, nb) for d, pos, dst, t0, t1, nb in sent]
@@ -192,11 +205,12 @@ def _play_reference(schedule: Schedule, tables: _Tables) -> tuple[list[Span], li
 
 def _play(
     keys: list[list[int]], deps: list[list[list[int]]], owner: list[int], durations: list[float],
-    routes: list[Route | None],
+    routes: list[Route | None], blocking: bool = False,
 ) -> tuple[list[Started], list[Sent], bool]:  # fmt: skip
     """The event loop, the simulator's rule as a student reads it: run every device's order;
     returns the actions started, the messages sent, and whether every device got to the end of its
-    order (False: a deadlock). ``simulate`` runs ``simulator_fast.play``, which gives the same numbers."""
+    order (False: a deadlock). `blocking`: a sender waits for its message's last byte to arrive
+    (sends="blocking"). ``simulate`` runs ``simulator_fast.play``, which gives the same numbers."""
     n_sk, n_dev, n_keys = len(durations), len(keys), len(owner)
     end = [0.0] * n_keys  # when the action finished, on its own device
     arrive = [0.0] * n_keys  # when its output reached the device that needs it
@@ -242,6 +256,8 @@ def _play(
             wire_free[(d, dst)] = begin + on_wire
             arrive[k] = begin + on_wire + latency
             sent.append((d, pos, dst, begin, arrive[k], nbytes))
+            if blocking:  # the sender is held until the last byte is in (its next action has not started)
+                free[d] = arrive[k]
         if k in waiters:
             for waiting in waiters.pop(k):
                 try_start(waiting)

@@ -8,8 +8,9 @@ messages therefore reach the wire in its order, whatever the other devices do: t
 known as soon as each action is placed. Every other time is a maximum of times already known, so
 the actions can be placed in any order that respects their dependencies. This pass runs each device
 as far as its inputs allow, parks it on the first input that is missing, and wakes it when that
-input is placed. ``tests/test_simulator_fast.py`` checks it equals the event loop on every
-registered schedule, with links that queue.
+input is placed. With blocking sends the same holds: a sender's next action waits for a time already
+known when the send is placed. ``tests/test_simulator_fast.py`` checks it equals the event loop on
+every registered schedule, with links that queue, for every value of ``simulator.SENDS``.
 
 It works on the integer keys and tables ``simulator`` builds (see there) and makes the Timeline's
 records directly, as tuples (a Span is a named tuple): 100k of them cost little that way.
@@ -25,12 +26,12 @@ Route = tuple[int, int, float, float]  # (destination device, bytes, seconds on 
 
 def play(
     keys: list[list[int]], orders: list[list[Action]], durations: list[float], routes: list[Route | None],
-    n_stages: int, split_backward: bool, n_keys: int,
+    n_stages: int, split_backward: bool, n_keys: int, blocking: bool = False,
 ) -> tuple[list[Span], list[Transfer], bool]:  # fmt: skip
-    """Place every action; returns the spans, the transfers, and whether every device got to the
-    end of its order (False: a deadlock). Dependencies are ``simulator._dependency_keys``, inline:
-    an input from the same stage (the own forward, or I before W) ran earlier on the same device,
-    so it only has to be done; an input from a neighbouring stage counts when it arrives."""
+    """Place every action (`blocking`: sends="blocking"); returns the spans, the transfers, and whether
+    every device got to the end of its order (False: a deadlock). Dependencies: ``_dependency_keys``
+    inline: an input from the same stage (own forward, I before W) ran earlier on this device, so it
+    only has to be done; an input from a neighbouring stage counts when it arrives."""
     n_sk, n_dev, last = len(durations), len(keys), n_stages - 1
     back = 2 if split_backward else 1  # the kind code whose gradient the previous stage waits for
     arrive = [-1.0] * n_keys  # when each action's output is usable by its consumer (< 0: not placed)
@@ -79,6 +80,7 @@ def play(
                 wires[dst] = begin + on_wire
                 arrive[k] = begin + on_wire + latency
                 add_transfer(new(Transfer, (d, dst, actions[pos], begin, arrive[k], nbytes)))
+                finish = arrive[k] if blocking else finish  # blocking: held until the last byte is in
             if k in parked:
                 runnable += parked.pop(k)
             pos, t_free = pos + 1, finish

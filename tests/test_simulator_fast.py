@@ -1,8 +1,8 @@
 """The simulator's fast path (``simulator_fast.play``) against its readable event loop (``_play``).
 
 Every registered schedule, on a grid of sizes, under costs and links that make messages queue for
-bandwidth, overlap latency, and tie (zero-cost W): the two must give exactly the same spans and
-transfers, and agree on which schedules deadlock.
+bandwidth, overlap latency, and tie (zero-cost W), with every value of the `sends` option: the two
+must give exactly the same spans and transfers, and agree on which schedules deadlock.
 """
 
 from __future__ import annotations
@@ -14,28 +14,30 @@ from course_lib.errors import CourseError
 from course_lib.links import FREE, Link, per_boundary
 from course_lib.schedules.builders import SCHEDULES, build_schedule
 from course_lib.schedules.ir import Action, Kind, Schedule
-from course_lib.simulator import _play_fast, _play_reference, _tables, simulate
+from course_lib.simulator import SENDS, _play_fast, _play_reference, _tables, simulate
 
 SIZES = [(1, 1), (1, 4), (2, 2), (2, 5), (3, 6), (4, 8), (8, 16)]
 COSTS = [StageCosts(1.0, 1.0, 1.0), StageCosts(f=0.5, i=1.25, w=0.0)]
 LINKS = [None, Link(latency_s=0.3, bandwidth_Bps=4.0)]  # 2 bytes below: 0.5 s on the wire
 
 
-def _both(schedule: Schedule, costs: StageCosts, links: Link | None) -> tuple[tuple, tuple]:
+def _both(schedule: Schedule, costs: StageCosts, links: Link | None, sends: str = "overlapped") -> tuple:
     n_bounds = schedule.n_stages - 1
     nbytes = per_boundary(2, n_bounds, "boundary_bytes", 0)
     wires = per_boundary(links, n_bounds, "links", FREE)
     share = costs.per_virtual_stage(schedule.stages_per_device)
     tables = _tables(schedule, share, nbytes, wires)
-    return _play_reference(schedule, tables), _play_fast(schedule, tables)
+    blocking = sends == "blocking"
+    return _play_reference(schedule, tables, blocking), _play_fast(schedule, tables, blocking)
 
 
 def _sorted(records: list) -> list:
     return sorted(records, key=lambda r: tuple(str(x) for x in r))
 
 
+@pytest.mark.parametrize("sends", SENDS)
 @pytest.mark.parametrize("name", sorted(SCHEDULES))
-def test_fast_path_equals_event_loop(name):
+def test_fast_path_equals_event_loop(name, sends):
     checked = 0
     for p, m in SIZES:
         try:
@@ -44,7 +46,7 @@ def test_fast_path_equals_event_loop(name):
             continue
         for costs in COSTS:
             for links in LINKS:
-                (ref_spans, ref_sent, ref_done), (spans, sent, done) = _both(schedule, costs, links)
+                (ref_spans, ref_sent, ref_done), (spans, sent, done) = _both(schedule, costs, links, sends)
                 assert ref_done and done, (name, p, m)
                 assert len(spans) == len(ref_spans) == len(schedule.actions())
                 assert _sorted(spans) == _sorted(ref_spans), (name, p, m, costs, links)

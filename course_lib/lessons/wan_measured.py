@@ -114,6 +114,7 @@ class WanRun:
     simulated: Timeline  # the schedule replayed with this run's measured costs and the link
     costs: StageCosts = field(repr=False)  # medians of this run's spans, per stage
     losses: list[float] = field(default_factory=list)  # training loss per step (every run trains)
+    steps_per_repeat: int = 1  # measured steps of one repeat, consecutive in `measured`
 
     # Costs are taken per run: on a shared 2-core machine an op is slower when both processes
     # compute at once (no latency) than when they take turns (long latency).
@@ -169,15 +170,23 @@ class WanRun:
     def simulated_worst_idle_s(self) -> float:
         return max(self.simulated.idle(d) for d in range(self.simulated.n_devices))
 
+    def per_repeat(self, value) -> Spread:
+        """`value` of each measured step, the median over the steps of one repeat: one value per repeat.
+        A rank woken late spoils one step; the median of a repeat's steps leaves it out, the range
+        across repeats keeps what differs between them (with one step per repeat: every step)."""
+        values = [value(tl) for tl in self.measured]
+        n = self.steps_per_repeat
+        return Spread(tuple(median(values[i : i + n]) for i in range(0, len(values), n)))
+
     @property
     def latency_part_spread(self) -> Spread:
-        """Each measured step's latency part: its makespan - (m+p-1)(t_f+t_b) of this run."""
-        return Spread(tuple(tl.makespan - self.compute_s for tl in self.measured))
+        """Each repeat's latency part: its steps' median makespan - (m+p-1)(t_f+t_b) of this run."""
+        return self.per_repeat(lambda tl: tl.makespan - self.compute_s)
 
     @property
     def worst_idle_spread(self) -> Spread:
-        """Each measured step's largest idle of any device."""
-        return Spread(tuple(max(tl.idle(d) for d in range(tl.n_devices)) for tl in self.measured))
+        """Each repeat's largest idle of any device (the median over its steps)."""
+        return self.per_repeat(lambda tl: max(tl.idle(d) for d in range(tl.n_devices)))
 
     @property
     def peak_inflight(self) -> list[int]:
@@ -272,7 +281,8 @@ def run_wan_experiment(e: WanExperiment = WanExperiment(), progress: bool = Fals
         mine = results[j :: len(jobs)]
         measured = [tl for result in mine for tl in result.timelines[1:]]
         simulated = replay(measured, sched, links=_link(lat), skip_warmup=0)
-        runs.append(WanRun(sched, lat, k, measured, simulated, costs_from(measured), list(mine[0].losses)))
+        costs, losses = costs_from(measured), list(mine[0].losses)
+        runs.append(WanRun(sched, lat, k, measured, simulated, costs, losses, steps_per_repeat=e.steps - 1))
     pooled = costs_from([tl for r in runs for tl in r.measured])
     n = len(e.latencies_s)
     return WanMeasurement(e, runs[:n], runs[n:], mean(pooled.f), mean(pooled.i))

@@ -22,11 +22,22 @@ Each part alone:
   with the course's simulator for the leading layouts (same stage costs, messages on the links).
 - DP: one ring all-reduce of the GPU's gradients (2 bytes each) over the d replicas per step, not
   overlapped with the backward (a pessimistic choice: Megatron-LM overlaps part of it).
+
+What hides behind compute is an assumption, stated in one place, ``Overlap`` (``estimate``'s and
+``simulate_pipeline``'s `overlap`; the default, ``MEGATRON``, is what every lesson's planner figure uses):
+
+- ``pipeline_sends="blocking"`` (default): the boundary messages above sit between one stage's compute
+  and the next, on every micro-batch; ``"overlapped"``: they travel while the sender computes on
+  (torch's isend/irecv, the simulator's default ``sends``), so only the fill and drain pay them.
+- ``dp_overlapped=False`` (default): the all-reduce starts after the flush; ``True``: it runs during
+  the last micro-batch's backward, layer by layer as each gradient becomes final (Megatron Core's
+  ``DistributedDataParallelConfig(overlap_grad_sync=True)``), so that backward hides up to its length.
+- TP never overlaps: each all-reduce blocks the next matmul (``tp/cost.py`` says the same); not a choice.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from course_lib.errors import require
 from course_lib.links import Link, ring_all_reduce_s
@@ -38,8 +49,41 @@ from course_lib.schedules.builders import SCHEDULES
 from course_lib.schedules.closed_forms import Case
 from course_lib.simulator import StageCosts, simulate_named
 from course_lib.timeline import Timeline
+from course_lib.tp.cost import TP_OVERLAPS
 
 ACTIVATION_BYTES = 2  # fp16/bf16
+PIPELINE_SENDS = ("blocking", "overlapped")
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """What communication hides behind compute (see the module's docstring). TP never overlaps."""
+
+    pipeline_sends: str = "blocking"  # "blocking": on every micro-batch's path; "overlapped": fill and drain
+    dp_overlapped: bool = False  # True: the last micro-batch's backward hides up to its length of the DP
+    tp_overlapped: bool = field(default=TP_OVERLAPS, init=False)  # never: each all-reduce blocks a matmul
+
+    def __post_init__(self) -> None:
+        require(
+            self.pipeline_sends in PIPELINE_SENDS,
+            f"pipeline_sends must be one of {', '.join(map(repr, PIPELINE_SENDS))}, "
+            f"got {self.pipeline_sends!r}",
+        )
+        require(
+            isinstance(self.dp_overlapped, bool),
+            f"dp_overlapped must be True or False, got {self.dp_overlapped!r}",
+        )
+
+    def blocking_s(self, layout: Layout, m: int, message_s: float) -> float:
+        """What blocking pipeline sends add: every micro-batch, each way, at each of the v stages."""
+        return 2 * m * layout.v * message_s if self.pipeline_sends == "blocking" else 0.0
+
+    def exposed_dp_s(self, dp_s: float, backward_s: float) -> float:
+        """The DP all-reduce's part on the step: all of it, or what the last backward does not hide."""
+        return max(0.0, dp_s - backward_s) if self.dp_overlapped else dp_s
+
+
+MEGATRON = Overlap()  # Megatron-LM (2021) as the planner models it: blocking p2p, DP after the flush
 
 
 @dataclass(frozen=True)
@@ -120,8 +164,11 @@ def dp_time(shape: ModelShape, cluster: Cluster, layout: Layout) -> float:
     return ring_all_reduce_s(GRAD_BYTES * parameters_per_gpu(shape, layout), layout.d, link)
 
 
-def estimate(shape: ModelShape, cluster: Cluster, layout: Layout, global_batch: int) -> Parts | None:
-    """The step's parts by closed forms; None where the schedule's bubble formula does not hold."""
+def estimate(
+    shape: ModelShape, cluster: Cluster, layout: Layout, global_batch: int, overlap: Overlap = MEGATRON
+) -> Parts | None:
+    """The step's parts by closed forms, under the `overlap` assumptions; None where the schedule's
+    bubble formula does not hold."""
     m = layout.microbatches(global_batch)
     f, b = compute_times(shape, cluster, layout)
     tf, tb = tp_times(shape, cluster, layout)
@@ -130,10 +177,11 @@ def estimate(shape: ModelShape, cluster: Cluster, layout: Layout, global_batch: 
         return None
     busy = m * (f + b + tf + tb)
     message = boundary_message_s(shape, cluster, layout)
-    blocking = 2 * m * layout.v * message  # every micro-batch, each way, at each of the v stages
+    blocking = overlap.blocking_s(layout, m, message)
+    dp = overlap.exposed_dp_s(dp_time(shape, cluster, layout), b + tb)
     return Parts(
         compute_s=m * (f + b), tp_s=m * (tf + tb), bubble_s=busy * bubble / (1 - bubble),
-        boundary_s=2 * (layout.p * layout.v - 1) * message + blocking, dp_s=dp_time(shape, cluster, layout),
+        boundary_s=2 * (layout.p * layout.v - 1) * message + blocking, dp_s=dp,
     )  # fmt: skip
 
 
@@ -155,13 +203,15 @@ def played_microbatches(layout: Layout, global_batch: int) -> int:
 
 def simulate_pipeline(
     shape: ModelShape, cluster: Cluster, layout: Layout, global_batch: int, parts: Parts,
-    timeline: Timeline | None = None,
+    timeline: Timeline | None = None, overlap: Overlap = MEGATRON,
 ) -> Parts:  # fmt: skip
     """`parts` with bubble and boundary time from the simulator. It plays `played_microbatches` and
     adds one steady-state slot, f + b, per micro-batch beyond: with equal stages each extra
     micro-batch lengthens the makespan by exactly that (the closed forms' m*(f+b)/(1-bubble) grows
     the same way), and it keeps the simulation well under a second for p = 64. `timeline`: that
-    simulation, when the caller has it already (``pipeline_timeline`` for the played micro-batches)."""
+    simulation, when the caller has it already (``pipeline_timeline`` for the played micro-batches).
+    The simulation's sends overlap compute; blocking sends (`overlap`, as `parts` was estimated) add
+    their closed form on top, the same as ``estimate``'s."""
     m = layout.microbatches(global_batch)
     played = played_microbatches(layout, global_batch)
     if timeline is None:
@@ -174,5 +224,5 @@ def simulate_pipeline(
     slot = (parts.compute_s + parts.tp_s) / m
     makespan = timeline.makespan + (m - played) * slot
     idle = makespan - m * slot  # the schedule's bubble plus what the links add in fill and drain
-    blocking = 2 * m * layout.v * boundary_message_s(shape, cluster, layout)
+    blocking = overlap.blocking_s(layout, m, boundary_message_s(shape, cluster, layout))
     return replace(parts, boundary_s=max(0.0, idle - parts.bubble_s) + blocking, simulated=True)

@@ -7,7 +7,11 @@ backward in training, forward only in decoding), L layers, m micro-batches and n
 
 - TP (t = n): every rank computes L*C/t per micro-batch and waits for 4L all-reduces (2L in decoding):
   ``T_tp = m * (L*C/t + 4L * allreduce)``. Each all-reduce blocks the next matmul, so none of it hides.
-- PP (p = n, GPipe with sends that overlap compute): ``T_pp = (m+p-1)*(f+b) + 2(p-1)*(alpha + n/B)``
+  Assumption: TP never overlaps compute (``TP_OVERLAPS``; the planner's ``Overlap`` says the same).
+  Real stacks hide part of it by splitting the matmul (Megatron Core's TP communication overlap), which
+  this model leaves out: TP's line is its worst case.
+- PP (p = n, GPipe with sends that overlap compute, the simulator's default ``sends``):
+  ``T_pp = (m+p-1)*(f+b) + 2(p-1)*(alpha + n/B)``
   where f + b = L*C/p is a stage's work per micro-batch: the fill-and-drain bubble plus one latency per
   hop each way on the critical path. In decoding one token walks the p stages once: p*f + (p-1)*hop.
 
@@ -28,6 +32,8 @@ import numpy as np
 
 from course_lib.errors import require
 from course_lib.links import Link, ring_all_reduce_s
+
+TP_OVERLAPS = False  # the model's assumption: every TP all-reduce blocks the next matmul (module docstring)
 
 
 def stall_fraction(sync_s: float, compute_s: float) -> float:

@@ -222,3 +222,23 @@ def test_the_numbers_in_the_text_are_the_printed_ones():
     slow = re.search(r"at   1 Gb/s: step\s+([\d.]+) s plain 1F1B,\s+([\d.]+)", placement)
     slow_plain, slow_aware = slow.groups()
     assert f"({float(slow_aware):.1f} s against {float(slow_plain):.1f} s)" in sec4
+
+
+def test_sec_3b_says_what_its_printout_shows():
+    """Sends that wait: the latency-aware schedule's slope in L is plain 1F1B's with waiting sends, while
+    with overlapped sends it pays only the flush's 2(p-1) latencies; waiting sends never shorten a step."""
+    text = output_text("06_pipelines_across_wans", "ov3b0002")
+    slopes = dict(
+        re.findall(r"(\w[\w -]*? (?:overlapped|blocking)): (\d+)", text.split("slope at large L")[1])
+    )
+    flush = int(re.search(r"2\(p-1\) = (\d+)", text).group(1))
+    assert slopes["latency-aware 1F1B overlapped"] == str(flush)
+    assert slopes["latency-aware 1F1B blocking"] == slopes["1F1B blocking"]
+    rows = {
+        tuple(r[:2]): [int(x) for x in r[2].split()]
+        for r in re.findall(r"^(.+?)\s+(overlapped|blocking)\s+([\d ]+)$", text, re.M)
+    }
+    for name in ("1F1B", "latency-aware 1F1B"):
+        assert all(b >= o for o, b in zip(rows[name, "overlapped"], rows[name, "blocking"], strict=True))
+    intro = source("06_pipelines_across_wans", "ov3b0001")
+    assert 'a **batched** send gives the numbers of\n`"blocking"`' in intro

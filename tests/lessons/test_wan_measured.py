@@ -98,7 +98,7 @@ def test_a_bad_built_schedule_is_refused_with_the_value_named(schedule, kwargs, 
 
 
 # ---- the two behaviours, measured --------------------------------------------------------------
-EXPERIMENT = WanExperiment(extras=(1, 2, 3, 4, 5))  # lesson 06's: paced 10/20 ms, L = 0, 40, 80 ms
+EXPERIMENT = WanExperiment(extras=(1, 2, 3, 4, 5))  # shorter than lesson 06 (L = 0, 40, 160 ms, 3 steps)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,62 @@
+"""The planner's overlap assumptions (``planner.cost.Overlap``): each one alone changes only its own term."""
+
+from __future__ import annotations
+
+import pytest
+
+from course_lib.errors import CourseError
+from course_lib.planner.clusters import cluster
+from course_lib.planner.cost import (
+    MEGATRON,
+    Overlap,
+    boundary_message_s,
+    compute_times,
+    dp_time,
+    estimate,
+    simulate_pipeline,
+    tp_times,
+)
+from course_lib.planner.layout import Layout
+from course_lib.planner.shapes import model
+
+SELENE = cluster("a100-selene")
+T1 = model("megatron-1t")
+LAYOUT = Layout(8, 8, 6, 1, "1f1b")  # t = 8, p = 8 (across nodes), d = 6, b = 1
+BATCH = 96
+
+
+def test_the_default_is_megatrons_blocking_sends_and_dp_after_the_flush():
+    assert MEGATRON == Overlap("blocking", dp_overlapped=False) and not MEGATRON.tp_overlapped
+    assert estimate(T1, SELENE, LAYOUT, BATCH) == estimate(T1, SELENE, LAYOUT, BATCH, MEGATRON)
+
+
+def test_overlapped_sends_pay_the_boundary_only_in_fill_and_drain():
+    blocking = estimate(T1, SELENE, LAYOUT, BATCH)
+    overlapped = estimate(T1, SELENE, LAYOUT, BATCH, Overlap("overlapped"))
+    message, m = boundary_message_s(T1, SELENE, LAYOUT), LAYOUT.microbatches(BATCH)
+    assert overlapped.boundary_s == pytest.approx(2 * (LAYOUT.p - 1) * message)
+    assert blocking.boundary_s - overlapped.boundary_s == pytest.approx(2 * m * message)
+    assert (overlapped.compute_s, overlapped.bubble_s, overlapped.dp_s) == (
+        blocking.compute_s, blocking.bubble_s, blocking.dp_s,
+    )  # fmt: skip
+    simulated = simulate_pipeline(T1, SELENE, LAYOUT, BATCH, overlapped, overlap=Overlap("overlapped"))
+    assert simulated.boundary_s < simulate_pipeline(T1, SELENE, LAYOUT, BATCH, blocking).boundary_s
+
+
+def test_an_overlapped_dp_all_reduce_hides_behind_the_last_backward():
+    after = estimate(T1, SELENE, LAYOUT, BATCH)
+    during = estimate(T1, SELENE, LAYOUT, BATCH, Overlap(dp_overlapped=True))
+    backward = compute_times(T1, SELENE, LAYOUT)[1] + tp_times(T1, SELENE, LAYOUT)[1]
+    assert after.dp_s == dp_time(T1, SELENE, LAYOUT) > 0
+    assert during.dp_s == pytest.approx(max(0.0, after.dp_s - backward))
+    assert during.boundary_s == after.boundary_s
+    assert Overlap(dp_overlapped=True).exposed_dp_s(1.0, 3.0) == 0.0  # never below zero
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"pipeline_sends": "eager"}, "pipeline_sends must be one of 'blocking', 'overlapped', got 'eager'"),
+    ({"dp_overlapped": "yes"}, "dp_overlapped must be True or False, got 'yes'"),
+])  # fmt: skip
+def test_a_bad_assumption_is_refused_with_the_choices(kwargs, words):
+    with pytest.raises(CourseError, match=words):
+        Overlap(**kwargs)
