@@ -28,6 +28,7 @@ Run::
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 
 from course_lib.costs import costs_from
@@ -86,12 +87,16 @@ def main(argv: list[str] | None = None) -> None:
         probes = "on (StageRuntime has no switch; they cost about 10% CPU on this model)"
     theirs_spec = torch_spec(cfg, args.schedule, p, threads=args.threads)
     print(f"{args.rounds} rounds, each: our distributed engine, then torch.distributed.pipelining ...")
-    ours_times, torch_times, ours_runs = [], [], []
+    load_before = os.getloadavg()[0]
+    ours_times, torch_times, ours_runs, round_ratios = [], [], [], []
     for ours, theirs in alternate(ours_spec, theirs_spec, args.rounds):
         ours_runs.append(ours)
-        ours_times += ours.rank_step_times_s[p - 1][args.warmup :]  # rank p-1 holds the last stage
-        torch_times += theirs["times"][args.warmup :]
+        ours_round = ours.rank_step_times_s[p - 1][args.warmup :]  # rank p-1 holds the last stage
+        torch_round = theirs["times"][args.warmup :]
+        ours_times, torch_times = ours_times + ours_round, torch_times + torch_round
+        round_ratios.append(statistics.median(ours_round) / statistics.median(torch_round))
         assert abs(ours.losses[-1] - theirs["losses"][-1]) < 1e-4, (ours.losses, theirs["losses"])
+    load = (load_before, os.getloadavg()[0])
     ours_med, torch_med = statistics.median(ours_times), statistics.median(torch_times)
     print(
         f"\n{cfg.n_layers} layers, schedule {args.schedule}, p={p}, m={cfg.microbatches}, batch "
@@ -101,6 +106,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  our distributed engine:       {ours_med * 1000:8.1f} ms per step (measured)")
     print(f"  torch.distributed.pipelining: {torch_med * 1000:8.1f} ms per step (measured)")
     print(f"  ratio ours / torch:           {ours_med / torch_med:8.3f}   (target <= 0.90)")
+    print(f"  ratio per round:              {', '.join(f'{r:.3f}' for r in round_ratios)}")
+    cores = os.cpu_count() or 1
+    print(f"  load average (1 min) before / after: {load[0]:.1f} / {load[1]:.1f} on {cores} cores")
+    if max(load) > cores:  # other processes took turns with ours: the ratio says more about them
+        print("  (the machine was busy: the target is for a quiet machine, where the ratios agree)")
 
     # each measured step against the simulator fed that step's own op costs (on a shared machine
     # the load drifts between steps; within one step both see the same)

@@ -114,6 +114,7 @@ def build_rank(
         s: StageRuntime(
             s, schedule.n_stages, modules[s], cfg.microbatches, checkpoint=spec.checkpoint,
             device=torch_device, track_memory=spec.track_memory, split_backward=schedule.split_backward,
+            defer_graph_release=True,
         )
         for s in mine
     }  # fmt: skip
@@ -146,6 +147,8 @@ def run_schedule(
             continue  # W, the loss, or stage 0's input gradient: nothing travels
         if (msg := message_of(action, schedule)) is not None:
             comm.send(msg, out)  # returns at once: the transfer overlaps the next actions
+            for stage in rank.stages.values():  # spent graphs go now, not before a peer has its input
+                stage.release_graphs()
         else:
             kept[action] = out
 

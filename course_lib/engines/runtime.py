@@ -91,6 +91,7 @@ class StageRuntime:
     def __init__(
         self, stage: int, n_stages: int, module: nn.Module, n_microbatches: int, checkpoint: str = "never",
         device: torch.device | str = "cpu", track_memory: bool = True, split_backward: bool = True,
+        defer_graph_release: bool = False,
     ):  # fmt: skip
         require(0 <= stage < n_stages, f"stage must be in 0..{n_stages - 1}, got {stage}")
         require(n_microbatches >= 1, f"micro-batches must be >= 1, got {n_microbatches}")
@@ -111,6 +112,11 @@ class StageRuntime:
         self._recorder = LayerCallRecorder(self.module) if split_backward else None
         # parameters no layer rule covers: I computes their gradients (weight_grad.py says why)
         self._params_in_i = self._recorder.params_done_in_i(self.module) if split_backward else []
+        # B's spent graph (autograd already freed its saved tensors; tearing down its ~1000 nodes takes
+        # about a millisecond): with defer_graph_release it is kept until release_graphs(), so that a
+        # caller can send the input gradient first, while the previous stage waits for it
+        self.defer_graph_release = defer_graph_release
+        self._spent: list[Tensor] = []
 
     # ---- bookkeeping ---------------------------------------------------------------------------
     def _checkpointed_inputs(self) -> int:
@@ -216,6 +222,8 @@ class StageRuntime:
         stash = self._ready_for_backward(mb)
         torch.autograd.backward(stash.out, self._grad_seed(grad_output))
         del self._stash[mb]
+        if self.defer_graph_release:
+            self._spent.append(stash.out)
         stash.free()
         return None if self.is_first else stash.inp.grad
 
@@ -267,7 +275,12 @@ class StageRuntime:
         self.losses = {}
         self.peak_saved_bytes = self.peak_inflight = 0
 
+    def release_graphs(self) -> None:
+        """Drop the spent graphs that ``defer_graph_release`` kept (they hold no saved tensors)."""
+        self._spent.clear()
+
     def close(self) -> None:
         """Take the forward hooks off the module (it may be reused by another runtime)."""
+        self.release_graphs()
         if self._recorder is not None:
             self._recorder.close()

@@ -4,6 +4,7 @@ an interrupted batch neither loses the Ctrl-C nor blocks the next batch."""
 from __future__ import annotations
 
 import sys
+import weakref
 
 import pytest
 import torch
@@ -117,4 +118,25 @@ def test_an_interrupted_batch_keeps_the_ctrl_c_and_the_next_batch_starts_clean()
     fresh, fresh_stages = two_stages()
     run_batch(fresh_stages, split=True)
     for a, b in zip(model.parameters(), fresh.parameters(), strict=True):
+        assert torch.equal(a.grad, b.grad)
+
+
+def test_a_deferred_graph_release_keeps_the_spent_graph_until_asked_and_changes_no_gradient():
+    def deferred_stages():
+        model = build_model(CFG, seed=0)
+        modules = stage_modules(model.layers, uniform(5, 2))
+        return model, [StageRuntime(s, 2, mod, 2, defer_graph_release=True) for s, mod in enumerate(modules)]
+
+    _, (first, last) = deferred_stages()
+    x, y = torch.randint(0, 8, (2, 8)), torch.randint(0, 8, (2, 8))
+    last.run(Action.parse("1F0"), first.run(Action.parse("0F0"), x), y)
+    loss = weakref.ref(last._stash[0].out)  # the graph lives as long as its output
+    first.run(Action.parse("0B0"), last.run(Action.parse("1B0"), None))
+    assert loss() is not None and last.saved_bytes() == 0  # kept, but nothing saved for backward in it
+    last.release_graphs()
+    assert loss() is None
+    plain, _, _ = run_two_stages(False, "never")
+    model, stages = deferred_stages()
+    run_batch(stages, split=False)
+    for a, b in zip(plain.parameters(), model.parameters(), strict=True):
         assert torch.equal(a.grad, b.grad)
