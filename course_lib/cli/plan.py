@@ -17,6 +17,7 @@ import argparse
 
 from course_lib.cli.flags import COUNT, figure_path, print_json
 from course_lib.planner import CLUSTERS, MODELS, cluster, model, plan
+from course_lib.planner.cost import MEGATRON, PIPELINE_SENDS, Overlap
 from course_lib.planner.enumerate import Plan, Planned
 
 COLUMNS = (
@@ -35,6 +36,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-recompute", action="store_true", help="never recompute activations")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument(
+        "--sends", choices=PIPELINE_SENDS, default=MEGATRON.pipeline_sends,
+        help="pipeline messages: 'blocking' (Megatron-LM 2021: on every micro-batch's path, the default) "
+        "or 'overlapped' (hidden behind compute but in the fill and drain)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dp-overlap", action="store_true",
+        help="let the last micro-batch's backward hide the DP all-reduce (default: after the flush)",
+    )  # fmt: skip
+    parser.add_argument(
         "--gantt", metavar="FILE.png", type=figure_path,
         help="save the best layout's simulated Gantt chart (one replica, at most 2p micro-batches)",
     )  # fmt: skip
@@ -45,9 +55,11 @@ def run(args: argparse.Namespace) -> int:
     if args.seq_len:
         shape = shape.with_seq_len(args.seq_len)
     recompute = (False,) if args.no_recompute else (True, False)
+    overlap = Overlap(args.sends, dp_overlapped=args.dp_overlap)
     result = plan(
-        shape, cluster(args.cluster), args.gpus, args.global_batch, recompute=recompute, zero1=args.zero1
-    )
+        shape, cluster(args.cluster), args.gpus, args.global_batch, recompute=recompute, zero1=args.zero1,
+        overlap=overlap,
+    )  # fmt: skip
     best = result.best  # CourseError when nothing fits
     shown = result.layouts[: args.top]
     if args.json:
@@ -66,7 +78,8 @@ def _request(result: Plan) -> dict:
         "model": result.shape.name, "cluster": result.cluster.name, "gpus": result.gpus,
         "global_batch": result.global_batch, "seq_len": result.shape.seq_len,
         "efficiency": result.cluster.efficiency, "candidates": result.candidates,
-        "fitting": len(result.layouts),
+        "fitting": len(result.layouts), "pipeline_sends": result.overlap.pipeline_sends,
+        "dp_overlapped": result.overlap.dp_overlapped,
     }  # fmt: skip
 
 
@@ -76,6 +89,8 @@ def _summary(result: Plan) -> str:
         f"{result.shape.seq_len}) on {result.gpus:,} x {result.cluster.gpu} ({result.cluster.name}), "
         f"global batch {result.global_batch:,}: {len(result.layouts)} of {result.candidates} layouts fit "
         f"memory; compute efficiency {result.cluster.efficiency} (calibrated, see planner/published.py)"
+        f"; pipeline sends {result.overlap.pipeline_sends}, DP all-reduce "
+        f"{'overlapped with the last backward' if result.overlap.dp_overlapped else 'after the flush'}"
     )
 
 

@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from course_lib.checks import divisors, whole
 from course_lib.errors import require
 from course_lib.planner.clusters import Cluster, cluster
-from course_lib.planner.cost import Parts, estimate, pipeline_timeline, played_microbatches, simulate_pipeline
+from course_lib.planner.cost import (
+    MEGATRON,
+    Overlap,
+    Parts,
+    estimate,
+    pipeline_timeline,
+    played_microbatches,
+    simulate_pipeline,
+)
 from course_lib.planner.layout import Layout
 from course_lib.planner.memory import USABLE_SHARE, Memory, memory_per_gpu
 from course_lib.planner.shapes import ModelShape, model
@@ -94,6 +102,7 @@ class Plan:
     global_batch: int
     layouts: list[Planned] = field(default_factory=list)  # fastest first
     candidates: int = 0  # layouts that divide the GPUs and the batch, before memory
+    overlap: Overlap = MEGATRON  # what communication hides behind compute in every layout's cost
 
     @property
     def best(self) -> Planned:
@@ -141,10 +150,12 @@ def planned_from(
     return Planned(layout, parts, mem, step, counted / 1e12, mfu, timeline)
 
 
-def simulated(shape: ModelShape, cl: Cluster, x: Planned, batch: int) -> Planned:
+def simulated(
+    shape: ModelShape, cl: Cluster, x: Planned, batch: int, overlap: Overlap = MEGATRON
+) -> Planned:
     """`x` re-costed by the simulator (``simulate_pipeline``), with the timeline it played."""
     tl = pipeline_timeline(shape, cl, x.layout, played_microbatches(x.layout, batch))
-    parts = simulate_pipeline(shape, cl, x.layout, batch, x.parts, timeline=tl)
+    parts = simulate_pipeline(shape, cl, x.layout, batch, x.parts, timeline=tl, overlap=overlap)
     return planned_from(shape, cl, x.layout, batch, parts, x.memory, timeline=tl)
 
 
@@ -152,15 +163,18 @@ def plan(
     shape: ModelShape | str, cluster_: Cluster | str, gpus: int, global_batch: int, *,
     schedules: Sequence[str] = ("1f1b", "interleaved-1f1b"), recompute: Sequence[bool] = (True, False),
     zero1: bool = False, simulate_top: int = 3, only: tuple[int, int] | None = None,
+    overlap: Overlap = MEGATRON,
 ) -> Plan:  # fmt: skip
     """Rank every layout of `shape` on `gpus` GPUs of `cluster_` for `global_batch` sequences a step.
-    `only=(t, p)` keeps the layouts with that t and p (a published layout, sec 5.4's comparisons)."""
+    `only=(t, p)` keeps the layouts with that t and p (a published layout, sec 5.4's comparisons);
+    `overlap`: what the costs let communication hide (``planner.cost.Overlap``; Megatron-LM's by default)."""
     shape = model(shape) if isinstance(shape, str) else shape
     cl = cluster(cluster_) if isinstance(cluster_, str) else cluster_
     require(
         isinstance(shape, ModelShape), f"shape must be a model preset's name or a ModelShape, got {shape!r}"
     )
     require(isinstance(cl, Cluster), f"cluster_ must be a cluster preset's name or a Cluster, got {cl!r}")
+    require(isinstance(overlap, Overlap), f"overlap must be a planner.cost.Overlap, got {overlap!r}")
     gpus, global_batch = check_request(cl, gpus, global_batch, schedules)
     names = [resolve_name(s) for s in schedules]
     fitting, total = [], 0
@@ -170,14 +184,14 @@ def plan(
         total += 1
         mem = memory_per_gpu(shape, layout, global_batch)
         fits = mem.total <= USABLE_SHARE * cl.memory_bytes
-        parts = estimate(shape, cl, layout, global_batch) if fits else None
+        parts = estimate(shape, cl, layout, global_batch, overlap) if fits else None
         if parts is not None:
             fitting.append(planned_from(shape, cl, layout, global_batch, parts, mem))
     _require_some(shape, cl, gpus, global_batch, total)
     fitting.sort(key=lambda x: x.step_s)
-    leaders = [simulated(shape, cl, x, global_batch) for x in fitting[:simulate_top]]
+    leaders = [simulated(shape, cl, x, global_batch, overlap) for x in fitting[:simulate_top]]
     ranked = sorted(leaders, key=lambda x: x.step_s) + fitting[simulate_top:]
-    return Plan(shape, cl, gpus, global_batch, ranked, total)
+    return Plan(shape, cl, gpus, global_batch, ranked, total, overlap)
 
 
 def _require_some(shape: ModelShape, cl: Cluster, gpus: int, global_batch: int, total: int) -> None:

@@ -60,3 +60,25 @@ def test_an_overlapped_dp_all_reduce_hides_behind_the_last_backward():
 def test_a_bad_assumption_is_refused_with_the_choices(kwargs, words):
     with pytest.raises(CourseError, match=words):
         Overlap(**kwargs)
+
+
+def test_the_plan_costs_every_layout_under_the_overlap_it_is_given():
+    from course_lib.planner import plan
+
+    blocking = plan(T1, SELENE, 3072, 3072, simulate_top=1)
+    hidden = plan(T1, SELENE, 3072, 3072, simulate_top=1, overlap=Overlap("overlapped", dp_overlapped=True))
+    assert blocking.overlap == MEGATRON and hidden.overlap.pipeline_sends == "overlapped"
+    by_layout = {x.layout: x.step_s for x in blocking.layouts}
+    assert all(x.step_s <= by_layout[x.layout] + 1e-9 for x in hidden.layouts)  # hiding never costs
+    assert hidden.best.step_s < blocking.best.step_s
+    with pytest.raises(CourseError, match="overlap must be a planner.cost.Overlap, got 'overlapped'"):
+        plan(T1, SELENE, 3072, 3072, overlap="overlapped")
+
+
+def test_the_command_line_names_the_overlap_it_planned_under(capsys):
+    from course_lib.cli import main
+
+    args = ["plan", "--model", "megatron-1t", "--cluster", "a100-selene", "--gpus", "3072"]
+    assert main([*args, "--global-batch", "3072", "--top", "1", "--sends", "overlapped", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"pipeline_sends": "overlapped"' in out and '"dp_overlapped": false' in out
