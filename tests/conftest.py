@@ -22,6 +22,8 @@ SERIAL = {
 @pytest.hookimpl(tryfirst=True)  # before -m selects by marker
 def pytest_collection_modifyitems(config, items):
     tests = Path(__file__).parent
+    if missing := [rel for rel in SERIAL if not (tests / rel).exists()]:  # renamed: it would not be alone
+        raise pytest.UsageError(f"tests/conftest.py's SERIAL names files that are not there: {missing}")
     for item in items:
         if item.path.is_relative_to(tests) and item.path.relative_to(tests).as_posix() in SERIAL:
             item.add_marker(pytest.mark.serial)
