@@ -76,12 +76,19 @@ instructor: $(SETUP)
 lint: $(SETUP)
 	$(BIN)/ruff check course_lib tests bench data
 
+# the tests that start processes, this many at a time (0: one after another, in one process)
+UNIT_WORKERS ?= 2
 unit: $(SETUP)
 	@bash tests/browser/ensure_browser.sh
 	@bash tests/ensure_iproute2.sh
-	@# three processes, so that no test can leave state (threads, handlers, imports) to the others
+	@# separate pytest processes, so that no test can leave state (threads, handlers, imports) to the others.
+	@# The tests that start processes mostly wait for them (kernels, servers, ranks' start-up): two run at
+	@# a time (pytest-xdist, a file's tests on one worker, so its fixtures are made once); those that
+	@# measure or count what runs on the machine (-m serial, tests/conftest.py) run alone after them
 	$(BIN)/python -m pytest -q tests/browser
-	$(BIN)/python -m pytest -q tests --ignore=tests/browser -m processes --durations=15
+	$(BIN)/python -m pytest -q tests --ignore=tests/browser -m "processes and not serial" -n $(UNIT_WORKERS) \
+	  --dist loadfile --durations=15
+	$(BIN)/python -m pytest -q tests --ignore=tests/browser -m "processes and serial" --durations=5
 	$(BIN)/python -m pytest -q tests --ignore=tests/browser -m "not processes"
 
 # Running every lesson changes no file git tracks and leaves none it would add (tests/course/test_git_pull.py):

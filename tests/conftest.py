@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +11,22 @@ import torch
 from course_lib.data import load_corpus
 
 torch.set_num_threads(1)  # 2-core CI: one thread per test process is faster and deterministic
+
+# `make unit` runs the processes group two at a time (pytest-xdist), except these files, which it runs
+# alone afterwards (-m serial): what they check would be disturbed by another test beside them
+SERIAL = {
+    "lessons/test_wan_measured.py": "measures steps against the formula: another test's load is noise in it",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
+def pytest_collection_modifyitems(config, items):
+    tests = Path(__file__).parent
+    if missing := [rel for rel in SERIAL if not (tests / rel).exists()]:  # renamed: it would not be alone
+        raise pytest.UsageError(f"tests/conftest.py's SERIAL names files that are not there: {missing}")
+    for item in items:
+        if item.path.is_relative_to(tests) and item.path.relative_to(tests).as_posix() in SERIAL:
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture(scope="session")

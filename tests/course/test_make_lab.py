@@ -23,6 +23,7 @@ import pytest
 from support.assignments import ASSIGNMENTS, solution_secrets
 from support.paths import REPO_ROOT
 
+from course_lib.grading import kit
 from course_lib.grading.kit import SECRET_MARKERS, build
 
 ROOT = REPO_ROOT
@@ -175,7 +176,19 @@ def assert_course_kernel_is_this_checkouts(kernelspecs_url: str) -> None:
     assert python.name.startswith("python") and python.parent.resolve() == (ROOT / ".venv" / "bin").resolve()
 
 
-def test_the_kit_is_built_once_and_a_refresh_keeps_the_students_work(tmp_path):
+@pytest.fixture(scope="module")
+def released_once():
+    """The assignments' student versions, made by nbgrader once (kit.released: about 10 s of CPU) for the
+    kits these tests build; `make lab` above makes its own."""
+    return kit.released()
+
+
+@pytest.fixture
+def kit_from_released_once(released_once, monkeypatch):
+    monkeypatch.setattr(kit, "released", lambda course=kit.COURSE: dict(released_once))
+
+
+def test_the_kit_is_built_once_and_a_refresh_keeps_the_students_work(tmp_path, kit_from_released_once):
     kit = tmp_path / "lab"
     assert build(kit)  # first run: every file added
     assert build(kit) == []  # a second `make lab` changes nothing
@@ -199,7 +212,7 @@ def test_the_kit_is_built_once_and_a_refresh_keeps_the_students_work(tmp_path):
         build(tmp_path / "other")
 
 
-def test_running_a_lesson_in_the_kit_changes_no_tracked_file(tmp_path):
+def test_running_a_lesson_in_the_kit_changes_no_tracked_file(tmp_path, kit_from_released_once):
     """What a student does in `make lab`: run a lesson (here the first, as nbconvert would) and save it.
     The saved notebook is the kit's copy; `git status` of the checkout is what it was."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
