@@ -23,7 +23,9 @@ takes a while (starting processes, say) is seen to go on.
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -113,7 +115,8 @@ class RunPanel:
         ticker = threading.Thread(target=self._tick, args=(control,), name="progress line", daemon=True)
         ticker.start()
         try:
-            value = self._guarded(job, control)
+            with self._interrupt_stops():
+                value = self._guarded(job, control)
         finally:
             self._finish()
             ticker.join()
@@ -122,6 +125,20 @@ class RunPanel:
         if value is not None:
             shown(value)
         return value
+
+    @contextlib.contextmanager
+    def _interrupt_stops(self):
+        """Kernel > Interrupt (SIGINT) during a run from a cell presses stop: the engines end at their next
+        check, with the one line. Raised instead, the KeyboardInterrupt could land in a callback Python runs
+        meanwhile (a weakref's, a __del__), which swallows it, and the run would go on."""
+        if threading.current_thread() is not threading.main_thread():
+            yield  # only the main thread receives signals (and may set their handlers)
+            return
+        previous = signal.signal(signal.SIGINT, lambda *_: self._stop.set())
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
     def _guarded(self, job: Callable[[RunControl], Any], control: RunControl) -> Any:
         self.say(self._progress(control))
