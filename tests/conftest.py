@@ -16,6 +16,7 @@ torch.set_num_threads(1)  # 2-core CI: one thread per test process is faster and
 # alone afterwards (-m serial): what they check would be disturbed by another test beside them
 SERIAL = {
     "lessons/test_wan_measured.py": "measures steps against the formula: another test's load is noise in it",
+    "grading/test_grading_sandbox.py": "its fork bomb takes every process the sandbox's user may have",
     "course/test_two_hosts.py": "a shaped link's measured step against one simulated from an earlier run",
 }
 

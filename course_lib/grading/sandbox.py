@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.grading import plain
+from course_lib.grading.sandbox_output import Output
 
 ROOT = Path(__file__).resolve().parents[2]
 GiB = 2**30
@@ -144,37 +145,6 @@ def _limit(limits: Limits):
     return apply
 
 
-class _Output:
-    """The sandbox's stdout and stderr, read by the grader while it waits for a reply: the first `cap`
-    characters since the last take() are kept. The worker flushes before it replies, so once the reply
-    is in, what the request printed is already in the pipe and `drain` reads it all."""
-
-    def __init__(self, stream, cap: int) -> None:
-        self.stream, self.cap, self.kept, self.dropped, self.open = stream, cap, [], 0, True
-        self.fd = stream.fileno()  # held open by self.stream after the process and its Popen are gone
-        os.set_blocking(self.fd, False)
-
-    def read(self) -> None:
-        try:
-            chunk = os.read(self.fd, 65536)
-        except BlockingIOError:
-            return
-        self.open = bool(chunk)
-        room = max(self.cap - sum(len(k) for k in self.kept), 0)
-        self.kept.append(chunk[:room].decode(errors="replace"))
-        self.dropped += max(len(chunk) - room, 0)
-
-    def drain(self) -> None:
-        while self.open and select.select([self.fd], [], [], 0)[0]:
-            self.read()
-
-    def take(self) -> str:
-        self.drain()
-        text, dropped = "".join(self.kept), self.dropped
-        self.kept, self.dropped = [], 0
-        return text + (f"\n... ({dropped} more characters of output not shown)\n" if dropped else "")
-
-
 @dataclass
 class Sandbox:
     limits: Limits = field(default_factory=Limits)
@@ -189,7 +159,18 @@ class Sandbox:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _start(self) -> None:
+    def _start(self, attempts: int = 8) -> None:
+        """A fresh worker, started again if it dies before any student code ran: a fork bomb's processes
+        count against the process limit until the kernel has ended them, and block a new worker's threads."""
+        for attempt in range(attempts):
+            try:
+                return self._start_once()
+            except StudentError:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.25 * 2**attempt)  # 0.25 s, 0.5 s, ... about 30 s in all
+
+    def _start_once(self) -> None:
         reply_read, reply_write = os.pipe()
         worker = [str(python()), "-m", "course_lib.grading.worker", str(reply_write)]
         argv = [*(bwrap_argv() if self.contained else []), *worker]
@@ -201,7 +182,7 @@ class Sandbox:
         )  # fmt: skip
         os.close(reply_write)
         self._replies = os.fdopen(reply_read, "rb")
-        self._output = _Output(self._proc.stdout, self.limits.output_chars)
+        self._output = Output(self._proc.stdout, self.limits.output_chars)
         self._request(
             {"op": "gate", "functions": list(self.gates)}, timeout_s=max(self.limits.request_s, 120)
         )
