@@ -89,7 +89,7 @@ unit: $(SETUP)
 	$(BIN)/python -m pytest -q tests --ignore=tests/browser -m "processes and not serial" -n $(UNIT_WORKERS) \
 	  --dist loadfile --durations=15
 	$(BIN)/python -m pytest -q tests --ignore=tests/browser -m "processes and serial" --durations=5
-	$(BIN)/python -m pytest -q tests --ignore=tests/browser -m "not processes"
+	$(BIN)/python -m pytest -q tests --ignore=tests/browser -m "not processes" -n $(UNIT_WORKERS) --dist loadfile
 
 # Running every lesson changes no file git tracks and leaves none it would add (tests/course/test_git_pull.py):
 # `git status` after the run is what it was before (outside a git checkout, the run alone)
