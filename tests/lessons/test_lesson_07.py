@@ -219,3 +219,15 @@ def test_07b_quotes_the_papers_computed_rates_and_gives_the_cpus_reason_for_a_ch
     why = " ".join(source("07b_zero_bubble", "ad3c3fb0").split())
     assert "the linear layers are most of the toy's FLOPs" in why and "per-operation overhead" in why
     assert "attention, which has no weights" not in why
+
+
+def test_07a_and_09_credit_the_bubbles_formula_and_its_m_to_lesson_03():
+    # issue 24: 07 credited lesson 05, and 09 sec 1 lesson 04, with lesson 03's result (the bubble
+    # (p-1)/(m+p-1) and how many micro-batches shrinking it takes)
+    from support.committed import source
+
+    intro = " ".join(source("07a_interleaving", "a7a00002").split())
+    assert "Lesson 03 showed that pushing the bubble down with more micro-batches" in intro
+    assert "Lesson 05 showed" not in intro
+    sec_1 = " ".join(source("09_planning_a_real_run", "c02").split())
+    assert "the bubble (p-1)/(m+p-1) of lesson 03" in sec_1 and "of lesson 04" not in sec_1
