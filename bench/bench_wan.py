@@ -9,9 +9,11 @@ Prints, from one launch of p processes (``course_lib/lessons/wan_measured.py``):
 3. the two effects (median against median) beside their spread (the ranges of the repeats) and the ratio.
 
 Every op is paced to --pace forward/backward seconds (the real op, then a sleep to the end of the slot)
-unless --bare; every run is repeated --repeats times, taking turns. Lesson 06's figures::
+unless --bare; every run is repeated --repeats times, taking turns. Lesson 06's figure (sec 6), then the
+test's shorter variant (tests/lessons/test_wan_measured.py), then bare ops::
 
-    .venv/bin/python bench/bench_wan.py --extras 1 2 3 4 5             # 8 blocks, L = 0, 40, 80 ms, paced
+    .venv/bin/python bench/bench_wan.py --latency 0 0.07 0.23 --aware-latency 0.07 --extras 3 4 5 6 --steps 3
+    .venv/bin/python bench/bench_wan.py --extras 1 2 3 4 5             # 4 blocks, L = 0, 40, 80 ms, paced
     .venv/bin/python bench/bench_wan.py --bare --layers 32 --latency 0 0.02 0.04 --aware-latency 0.02
 """
 

@@ -171,21 +171,23 @@ class WanRun:
         return max(self.simulated.idle(d) for d in range(self.simulated.n_devices))
 
     def per_repeat(self, value) -> Spread:
-        """`value` of each measured step, the median over the steps of one repeat: one value per repeat.
-        A rank woken late spoils one step; the median of a repeat's steps leaves it out, the range
-        across repeats keeps what differs between them (with one step per repeat: every step)."""
+        """`value` of each measured step, the smallest over the steps of one repeat: one value per repeat.
+        On paced ops the load's noise only adds (a rank woken late lengthens a step, nothing shortens
+        one), so a repeat's least disturbed step is its fastest: a rank woken late spoils one step, not
+        the repeat (a median of two steps would take half of it in). The range across repeats keeps
+        what differs between them (with one step per repeat: every step)."""
         values = [value(tl) for tl in self.measured]
         n = self.steps_per_repeat
-        return Spread(tuple(median(values[i : i + n]) for i in range(0, len(values), n)))
+        return Spread(tuple(min(values[i : i + n]) for i in range(0, len(values), n)))
 
     @property
     def latency_part_spread(self) -> Spread:
-        """Each repeat's latency part: its steps' median makespan - (m+p-1)(t_f+t_b) of this run."""
+        """Each repeat's latency part: its fastest step's makespan - (m+p-1)(t_f+t_b) of this run."""
         return self.per_repeat(lambda tl: tl.makespan - self.compute_s)
 
     @property
     def worst_idle_spread(self) -> Spread:
-        """Each repeat's largest idle of any device (the median over its steps)."""
+        """Each repeat's largest idle of any device (the smallest over its steps)."""
         return self.per_repeat(lambda tl: max(tl.idle(d) for d in range(tl.n_devices)))
 
     @property

@@ -32,7 +32,8 @@ def table(wan: WanMeasurement) -> str:
         f"p={e.p}, m={e.m}, {e.n_layers} blocks, one sequence of {e.seq_len} tokens per micro-batch, "
         f"{paced}; "
         f"all runs: t_f = {wan.t_f * ms:.1f} ms, t_b = {wan.t_b * ms:.1f} ms per stage; "
-        f"{e.repeats} repeats per point, taking turns, each the median of its {e.steps - 1} measured step(s)",
+        f"{e.repeats} repeats per point, taking turns, "
+        f"each the fastest of its {e.steps - 1} measured step(s)",
         "",
         "plain 1F1B: the step's latency part = measured step - (m+p-1)(t_f+t_b) of that run",
         "     L   t_f+t_b   measured step  simulated*   latency part: measured [range]  formula*",
@@ -110,7 +111,7 @@ def plot_summary(wan: WanMeasurement, fig=None):
     fig = fig or plt.figure(figsize=(11, 3.8))
     left, right = fig.subplots(1, 2)
     e, ms = wan.experiment, 1e3
-    n = e.repeats  # a repeat's value: the median of its measured steps
+    n = e.repeats  # a repeat's value: the fastest of its measured steps
     lat = [r.latency_s * ms for r in wan.plain]
     _ranged(left, lat, [r.latency_part_spread for r in wan.plain], f"measured: median, range of {n} repeats")
     left.plot(lat, [(r.simulated.makespan - r.compute_s) * ms for r in wan.plain], "x", color="C1",

@@ -25,12 +25,13 @@ import pytest
 
 from course_lib.engines.distributed import make_spec
 from course_lib.errors import CourseError
-from course_lib.lessons.wan_measured import WanExperiment, run_wan_experiment
+from course_lib.lessons.wan_measured import WanExperiment, WanRun, run_wan_experiment
 from course_lib.links import Link
 from course_lib.reference import TrainConfig
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Action, Kind, Schedule
 from course_lib.schedules.latency_aware import latency_aware_1f1b
+from course_lib.simulator import StageCosts, simulate
 
 TINY = dict(n_layers=6, d_model=16, n_heads=2, seq_len=16, batch_size=8, steps=1)
 # what a measured run pays beyond the model on a quiet machine: 10-20 ms of messages and Python per
@@ -48,6 +49,18 @@ def spread_s(run) -> float:
 def best_idle_s(run, device: int) -> float:
     """The device's idle in the run's least disturbed step."""
     return min(tl.idle(device) for tl in run.measured)
+
+
+def test_a_repeat_counts_its_least_disturbed_step():
+    # on paced ops the load only adds time: of a repeat's two steps the fastest is its value, so one late
+    # step (here 3x slower) spoils neither the repeat's value nor the range across repeats
+    sched = build_schedule("1f1b", 2, 8)
+    quick, late = (simulate(sched, StageCosts.fused(f=f, b=2 * f)) for f in (0.010, 0.030))
+    paced = StageCosts(f=[0.01, 0.01], i=[0.02, 0.02], w=[0.0, 0.0])
+    run = WanRun(sched, 0.0, 0, [late, quick, quick, quick, quick, late], quick, paced,
+                 steps_per_repeat=2)  # fmt: skip
+    assert run.latency_part_spread.values == pytest.approx((quick.makespan - run.compute_s,) * 3)
+    assert run.latency_part_spread.range == 0
 
 
 # ---- a built Schedule goes to the engine, checked before any process starts ----------------------
