@@ -157,3 +157,29 @@ def test_one_stage_per_device_keeps_plain_colours_and_no_chunk_legend():
     plain = {COLORS[k].lower() for k in (Kind.F, Kind.I, Kind.W)}
     assert set(_boxes(ax)) == plain
     assert not any(t.get_text().startswith("chunk") for t in ax.get_legend().get_texts())
+
+
+def test_png_key_lands_where_matplotlibs_ticks_and_legend_put_theirs():
+    """save_timeline_png draws its row labels and key as plain artists (``_draw_key``): the same
+    words as plot_timeline's ticks and legend, within a pixel of where matplotlib puts those."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from course_lib.plot_gantt import _draw_chart, _draw_key
+
+    tl = simulate(build_schedule("zb-v", 4, 8, 2))
+
+    def axes():
+        fig = Figure(figsize=(10, 4), dpi=100)
+        return fig.add_axes((0.1, 0.12, 0.62, 0.72))
+
+    real = plot_timeline(tl, ax=axes())
+    plain = axes()
+    _draw_key(plain, _draw_chart(tl, plain, False, None, 0, None))
+    renderer = FigureCanvasAgg(real.figure).get_renderer()
+    FigureCanvasAgg(plain.figure).draw()
+    FigureCanvasAgg(real.figure).draw()
+    expected = list(real.get_yticklabels()) + list(real.get_legend().get_texts())
+    assert [t.get_text() for t in plain.texts] == [t.get_text() for t in expected]
+    for ours, theirs in zip(plain.texts, expected, strict=True):
+        a, b = ours.get_window_extent(renderer), theirs.get_window_extent(renderer)
+        assert abs(a.x0 - b.x0) < 1.5 and abs(a.y0 - b.y0) < 1.5, ours.get_text()
