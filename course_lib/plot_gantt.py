@@ -1,31 +1,28 @@
 """The Gantt chart of a Timeline: a row per device, a box per action, coloured by kind (and chunk).
 
 ``plot_timeline`` draws it on matplotlib Axes (notebooks, the dashboard), with matplotlib's own
-ticks and legend; ``save_timeline_png`` writes it to a file and draws its row labels and colour key
-as plain text and boxes instead, in the same places: the same picture without matplotlib's tick and
-legend machinery, which cost a third of the drawing time. What the key says (``chart_key``) is
-decided in one place for both. Colours are the Okabe-Ito palette (distinct for colour-blind
-readers); where a device holds several stages each of its chunks gets its own shade of the kind's
-colour, lighter for later stages, as in Megatron-LM's interleaving figure (Narayanan et al. 2021,
-arXiv 2104.04473 Fig. 4). ``course_lib.plots`` re-exports all of this.
+ticks and legend; ``save_timeline_png`` writes it to a file and draws its ticks and colour key as
+plain text, lines and boxes instead, in the same places (``gantt_artists``): the same picture
+without matplotlib's tick and legend machinery, which cost half of the drawing time. What the
+key says (``chart_key``) is decided in one place for both. Colours are the Okabe-Ito palette
+(distinct for colour-blind readers); where a device holds several stages each of its chunks gets
+its own shade of the kind's colour, lighter for later stages, as in Megatron-LM's interleaving
+figure (Narayanan et al. 2021, arXiv 2104.04473 Fig. 4). ``course_lib.plots`` re-exports all this.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-import matplotlib as mpl
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PathCollection, PolyCollection
 from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.markers import TICKLEFT
 from matplotlib.patches import Patch
 from matplotlib.path import Path
-from matplotlib.transforms import Affine2D, ScaledTranslation
 
+from course_lib import gantt_artists
 from course_lib.schedules.ir import Kind
 from course_lib.timeline import Timeline
 
@@ -111,14 +108,14 @@ def plot_timeline(
 
 
 def save_timeline_png(tl: Timeline, path: str, show_transfers: bool = False, dpi: int = 100) -> str:
-    """Render the Gantt chart straight to a PNG file (no pyplot, no display); returns the path. The
-    row labels and the key are plain artists here (``_draw_key``): the figure is never handed out,
-    so nothing can ask it for ticks or a Legend."""
+    """Render the Gantt chart straight to a PNG file (no pyplot, no display); returns the path. Its
+    axes' ticks and its key are plain artists here (``gantt_artists``): the figure is never handed
+    out, so nothing can ask it for ticks or a Legend."""
     fig = Figure(figsize=gantt_figsize(tl.n_devices), dpi=dpi)
     ax = fig.add_axes((0.1, 0.12, 0.62, 0.72))
     key = _draw_chart(tl, ax, show_transfers, None, 600, None)
-    ax.set_yticks([])
-    _draw_key(ax, key)
+    gantt_artists.draw_x_axis(ax)
+    gantt_artists.draw_key(ax, key.rows, key.entries, _KEY_FONTSIZE)
     ax.set_title(key.title, fontsize=10)
     fig.savefig(path, dpi=dpi, pil_kwargs={"compress_level": 1})  # the same pixels; zlib's fastest level
     return path
@@ -246,40 +243,3 @@ def _label_boxes(ax: Axes, tl: Timeline, columns: Columns, px_per_x: float, max_
             (x0[i] + x1[i]) / 2, rows[i], text, ha="center", va="center", fontsize=fontsize, color="black"
         )
         placed += 1
-
-
-def _draw_key(ax: Axes, key: ChartKey) -> None:
-    """Row labels with their tick marks, and the colour key right of the axes, as plain artists at
-    the places matplotlib's y ticks and ``legend(loc="upper left", bbox_to_anchor=(1, 1))`` put them
-    (its paddings, in font sizes, from rcParams; the text's ascent as DejaVu Sans has it)."""
-    rc, fig = mpl.rcParams, ax.figure
-    size, pad = rc["ytick.major.size"], rc["ytick.major.pad"]
-    rows = range(len(key.rows))
-    ticks = Line2D([0] * len(rows), rows, transform=ax.get_yaxis_transform("tick1"), linestyle="none",
-                   marker=TICKLEFT, markersize=size, markeredgewidth=rc["ytick.major.width"],
-                   color=rc["ytick.color"], clip_on=False)  # fmt: skip
-    ax.add_artist(ticks)
-    text_at, va, ha = ax.get_yaxis_text1_transform(pad + size)
-    colour = rc["ytick.color"] if rc["ytick.labelcolor"] == "inherit" else rc["ytick.labelcolor"]
-    for row, label in zip(rows, key.rows, strict=True):
-        ax.text(0, row, label, transform=text_at, va=va, ha=ha, fontsize=rc["ytick.labelsize"], color=colour,
-                clip_on=False)  # fmt: skip
-    fs = _KEY_FONTSIZE  # the key, in points from the axes' top right corner (y up)
-    points = Affine2D().scale(1 / 72) + fig.dpi_scale_trans + ScaledTranslation(1.0, 1.0, ax.transAxes)
-    left = (rc["legend.borderaxespad"] + rc["legend.borderpad"]) * fs
-    top = -left - 0.81 * fs  # the first row's baseline: below the top padding by the text's ascent
-    pitch = (1.05 + rc["legend.labelspacing"]) * fs  # a row's text height, then the spacing
-    width, height = rc["legend.handlelength"] * fs, rc["legend.handleheight"] * fs
-    swatches = [_swatch(left, top - i * pitch, width, height) for i in range(len(key.entries))]
-    faces = [color for color, _ in key.entries]
-    ax.add_artist(
-        PolyCollection(swatches, facecolors=faces, edgecolors="none", transform=points, clip_on=False)
-    )
-    text_x = left + width + rc["legend.handletextpad"] * fs
-    for i, (_, label) in enumerate(key.entries):
-        ax.text(text_x, top - i * pitch, label, transform=points, va="baseline", ha="left", fontsize=fs,
-                clip_on=False)  # fmt: skip
-
-
-def _swatch(x: float, baseline: float, width: float, height: float) -> list[tuple[float, float]]:
-    return [(x, baseline), (x + width, baseline), (x + width, baseline + height), (x, baseline + height)]
