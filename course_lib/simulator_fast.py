@@ -59,11 +59,12 @@ def play(
             t = t_free
             o = other_of[sk]
             if o:
-                if arrive[k + o] < 0:
+                a = arrive[k + o]
+                if a < 0:
                     missing = k + o
                     break
-                if arrive[k + o] > t:
-                    t = arrive[k + o]
+                if a > t:
+                    t = a
             t0s[pos] = t
             t1s[pos] = finish = t + durations[sk]
             route = routes[sk]
