@@ -35,8 +35,7 @@ def play(
     n_stages: int, split_backward: bool, n_keys: int, blocking: bool = False,
 ) -> tuple[list[Span], list[Transfer], bool]:  # fmt: skip
     """Place every action (`blocking`: sends="blocking"); returns the spans, the transfers, and whether
-    every device got to the end of its order (False: a deadlock). An input from the same stage (own
-    forward, I before W) only has to be done; one from a neighbouring stage counts when it arrives."""
+    every device got to the end of its order (False: a deadlock). Inputs: see ``_offsets``."""
     own_of, other_of = _offsets(n_stages, split_backward)
     n_sk, n_dev = len(durations), len(keys)
     arrive = [-1.0] * n_keys  # when each action's output is usable by its consumer (< 0: not placed)
@@ -103,7 +102,8 @@ def _per_device(keys: list[list[int]]) -> tuple[list, list, list, list, list[dic
 
 def _offsets(n_stages: int, split_backward: bool) -> tuple[list[int], list[int]]:
     """Per (stage, kind), at stage * 4 + kind: key offset of the input from the same stage, and of the
-    input from a neighbouring stage (0: none). ``simulator._dependency_keys`` in table form."""
+    input from a neighbouring stage (0: none). ``simulator._dependency_keys`` in table form. The first
+    ran earlier on the same device, so it only has to be done; the second counts when it arrives."""
     back = 2 if split_backward else 1  # the kind code whose gradient the previous stage waits for
     own, other = [], []
     for s in range(n_stages):
