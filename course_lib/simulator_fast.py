@@ -46,7 +46,7 @@ def play(
     runnable = list(range(n_dev - 1, -1, -1))
     while runnable:
         d = runnable.pop()
-        order, wires, t0s, t1s = keys[d], wire_free[d], began[d], ended[d]
+        order, actions, wires, t0s, t1s = keys[d], orders[d], wire_free[d], began[d], ended[d]
         pos, t_free, n, missing = ptr[d], free[d], len(order), -1
         while pos < n:
             k = order[pos]
@@ -74,10 +74,10 @@ def play(
                 idle = wires.get(dst, 0.0)
                 begin = finish if finish > idle else idle
                 wires[dst] = idle = begin + on_wire  # (the same sums as _play's, one float fewer)
-                arrive[k] = idle + latency
-                add_transfer(new(Transfer, (d, dst, orders[d][pos], begin, arrive[k], nbytes)))
+                arrive[k] = got = idle + latency
+                add_transfer(new(Transfer, (d, dst, actions[pos], begin, got, nbytes)))
                 if blocking:  # held until the last byte is in
-                    finish = arrive[k]
+                    finish = got
             if k in parked:
                 runnable += parked.pop(k)
             pos += 1
