@@ -25,8 +25,6 @@ Try it (``simulate_named("1f1b", 4, 8)`` builds and simulates a registered sched
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import heapq
 import math
 from collections.abc import Sequence
@@ -78,7 +76,7 @@ def simulate(
     require(all(x >= 0 for x in nbytes), f"boundary_bytes must be >= 0, got {nbytes}")
     wires = per_boundary(links, n_st - 1, "links", FREE)
     tables = _tables(schedule, costs if costs is not None else StageCosts(), nbytes, wires)
-    with _gc_paused():
+    with simulator_fast.gc_paused():
         spans, transfers, finished = _play_fast(schedule, tables, sends == "blocking")
         if not finished:
             _reject(schedule)  # a deadlock: the validator explains it best (and the same way everywhere)
@@ -263,19 +261,6 @@ def _play(
                 try_start(waiting)
         try_start(d)
     return started, sent, all(ptr[d] == len(keys[d]) for d in range(n_dev))
-
-
-@contextlib.contextmanager
-def _gc_paused():
-    """Pause the cyclic garbage collector while we build 100k small objects that hold no cycles:
-    its repeated scans would otherwise cost about a third of the run. Restores the previous state."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _timeline(

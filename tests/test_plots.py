@@ -157,3 +157,32 @@ def test_one_stage_per_device_keeps_plain_colours_and_no_chunk_legend():
     plain = {COLORS[k].lower() for k in (Kind.F, Kind.I, Kind.W)}
     assert set(_boxes(ax)) == plain
     assert not any(t.get_text().startswith("chunk") for t in ax.get_legend().get_texts())
+
+
+def test_png_ticks_and_key_land_where_matplotlibs_do():
+    """save_timeline_png draws its ticks and key as plain artists (``gantt_artists``): the same words
+    as plot_timeline's ticks, axis label and legend, within a pixel of where matplotlib puts those."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from course_lib.gantt_artists import draw_key, draw_x_axis
+    from course_lib.plot_gantt import _draw_chart
+
+    tl = simulate(build_schedule("zb-v", 4, 8, 2))
+
+    def axes():
+        return Figure(figsize=(10, 4), dpi=100).add_axes((0.1, 0.12, 0.62, 0.72))
+
+    real = plot_timeline(tl, ax=axes())
+    plain = axes()
+    key = _draw_chart(tl, plain, False, None, 0, None)
+    draw_x_axis(plain)
+    draw_key(plain, key.rows, key.entries, 8.0)
+    FigureCanvasAgg(plain.figure).draw()
+    renderer = FigureCanvasAgg(real.figure).get_renderer()
+    real.figure.draw(renderer)
+    in_view = [t for t in real.get_xticklabels() if 0 <= t.get_position()[0] <= real.get_xlim()[1]]
+    expected = in_view + [real.xaxis.label] + real.get_yticklabels() + real.get_legend().get_texts()
+    assert [t.get_text() for t in plain.texts] == [t.get_text() for t in expected]
+    for ours, theirs in zip(plain.texts, expected, strict=True):
+        a, b = ours.get_window_extent(renderer), theirs.get_window_extent(renderer)
+        assert abs(a.x0 - b.x0) < 1.5 and abs(a.y0 - b.y0) < 1.5, ours.get_text()

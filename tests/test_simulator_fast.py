@@ -90,3 +90,17 @@ def test_memory_grows_with_the_actions_not_with_devices_squared():
     finally:
         tracemalloc.stop()
     assert peak < 40e6, f"{peak / 1e6:.0f} MB"
+
+
+@pytest.mark.parametrize("split_backward", [False, True])
+def test_dependency_offsets_are_the_dependency_keys(split_backward):
+    """The fast path reads a key's inputs as offsets per (stage, kind); they must name the same keys
+    as ``simulator._dependency_keys`` (own input first, then the neighbouring stage's)."""
+    from course_lib.simulator import _dependency_keys
+    from course_lib.simulator_fast import _offsets
+
+    n_st = 3
+    own, other = _offsets(n_st, split_backward)
+    for k in range(2 * n_st * 4, 3 * n_st * 4):  # every stage and kind of micro-batch 2
+        offsets = (own[k % (4 * n_st)], other[k % (4 * n_st)])
+        assert [k + o for o in offsets if o] == _dependency_keys(k, n_st, split_backward), k
