@@ -114,7 +114,7 @@ def build_rank(
         s: StageRuntime(
             s, schedule.n_stages, modules[s], cfg.microbatches, checkpoint=spec.checkpoint,
             device=torch_device, track_memory=spec.track_memory, split_backward=schedule.split_backward,
-            defer_graph_release=True,
+            defer_graph_release=True, precision=cfg.precision,
         )
         for s in mine
     }  # fmt: skip

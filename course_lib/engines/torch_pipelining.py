@@ -35,7 +35,7 @@ from course_lib.devices import gpu_count
 from course_lib.engines.plan import resolve_schedule
 from course_lib.errors import require
 from course_lib.launch import RankContext, spawn
-from course_lib.model import lm_loss
+from course_lib.model import autocast, lm_loss
 from course_lib.partition import stage_modules, uniform
 from course_lib.reference import TrainConfig, make_optimizer, setup, train_batches
 from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
@@ -127,7 +127,8 @@ def _run_rank(spec: TorchRunSpec, rank: int, device: torch.device, csv_text: str
         optimizer.zero_grad(set_to_none=True)
         mb_losses: list[torch.Tensor] = []
         args = (x.to(device),) if has_first else ()
-        schedule.step(*args, **(dict(target=y.to(device), losses=mb_losses) if has_last else {}))
+        with autocast(cfg.precision, device):  # torch's stages run their forward inside step()
+            schedule.step(*args, **(dict(target=y.to(device), losses=mb_losses) if has_last else {}))
         optimizer.step()
         times.append(time.perf_counter() - t0)
         if has_last:  # equal micro-batches: the mean of their losses is the batch's mean loss
