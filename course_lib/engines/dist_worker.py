@@ -244,7 +244,7 @@ def _train_step(
 ) -> StepRecord:  # fmt: skip
     """One batch: every action of this rank, gradients averaged over the replicas, then one optimizer
     step after the flush; its record."""
-    start = comm.now()
+    start, cpu_start = comm.now(), time.thread_time()
     for stage in me.stages.values():
         stage.start_batch()
     me.optimizer.zero_grad(set_to_none=True)
@@ -258,7 +258,8 @@ def _train_step(
     me.optimizer.step()
     peak = sum(stage.peak_saved_bytes for stage in me.stages.values())
     return StepRecord(start=start, end=comm.now(), spans=recorder.spans, sends=comm.send_events,
-                      recvs=comm.recv_events, peak_saved_bytes=peak, grad_sync_s=sync_s)  # fmt: skip
+                      recvs=comm.recv_events, peak_saved_bytes=peak, grad_sync_s=sync_s,
+                      cpu_s=time.thread_time() - cpu_start)  # fmt: skip
 
 
 def init_rank(spec: RunSpec, rank: int, world: int) -> torch.device:
