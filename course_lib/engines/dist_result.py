@@ -113,9 +113,6 @@ class RankRecord:
     params: dict[str, torch.Tensor] | None = None  # with return_grads: weights after the last step
 
 
-_WAITED = 1e-4  # a wait longer than this means the data was not there yet
-
-
 def merge_step(records: list[RankRecord], step: int, schedule: Schedule) -> Timeline:
     """One step of every rank, merged into one Timeline; times start at 0 (the earliest action)."""
     steps = [r.steps[step] for r in records]
@@ -132,7 +129,7 @@ def merge_step(records: list[RankRecord], step: int, schedule: Schedule) -> Time
             got = recvs.get(ev.producer)
             if got is None:
                 continue
-            if got.wait_end - got.wait_start > _WAITED:
+            if got.waited:  # the data was not there yet: its arrival is when the wait ended
                 end = got.wait_end
             else:
                 end = min(got.wait_end, max(ev.handoff, ev.deliver_at or ev.handoff))

@@ -54,6 +54,10 @@ from course_lib.tp.distributed import tp_layers
 from course_lib.tp.mesh import MeshGroups, average_gradients, average_loss, build_groups, replica_share
 from course_lib.tp.shard import is_slice
 
+# a wait this long hides tearing down the spent backward graphs (StageRuntime.release_graphs, about
+# half a millisecond each), which would delay the next action, and a peer waiting for it, anywhere else
+IDLE_S = 0.003
+
 
 def _inject(fault: Fault, rank: int) -> None:
     if fault.how == "raise":
@@ -135,6 +139,9 @@ def run_schedule(
     for action in schedule.orders[rank.index]:
         tokens, targets = batch[action.microbatch]
         if (msg := input_message(action, schedule)) is not None:
+            if comm.waited_last_step(msg) > IDLE_S:  # it will idle until the message comes: meanwhile
+                for stage in rank.stages.values():
+                    stage.release_graphs()
             inp = comm.receive(msg)  # posted at the start of the step: waits only if not here yet
         elif (producer := local_producer(action, schedule)) is not None:
             inp = kept.pop(producer)  # the output of a stage on this rank
@@ -147,8 +154,6 @@ def run_schedule(
             continue  # W, the loss, or stage 0's input gradient: nothing travels
         if (msg := message_of(action, schedule)) is not None:
             comm.send(msg, out)  # returns at once: the transfer overlaps the next actions
-            for stage in rank.stages.values():  # spent graphs go now, not before a peer has its input
-                stage.release_graphs()
         else:
             kept[action] = out
 

@@ -119,7 +119,8 @@ class StageRuntime:
         self._params_in_i = self._recorder.params_done_in_i(self.module) if split_backward else []
         # B's spent graph (autograd already freed its saved tensors; tearing down its ~1000 nodes takes
         # about a millisecond): with defer_graph_release it is kept until release_graphs(), so that a
-        # caller can send the input gradient first, while the previous stage waits for it
+        # caller can tear it down while it idles (the distributed engine: waiting for a message), not
+        # while a peer waits for it; at most n_microbatches are kept (the oldest goes first)
         self.defer_graph_release = defer_graph_release
         self._spent: list[Tensor] = []
 
@@ -230,6 +231,8 @@ class StageRuntime:
         del self._stash[mb]
         if self.defer_graph_release:
             self._spent.append(stash.out)
+            if len(self._spent) > self.n_microbatches:  # a caller that never idles: keep it bounded
+                del self._spent[0]
         stash.free()
         return None if self.is_first else stash.inp.grad
 
