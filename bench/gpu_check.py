@@ -7,7 +7,8 @@
 Sections: reference training on the accelerator; the local engine with all p stages on it (simulated
 devices); the distributed engine over NCCL (one rank per GPU, so 2 GPUs or more); tensor parallelism
 in one process on the accelerator, and over NCCL (2 GPUs or more); memory by saved-tensor counting
-and by the allocator's peak; the bubble measured vs simulated; FLOP/s and MFU against the card's peak.
+and by the allocator's peak; the bubble measured vs simulated; FLOP/s and MFU against the card's peak;
+on a CUDA GPU only, bf16 and fp16 autocast (``TrainConfig.precision``) against FP32.
 
 On a GPU it trains the lessons' GPU size (``accelerator_config()``: 80 layers, 512 wide) for a few
 steps, sized to finish within 5 minutes on one card. Without a GPU it runs the same sections on the CPU
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
-from gpu_sections import FAIL, PASS, SECTIONS, SKIP, CheckRun, Outcome
+from gpu_sections import CUDA_SECTIONS, FAIL, PASS, SECTIONS, SKIP, CheckRun, Outcome
 
 from course_lib.data import load_corpus
 from course_lib.devices import accelerator, describe_devices, gpu_count, resolve_device
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.json:
         print(header(run), flush=True)
     sections = []
-    for name, check in SECTIONS:
+    for name, check in SECTIONS + (CUDA_SECTIONS if run.device.type == "cuda" else ()):
         sections.append(run_section(name, check, run))
         if not args.json:
             print(f"{sections[-1].status}  {name:<38} {sections[-1].reason}", flush=True)

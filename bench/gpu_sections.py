@@ -31,6 +31,7 @@ from course_lib.tp.simulated import SimulatedTP
 PASS, SKIP, FAIL = "PASS", "SKIP", "FAIL"
 LOSS_RTOL = 1e-4  # FP32, same weights and batch: only the order of float sums may differ
 GRAD_RTOL = 1e-3  # of the largest gradient entry; sharded sums round differently
+AMP_LOSS_RTOL = 2e-2  # bf16 / fp16 autocast against FP32: the first loss, same weights and batch
 Outcome = tuple[str, str, dict]  # status, reason, numbers
 
 
@@ -196,6 +197,24 @@ def check_tp_nccl(run: CheckRun) -> Outcome:
     )
 
 
+def check_autocast(run: CheckRun) -> Outcome:
+    """bf16 and fp16 autocast (TrainConfig.precision): the reference and the local engine's 1F1B, each
+    close to the FP32 reference's first loss, and equal to each other (the same ops in the same order)."""
+    if run.reference is None:
+        return SKIP, "the FP32 reference did not run", {}
+    numbers, said, ok = {}, [], True
+    for precision in ("bfloat16", "float16"):
+        cfg = replace(run.cfg, precision=precision, steps=2)
+        ref = train(cfg, progress=False).losses
+        local = LocalPipelineTrainer(cfg, "1f1b", stages=run.stages, corpus=run.corpus).train(progress=False)
+        vs_fp32, vs_ref = _gap(ref[0], run.reference.losses[0]), _gap(local.losses[0], ref[0])
+        ok &= all(math.isfinite(x) for x in ref + local.losses) and vs_fp32 <= AMP_LOSS_RTOL
+        ok &= vs_ref <= LOSS_RTOL
+        numbers[precision] = {"reference": ref, "local": local.losses}
+        said.append(f"{precision}: first loss {ref[0]:.4f} ({vs_fp32:.2%} from FP32), local {vs_ref:.1e} off")
+    return PASS if ok else FAIL, "; ".join(said), numbers
+
+
 def check_memory(run: CheckRun) -> Outcome:
     if run.local is None:
         return SKIP, "the local engine did not run", {}
@@ -268,4 +287,8 @@ SECTIONS: tuple[tuple[str, Callable[[CheckRun], Outcome]], ...] = (
     ("memory: saved tensors vs allocator", check_memory),
     ("bubble: measured vs simulated", check_bubble),
     ("throughput: FLOP/s and MFU", check_throughput),
+)
+# only on a CUDA GPU, after the others (it compares with the FP32 reference): the CPU stays float32
+CUDA_SECTIONS: tuple[tuple[str, Callable[[CheckRun], Outcome]], ...] = (
+    ("autocast bf16 / fp16 (reference, local)", check_autocast),
 )

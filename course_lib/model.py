@@ -16,12 +16,14 @@ by 1/sqrt(2 * n_layers) so that 160 residual additions do not blow the stream up
 from __future__ import annotations
 
 import math
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course_lib.checks import shown
 from course_lib.errors import require
 
 
@@ -162,3 +164,33 @@ def layer_names(model: ToyGPT) -> list[str]:
 
 def count_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
+
+
+# the forward's compute dtype per TrainConfig.precision (None: the weights' float32). Weights, gradients
+# and AdamW's moments stay float32 either way (mixed precision); float16 runs without loss scaling
+PRECISIONS = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def precision_dtype(precision: object) -> torch.dtype | None:
+    """The dtype autocast computes in for `precision` (None for float32: no autocast); refuses a name
+    that is not in PRECISIONS."""
+    known = isinstance(precision, str) and precision in PRECISIONS
+    require(known, f"precision must be one of {', '.join(PRECISIONS)}, got {shown(precision)}")
+    return PRECISIONS[precision]
+
+
+def check_amp(precision: object, device: torch.device) -> None:
+    """Refuse an unknown precision, or automatic mixed precision (autocast) anywhere but on a CUDA GPU:
+    the CPU stays float32 (the config's rule: the engines and the reference train what it allows)."""
+    require(
+        precision_dtype(precision) is None or device.type == "cuda",
+        f"precision {precision!r} is autocast on a CUDA GPU, but the device is {device.type!r}, which "
+        "computes in float32: use precision='float32' there",
+    )
+
+
+def autocast(precision: str, device: torch.device) -> AbstractContextManager:
+    """Where a forward runs: as it is ("float32"), or under torch.autocast to PRECISIONS[precision] on
+    `device` (the engines' stages, the reference and torch's pipelining alike)."""
+    dtype = precision_dtype(precision)
+    return nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)

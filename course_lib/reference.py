@@ -27,14 +27,14 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from course_lib.checks import is_number, memory_bytes, require_fits, shown, whole
 from course_lib.data import Corpus, check_microbatches, load_corpus, split_microbatches
 from course_lib.devices import resolve_device
 from course_lib.errors import require
-from course_lib.model import ModelConfig, ToyGPT, build_model, count_parameters, lm_loss
+from course_lib.model import ModelConfig, ToyGPT, autocast, build_model, check_amp, count_parameters, lm_loss
 from course_lib.schedules.basic import LIMITS, within_limit
 
 
@@ -53,6 +53,7 @@ class TrainConfig:
     eval_batches: int = 4  # held-out batches averaged for val loss
     data_path: str | None = None  # None: the corpus shipped in data/
     device: str = "cpu"  # cpu, cuda, cuda:N or auto (see course_lib/devices.py)
+    precision: str = "float32"  # of the forward: float32, or autocast on a CUDA GPU (PRECISIONS)
 
     def __post_init__(self) -> None:
         """numpy numbers become Python's (a lesson's np.int64(4) is 4); anything else stays for check()."""
@@ -75,7 +76,7 @@ class TrainConfig:
         require(self.warmup_steps >= 0, f"warmup steps must be >= 0, got {self.warmup_steps}")
         require(0 <= self.seed <= LIMITS["seed"], f"seed must be in 0..2**63-1, got {self.seed}")
         check_microbatches(self.batch_size, self.microbatches)
-        resolve_device(self.device)
+        check_amp(self.precision, resolve_device(self.device))
         self.model_config(vocab_size=ModelConfig.vocab_size)  # checks layers, width, heads, length
         within_limit("parameters", 12 * self.d_model**2 * self.n_layers, "12*d_model^2*n_layers")
         within_limit("layers", self.n_layers, "n_layers")  # the command line's --layers reads the same
@@ -99,11 +100,10 @@ class TrainConfig:
         have, need = _free_bytes(resolve_device(self.device)), self.training_bytes(held)
         if have is None or need <= have:  # None: a GPU that cannot say (the first CUDA call fails)
             return
-        names = ("batch_size", "seq_len", "d_model")
-        def fits(name: str, value: int) -> bool:
-            return replace(self, **{name: value}).training_bytes(held) <= have
-
-        largest = {n: _largest(lambda v, n=n: fits(n, v), getattr(self, n)) for n in names}
+        largest = {
+            n: _largest(lambda v, n=n: replace(self, **{n: v}).training_bytes(held) <= have, getattr(self, n))
+            for n in ("batch_size", "seq_len", "d_model")
+        }
         said = ", ".join(f"{name} {value:,}" if value else f"no {name}" for name, value in largest.items())
         require_fits(f"training this config ({why})", need, have, f"{said} (each with the rest as given)")
 
@@ -160,12 +160,13 @@ class TrainResult:
         return data | {"step_time_s": self.step_time_s}
 
 
-def accumulate_gradients(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, m: int) -> float:
+def accumulate_gradients(model: nn.Module, x: Tensor, y: Tensor, m: int, precision: str = "float32") -> float:
     """Forward and backward m micro-batches one after another, summing gradients; returns the batch's
     mean loss. The gradients equal (up to float rounding) those of one backward over the whole batch."""
     total = 0.0
     for xm, ym in split_microbatches(x, y, m):
-        loss = lm_loss(model(xm), ym) / m  # 1/m: the sum over micro-batches is the batch mean
+        with autocast(precision, x.device):  # the forward in cfg.precision (model.py)
+            loss = lm_loss(model(xm), ym) / m  # 1/m: the sum over micro-batches is the batch mean
         loss.backward()
         total += loss.item()
     return total
@@ -210,7 +211,7 @@ def reference_gradients(
     if weights is not None:
         model.load_state_dict({name: w.to(device) for name, w in weights.items()})
     x, y = first_batch(corpus, cfg) if batch is None else batch
-    loss = accumulate_gradients(model, x.to(device), y.to(device), cfg.microbatches)
+    loss = accumulate_gradients(model, x.to(device), y.to(device), cfg.microbatches, cfg.precision)
     return loss, {name: p.grad for name, p in model.named_parameters()}
 
 
@@ -271,7 +272,7 @@ def reference_run(cfg: TrainConfig) -> tuple[list[float], dict[str, Tensor], dic
     losses = []
     for x, y in train_batches(corpus, cfg):
         optimizer.zero_grad(set_to_none=True)
-        losses.append(accumulate_gradients(model, x, y, cfg.microbatches))
+        losses.append(accumulate_gradients(model, x, y, cfg.microbatches, cfg.precision))
         optimizer.step()
     return losses, {n: p.grad for n, p in model.named_parameters()}, dict(model.named_parameters())
 
@@ -288,7 +289,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
         x, y = x.to(device), y.to(device)
         t0 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        loss = accumulate_gradients(model, x, y, cfg.microbatches)
+        loss = accumulate_gradients(model, x, y, cfg.microbatches, cfg.precision)
         optimizer.step()
         times.append(time.perf_counter() - t0)
         losses.append(loss)

@@ -37,6 +37,8 @@ from course_lib.links import Link
 from course_lib.schedules.ir import Action, Schedule
 from course_lib.schedules.messages import Message, incoming_messages, messages
 
+WAITED_S = 1e-4  # a receive that waited longer than this found its message not there yet
+
 
 def message_tag(msg: Message, schedule: Schedule, step: int) -> int:
     """A tag unique to the message within two consecutive steps (gloo matches on (sender, tag))."""
@@ -66,6 +68,11 @@ class RecvEvent:
     src: int
     wait_start: float
     wait_end: float
+
+    @property
+    def waited(self) -> bool:
+        """Was the message not there yet when the rank asked for it?"""
+        return self.wait_end - self.wait_start > WAITED_S
 
 
 @dataclass
@@ -106,9 +113,12 @@ class RankComm:
         # one receive buffer per message, reused step after step: a step's inputs are all consumed
         # (and its backward done) before the next step posts its receives into them
         self.buffers: dict[Action, torch.Tensor] = {}
+        self.waits_before: dict[Action, float] = {}  # producer -> seconds the last step waited for it
 
     def begin_step(self, step: int) -> None:
         """Post every receive of `step` at once (per sender, in the sender's order); start new logs."""
+        if self.recv_events:  # a new step: remember how long the last one's receives waited
+            self.waits_before = {ev.producer: ev.wait_end - ev.wait_start for ev in self.recv_events}
         self.step, self.recv_events, self.send_events = step, [], []
         for producer in self.pending:  # an interrupted step's receive may still land in its buffer
             self.buffers.pop(producer, None)
@@ -132,6 +142,11 @@ class RankComm:
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
+
+    def waited_last_step(self, msg: Message) -> float:
+        """Seconds the last step waited for `msg` (0 in the first step). A step repeats the one before,
+        so about as long a wait is likely now (gloo cannot tell whether a receive is in yet)."""
+        return self.waits_before.get(msg.producer, 0.0)
 
     def receive(self, msg: Message) -> torch.Tensor:
         """Block until `msg` is here and return it."""

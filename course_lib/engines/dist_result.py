@@ -91,6 +91,7 @@ class StepRecord:
     recvs: list[RecvEvent]
     peak_saved_bytes: int  # the most bytes held for backward during the step
     grad_sync_s: float = 0.0  # the data-parallel all-reduce after the flush (0 with one replica)
+    cpu_s: float = 0.0  # CPU time of the rank's main thread in the step (waits cost none; less load-bound)
 
     @property
     def time_s(self) -> float:
@@ -112,9 +113,6 @@ class RankRecord:
     params: dict[str, torch.Tensor] | None = None  # with return_grads: weights after the last step
 
 
-_WAITED = 1e-4  # a wait longer than this means the data was not there yet
-
-
 def merge_step(records: list[RankRecord], step: int, schedule: Schedule) -> Timeline:
     """One step of every rank, merged into one Timeline; times start at 0 (the earliest action)."""
     steps = [r.steps[step] for r in records]
@@ -131,7 +129,7 @@ def merge_step(records: list[RankRecord], step: int, schedule: Schedule) -> Time
             got = recvs.get(ev.producer)
             if got is None:
                 continue
-            if got.wait_end - got.wait_start > _WAITED:
+            if got.waited:  # the data was not there yet: its arrival is when the wait ended
                 end = got.wait_end
             else:
                 end = min(got.wait_end, max(ev.handoff, ev.deliver_at or ev.handoff))
@@ -165,6 +163,7 @@ class DistributedResult:
     dp: int = 1  # data-parallel replicas (rank_step_times_s, peak_saved_bytes: one entry per rank of all)
     replica_weight_diff: float | None = None  # largest weight difference between replicas (return_grads)
     grad_sync_s: list[float] = field(default_factory=list)  # per step, the slowest rank's DP all-reduce
+    rank_step_cpu_s: list[list[float]] = field(default_factory=list)  # [rank][step]: StepRecord.cpu_s
 
     @property
     def timeline(self) -> Timeline:
@@ -245,4 +244,5 @@ def build_result(records: list[RankRecord], schedule: Schedule, config: dict) ->
         tp=1 + max(r.tp for r in records), dp=1 + max(r.dp for r in records),
         replica_weight_diff=diff,
         grad_sync_s=[max(r.steps[k].grad_sync_s for r in records) for k in range(n_steps)],
+        rank_step_cpu_s=[[st.cpu_s for st in r.steps] for r in records],
     )  # fmt: skip

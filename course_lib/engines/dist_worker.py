@@ -54,6 +54,10 @@ from course_lib.tp.distributed import tp_layers
 from course_lib.tp.mesh import MeshGroups, average_gradients, average_loss, build_groups, replica_share
 from course_lib.tp.shard import is_slice
 
+# a wait this long hides tearing down the spent backward graphs (StageRuntime.release_graphs, about
+# half a millisecond each), which would delay the next action, and a peer waiting for it, anywhere else
+IDLE_S = 0.003
+
 
 def _inject(fault: Fault, rank: int) -> None:
     if fault.how == "raise":
@@ -114,7 +118,7 @@ def build_rank(
         s: StageRuntime(
             s, schedule.n_stages, modules[s], cfg.microbatches, checkpoint=spec.checkpoint,
             device=torch_device, track_memory=spec.track_memory, split_backward=schedule.split_backward,
-            defer_graph_release=True,
+            defer_graph_release=True, precision=cfg.precision,
         )
         for s in mine
     }  # fmt: skip
@@ -135,6 +139,9 @@ def run_schedule(
     for action in schedule.orders[rank.index]:
         tokens, targets = batch[action.microbatch]
         if (msg := input_message(action, schedule)) is not None:
+            if comm.waited_last_step(msg) > IDLE_S:  # it will idle until the message comes: meanwhile
+                for stage in rank.stages.values():
+                    stage.release_graphs()
             inp = comm.receive(msg)  # posted at the start of the step: waits only if not here yet
         elif (producer := local_producer(action, schedule)) is not None:
             inp = kept.pop(producer)  # the output of a stage on this rank
@@ -147,8 +154,6 @@ def run_schedule(
             continue  # W, the loss, or stage 0's input gradient: nothing travels
         if (msg := message_of(action, schedule)) is not None:
             comm.send(msg, out)  # returns at once: the transfer overlaps the next actions
-            for stage in rank.stages.values():  # spent graphs go now, not before a peer has its input
-                stage.release_graphs()
         else:
             kept[action] = out
 
@@ -244,7 +249,7 @@ def _train_step(
 ) -> StepRecord:  # fmt: skip
     """One batch: every action of this rank, gradients averaged over the replicas, then one optimizer
     step after the flush; its record."""
-    start = comm.now()
+    start, cpu_start = comm.now(), time.thread_time()
     for stage in me.stages.values():
         stage.start_batch()
     me.optimizer.zero_grad(set_to_none=True)
@@ -258,7 +263,8 @@ def _train_step(
     me.optimizer.step()
     peak = sum(stage.peak_saved_bytes for stage in me.stages.values())
     return StepRecord(start=start, end=comm.now(), spans=recorder.spans, sends=comm.send_events,
-                      recvs=comm.recv_events, peak_saved_bytes=peak, grad_sync_s=sync_s)  # fmt: skip
+                      recvs=comm.recv_events, peak_saved_bytes=peak, grad_sync_s=sync_s,
+                      cpu_s=time.thread_time() - cpu_start)  # fmt: skip
 
 
 def init_rank(spec: RunSpec, rank: int, world: int) -> torch.device:

@@ -129,6 +129,7 @@ class LocalPipelineTrainer:
             StageRuntime(
                 s, n, mod, cfg.microbatches, checkpoint, self.plan.devices[self.schedule.device_of(s)],
                 track_memory=track_memory, split_backward=self.schedule.split_backward,
+                precision=cfg.precision,
             )
             for s, mod in enumerate(modules)
         ]  # fmt: skip

@@ -43,7 +43,7 @@ from torch import Tensor, nn
 
 from course_lib.engines.weight_grad import LayerCall, LayerCallRecorder, PendingWeightGrads, input_grads
 from course_lib.errors import require
-from course_lib.model import lm_loss
+from course_lib.model import autocast, lm_loss, precision_dtype
 from course_lib.saved_memory import SavedBytes, SavedTensor
 from course_lib.schedules.ir import Action, Kind
 
@@ -91,13 +91,18 @@ class StageRuntime:
     def __init__(
         self, stage: int, n_stages: int, module: nn.Module, n_microbatches: int, checkpoint: str = "never",
         device: torch.device | str = "cpu", track_memory: bool = True, split_backward: bool = True,
-        defer_graph_release: bool = False,
+        defer_graph_release: bool = False, precision: str = "float32",
     ):  # fmt: skip
         require(0 <= stage < n_stages, f"stage must be in 0..{n_stages - 1}, got {stage}")
         require(n_microbatches >= 1, f"micro-batches must be >= 1, got {n_microbatches}")
         check_checkpoint(checkpoint)
+        precision_dtype(precision)  # a known name (the config allows autocast only on a CUDA GPU)
         self.stage, self.n_stages, self.n_microbatches = stage, n_stages, n_microbatches
         self.checkpoint, self.track_memory = checkpoint, track_memory
+        # the forward under autocast (model.autocast; the engines pass cfg.precision). Weights, gradients
+        # and the messages between stages stay float32: every block adds its output to the float32
+        # residual stream, and autocast leaves that sum in float32 (tests/engines/test_precision.py)
+        self.precision = precision
         self.device = torch.device(device)
         self.module = module.to(self.device)
         self.is_first, self.is_last = stage == 0, stage == n_stages - 1
@@ -114,7 +119,8 @@ class StageRuntime:
         self._params_in_i = self._recorder.params_done_in_i(self.module) if split_backward else []
         # B's spent graph (autograd already freed its saved tensors; tearing down its ~1000 nodes takes
         # about a millisecond): with defer_graph_release it is kept until release_graphs(), so that a
-        # caller can send the input gradient first, while the previous stage waits for it
+        # caller can tear it down while it idles (the distributed engine: waiting for a message), not
+        # while a peer waits for it; at most n_microbatches are kept (the oldest goes first)
         self.defer_graph_release = defer_graph_release
         self._spent: list[Tensor] = []
 
@@ -149,8 +155,9 @@ class StageRuntime:
                 self._recorder.stop()
 
     def _forward_and_loss(self, stash: _Stash) -> Tensor:
-        out = self.module(stash.inp)
-        return lm_loss(out, stash.target) / self.n_microbatches if self.is_last else out
+        with autocast(self.precision, self.device):
+            out = self.module(stash.inp)
+            return lm_loss(out, stash.target) / self.n_microbatches if self.is_last else out
 
     # ---- one action ----------------------------------------------------------------------------
     def run(self, action: Action, inp: Tensor | None, target: Tensor | None = None) -> Tensor | None:
@@ -224,6 +231,8 @@ class StageRuntime:
         del self._stash[mb]
         if self.defer_graph_release:
             self._spent.append(stash.out)
+            if len(self._spent) > self.n_microbatches:  # a caller that never idles: keep it bounded
+                del self._spent[0]
         stash.free()
         return None if self.is_first else stash.inp.grad
 

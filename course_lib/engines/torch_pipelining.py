@@ -35,7 +35,7 @@ from course_lib.devices import gpu_count
 from course_lib.engines.plan import resolve_schedule
 from course_lib.errors import require
 from course_lib.launch import RankContext, spawn
-from course_lib.model import lm_loss
+from course_lib.model import autocast, lm_loss
 from course_lib.partition import stage_modules, uniform
 from course_lib.reference import TrainConfig, make_optimizer, setup, train_batches
 from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
@@ -121,18 +121,20 @@ def _run_rank(spec: TorchRunSpec, rank: int, device: torch.device, csv_text: str
     schedule = _torch_schedule(spec, stages, csv_text)
     optimizer = make_optimizer(nn.ModuleList([modules[s] for s in mine]), cfg)
     has_first, has_last = 0 in mine, n_stages - 1 in mine
-    losses, times = [], []
+    losses, times, cpu = [], [], []
     for x, y in train_batches(corpus, cfg):  # the reference trainer's batches, in its order
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         optimizer.zero_grad(set_to_none=True)
         mb_losses: list[torch.Tensor] = []
         args = (x.to(device),) if has_first else ()
-        schedule.step(*args, **(dict(target=y.to(device), losses=mb_losses) if has_last else {}))
+        with autocast(cfg.precision, device):  # torch's stages run their forward inside step()
+            schedule.step(*args, **(dict(target=y.to(device), losses=mb_losses) if has_last else {}))
         optimizer.step()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.thread_time() - cpu0)  # this thread's CPU time: waits cost none
         if has_last:  # equal micro-batches: the mean of their losses is the batch's mean loss
             losses.append(torch.stack([loss.detach() for loss in mb_losses]).mean().item())
-    return {"rank": rank, "losses": losses, "times": times}
+    return {"rank": rank, "losses": losses, "times": times, "cpu": cpu}
 
 
 def _run_specs(ctx: RankContext, specs: list[TorchRunSpec], texts: list[str | None]) -> list[dict]:

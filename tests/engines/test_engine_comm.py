@@ -62,3 +62,17 @@ def test_receive_buffers_are_reused_step_after_step_but_not_after_an_interrupted
     rank.begin_step(2)
     again = posted[6:]
     assert again[0] is first[0] and again[1] is not first[1] and again[2] is not first[2]
+
+
+def test_a_step_knows_how_long_the_last_step_waited_for_each_message(monkeypatch):
+    rank, _ = _comm(monkeypatch, 1)
+    rank.begin_step(0)
+    first, second, third = rank.incoming
+    assert rank.waited_last_step(first) == 0.0  # the first step has no last step
+    rank.recv_events = [
+        comm.RecvEvent(first.producer, 0, 1.0, 1.25),
+        comm.RecvEvent(second.producer, 0, 2.0, 2.0),
+    ]
+    rank.begin_step(1)
+    assert [rank.waited_last_step(m) for m in (first, second, third)] == [0.25, 0.0, 0.0]
+    assert rank.recv_events == [] and comm.RecvEvent(first.producer, 0, 1.0, 1.25).waited

@@ -8,6 +8,7 @@ import weakref
 
 import pytest
 import torch
+from torch import nn
 
 from course_lib.engines.runtime import StageRuntime
 from course_lib.errors import CourseError
@@ -140,3 +141,19 @@ def test_a_deferred_graph_release_keeps_the_spent_graph_until_asked_and_changes_
     run_batch(stages, split=False)
     for a, b in zip(plain.parameters(), model.parameters(), strict=True):
         assert torch.equal(a.grad, b.grad)
+
+
+def test_deferred_spent_graphs_stay_bounded_when_the_caller_never_releases_them():
+    model = build_model(CFG, seed=0)
+    layers = nn.Sequential(*model.layers)
+    stage = StageRuntime(0, 1, layers, 2, split_backward=False, defer_graph_release=True)
+    x, y = torch.randint(0, 8, (2, 8)), torch.randint(0, 8, (2, 8))
+    outs = []
+    for _ in range(2):  # two batches
+        stage.start_batch()
+        for mb in range(2):
+            stage.forward(mb, x, y)
+            outs.append(weakref.ref(stage._stash[mb].out))
+            stage.backward(mb, None)
+    # four backwards, m = 2: the two oldest graphs went, the two newest are kept for release_graphs()
+    assert [o() is None for o in outs] == [True, True, False, False]
