@@ -16,6 +16,7 @@ from pathlib import Path
 from course_lib.engines.runtime import CHECKPOINT_MODES
 from course_lib.errors import CourseError
 from course_lib.links import Link
+from course_lib.model import PRECISIONS
 from course_lib.reference import TrainConfig
 from course_lib.schedules.basic import LIMITS
 from course_lib.timeline import Timeline
@@ -112,6 +113,8 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--device", default=d.device,
                        help="cpu, cuda, cuda:N or auto (distributed: cpu = gloo, cuda = NCCL)")  # fmt: skip
     group.add_argument("--data", default=None, help="UTF-8 text file (default: data/corpus.txt)")
+    group.add_argument("--precision", choices=list(PRECISIONS), default=d.precision,
+                       help="the forward's compute: float32, or autocast on a CUDA GPU")  # fmt: skip
     group.add_argument(
         "--threads", type=COUNT, help="torch CPU threads per process (default 1, as in the lessons; "
         "distributed: the cores shared among the ranks)",
@@ -124,7 +127,7 @@ def config_from_flags(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(
         n_layers=args.layers, d_model=args.width, n_heads=args.heads, seq_len=args.seq_len,
         batch_size=args.batch_size, microbatches=args.microbatches, steps=args.steps, lr=args.lr,
-        seed=args.seed, data_path=args.data, device=args.device,
+        seed=args.seed, data_path=args.data, device=args.device, precision=args.precision,
     )  # fmt: skip
 
 
