@@ -24,16 +24,18 @@ SERIAL = {
 # taken as one, as their tests share session fixtures (the browser tests' JupyterLab and Chromium)
 ONE_GROUP = ("tests/browser/",)
 # The order the workers take the groups in, so that neither runs on alone at the end: the files that
-# take longest on one worker first (measured: make test's --durations, summed per file, on 2 cores),
-# then the other files that start processes, the notebooks (each a kernel running a lesson), and last
-# the many short tests that start none (make test passes --no-loadscope-reorder, else pytest-xdist
-# would take the files with the most tests first). A name that is no longer there only loses its place.
+# take longest on one worker first (make test's --durations summed per file, a fresh clone on 2 cores
+# under a load of 5-8), then the other files that start processes, the notebooks (each a kernel
+# running a lesson), and last the many short tests that start none (make test passes
+# --no-loadscope-reorder, else pytest-xdist would take the files with the most tests first). A name
+# that is no longer there only loses its place.
 LONGEST_FIRST = (
-    "tests/grading/test_assignments.py",
-    "tests/grading/test_assignments_tricks.py",
-    "tests/browser/",
-    "tests/course/test_make_lab.py",
+    "tests/grading/test_assignments.py",  # 6 min of a loaded worker (every submission autograded)
+    "tests/browser/",  # 5 min
+    "tests/grading/test_assignments_tricks.py",  # 3.5 min
+    "tests/course/test_make_lab.py",  # 2.5 min (runs lesson 00 in the kit)
     "tests/course/test_readme_commands.py",
+    "tests/grading/test_assignment_guide.py",  # 2 min
 )
 
 
