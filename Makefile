@@ -18,8 +18,8 @@ SETUP        := $(STAMP) $(KERNEL_SPEC)
 # Extra pip arguments for torch, e.g. a CUDA build: make lab TORCH_INDEX=https://download.pytorch.org/whl/cu128
 TORCH_INDEX ?=
 # Extra JupyterLab arguments, e.g. make lab LAB_ARGS="--port=9999 --no-browser"
-# Lessons run side by side under nbval (pytest-xdist; each notebook's cells stay in order on one worker):
-# 2 halves the time on a 2-core laptop; more need about 1.5 GiB of memory each
+# `make notebooks` runs the lessons side by side under nbval (pytest-xdist; each notebook's cells stay
+# in order on one worker): 2 halves the time on a 2-core laptop; more need about 1.5 GiB of memory each
 NB_WORKERS ?= 2
 LAB_ARGS ?=
 # Jupyter refuses to run as root unless told; containers and cloud notebooks often are root
@@ -29,7 +29,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # git-ignored, so running a lesson never changes a tracked file and no solution is a click away
 LAB_DIR ?= lab
 
-.PHONY: lab lab-refresh instructor test lint unit notebooks setup clean gpu-check
+.PHONY: lab lab-refresh instructor test lint tools unit notebooks setup clean gpu-check
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -76,31 +76,39 @@ instructor: $(SETUP)
 lint: $(SETUP)
 	$(BIN)/ruff check course_lib tests bench data
 
-# the tests that start processes, this many at a time (0: one after another, in one process)
+# The suite runs this many tests at a time (pytest-xdist; 0: one after another, in one process). Each
+# worker takes one file, or one notebook, at a time (--dist loadfile: a file's fixtures are made once,
+# a notebook's cells run in order on one kernel), the longest first (tests/conftest.py's LONGEST_FIRST,
+# so that no worker runs on alone at the end); the tests that measure or count what runs on the machine
+# (-m serial, tests/conftest.py's SERIAL) run alone after them. More workers need about 1.5 GiB each.
 UNIT_WORKERS ?= 2
-unit: $(SETUP)
+XDIST = -n $(UNIT_WORKERS) --dist loadfile --no-loadscope-reorder
+NBVAL := --nbval-lax --nbval-current-env -p no:randomly
+PYTEST := $(BIN)/python -m pytest -q
+tools: $(SETUP)
 	@bash tests/browser/ensure_browser.sh
 	@bash tests/ensure_iproute2.sh
-	@# separate pytest processes, so that no test can leave state (threads, handlers, imports) to the others.
-	@# The tests that start processes mostly wait for them (kernels, servers, ranks' start-up): two run at
-	@# a time (pytest-xdist, a file's tests on one worker, so its fixtures are made once); those that
-	@# measure or count what runs on the machine (-m serial, tests/conftest.py) run alone after them
-	$(BIN)/python -m pytest -q tests/browser
-	$(BIN)/python -m pytest -q tests --ignore=tests/browser -m "processes and not serial" -n $(UNIT_WORKERS) \
-	  --dist loadfile --durations=15
-	$(BIN)/python -m pytest -q tests --ignore=tests/browser -m "processes and serial" --durations=5
-	$(BIN)/python -m pytest -q tests --ignore=tests/browser -m "not processes" -n $(UNIT_WORKERS) --dist loadfile
+
+unit: tools
+	$(PYTEST) tests -m "not serial" $(XDIST) --durations=20
+	$(PYTEST) tests -m serial --durations=5
 
 # Running every lesson changes no file git tracks and leaves none it would add (tests/course/test_git_pull.py):
 # `git status` after the run is what it was before (outside a git checkout, the run alone)
 GIT_STATUS := { git status --porcelain 2>/dev/null || true; }
+SAME_STATUS := $(GIT_STATUS) | diff $(VENV)/.status-before - || { echo "the run changed the files above (git status)"; exit 1; }
 notebooks: $(SETUP)
-	@$(GIT_STATUS) > $(VENV)/.status-before-lessons
-	$(BIN)/python -m pytest -q --nbval-lax --nbval-current-env -p no:randomly -n $(NB_WORKERS) --dist loadfile notebooks
-	@$(GIT_STATUS) | diff $(VENV)/.status-before-lessons - \
-	  || { echo "running the lessons changed the files above (git status)"; exit 1; }
+	@$(GIT_STATUS) > $(VENV)/.status-before
+	$(PYTEST) $(NBVAL) -n $(NB_WORKERS) --dist loadfile --no-loadscope-reorder notebooks
+	@$(SAME_STATUS)
 
-test: lint unit notebooks
+# unit and notebooks in one run (no worker waits at the end of one part for the next to start), the
+# serial tests alone after it; git status is checked around both
+test: lint tools
+	@$(GIT_STATUS) > $(VENV)/.status-before
+	$(PYTEST) tests notebooks -m "not serial" $(NBVAL) $(XDIST) --durations=25
+	$(PYTEST) tests -m serial --durations=5
+	@$(SAME_STATUS)
 
 # every GPU path once, with a report (PASS / SKIP / FAIL); on a machine without a GPU, the CPU path
 gpu-check: $(STAMP)

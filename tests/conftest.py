@@ -12,13 +12,60 @@ from course_lib.data import load_corpus
 
 torch.set_num_threads(1)  # 2-core CI: one thread per test process is faster and deterministic
 
-# `make unit` runs the processes group two at a time (pytest-xdist), except these files, which it runs
-# alone afterwards (-m serial): what they check would be disturbed by another test beside them
+# `make unit` runs the suite two at a time (pytest-xdist), except these files, which it runs alone
+# afterwards (-m serial): what they check would be disturbed by another test beside them
 SERIAL = {
     "lessons/test_wan_measured.py": "measures steps against the formula: another test's load is noise in it",
     "grading/test_grading_sandbox.py": "its fork bomb takes every process the sandbox's user may have",
     "course/test_two_hosts.py": "a shaped link's measured step against one simulated from an earlier run",
 }
+# Under `--dist loadfile` a worker takes one file, or one notebook, at a time (so a file's module
+# fixtures are made once, and a notebook's cells run in order on one kernel); each of these folders is
+# taken as one, as their tests share session fixtures (the browser tests' JupyterLab and Chromium)
+ONE_GROUP = ("tests/browser/",)
+# The order the workers take the groups in, so that neither runs on alone at the end: the files that
+# take longest on one worker first (make test's --durations summed per file, a fresh clone on 2 cores
+# under a load of 5-8), then the other files that start processes, the notebooks (each a kernel
+# running a lesson), and last the many short tests that start none (make test passes
+# --no-loadscope-reorder, else pytest-xdist would take the files with the most tests first). A name
+# that is no longer there only loses its place.
+LONGEST_FIRST = (
+    "tests/grading/test_assignments.py",  # 6 min of a loaded worker (every submission autograded)
+    "tests/browser/",  # 5 min
+    "tests/grading/test_assignments_tricks.py",  # 3.5 min
+    "tests/course/test_make_lab.py",  # 2.5 min (runs lesson 00 in the kit)
+    "tests/course/test_readme_commands.py",
+    "tests/grading/test_assignment_guide.py",  # 2 min
+)
+
+
+def _group(nodeid: str) -> str:
+    """The file (or ONE_GROUP folder) a test belongs to; ``nodeid`` is relative to the repository."""
+    path = nodeid.split("::")[0]
+    return next((folder for folder in ONE_GROUP if path.startswith(folder)), path)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, called only where it is installed
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, but a ONE_GROUP folder is one unit (xdist's own loadgroup reads its marker
+    through an attribute pytest 9 no longer has, and would spread a group over both workers)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndFolders(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    return FilesAndFolders(config, log)
+
+
+def _rank(group: str, items: list[pytest.Item]) -> tuple[int, int]:
+    if group in LONGEST_FIRST:
+        return LONGEST_FIRST.index(group), 0
+    if any(item.get_closest_marker("processes") for item in items):
+        return len(LONGEST_FIRST), 0
+    return len(LONGEST_FIRST), 1 if items[0].path.suffix == ".ipynb" else 2
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by marker
@@ -26,9 +73,14 @@ def pytest_collection_modifyitems(config, items):
     tests = Path(__file__).parent
     if missing := [rel for rel in SERIAL if not (tests / rel).exists()]:  # renamed: it would not be alone
         raise pytest.UsageError(f"tests/conftest.py's SERIAL names files that are not there: {missing}")
+    groups: dict[str, list[pytest.Item]] = {}
     for item in items:
         if item.path.is_relative_to(tests) and item.path.relative_to(tests).as_posix() in SERIAL:
             item.add_marker(pytest.mark.serial)
+        groups.setdefault(_group(item.nodeid), []).append(item)
+    rank = {group: _rank(group, members) for group, members in groups.items()}
+    # a stable sort: within a group (a file, a notebook) the tests keep pytest's order
+    items.sort(key=lambda item: rank[_group(item.nodeid)])
 
 
 @pytest.fixture(scope="session")

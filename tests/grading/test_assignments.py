@@ -16,11 +16,7 @@ import csv
 import json
 import os
 import re
-import resource
-import shutil
 import sys
-import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -31,16 +27,13 @@ from support.assignments import (
     cells,
     errors,
     grade_info,
-    hard_coded_notebook,
-    sandbox_or_skip,
     solution_secrets,
 )  # fmt: skip
-from support.course_copy import course_copy
+from support.autograde import FLOW, graded_course
 from support.feedback import (
     near_answers,
     outputs_text,
     own_lines,
-    recorded_answers,
     visible_text,
     what_the_student_had,
 )  # fmt: skip
@@ -55,117 +48,13 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Object of type .* not in session"),  # nbgrader's own
 ]
 
-FLOW = "a03_bubble"  # the assignment that goes through the exchange, with every kind of student
-BROKEN_GPIPE = "def my_gpipe(p, m):\n    return [Action(d, Kind.F, 0) for d in range(p)][p]  # IndexError\n"
-
-
-
-
-
-
-def _submit_through_exchange(config, home: Path, student: str, edit=None) -> None:
-    """What a student does: fetch the released assignment, (maybe) edit it, submit it."""
-    from nbgrader.auth import Authenticator
-    from nbgrader.coursedir import CourseDirectory
-    from nbgrader.exchange.default import ExchangeFetchAssignment, ExchangeSubmit
-
-    config = config.copy()
-    config.CourseDirectory.student_id = student
-    config.CourseDirectory.assignment_id = FLOW
-    config.Exchange.assignment_dir = str(home)
-    for step in (ExchangeFetchAssignment, ExchangeSubmit):
-        if step is ExchangeSubmit and edit:
-            edit(home / FLOW)
-        coursedir = CourseDirectory(config=config)
-        step(coursedir=coursedir, authenticator=Authenticator(config=config), config=config).start()
-
-
-def _solve(folder: Path) -> None:
-    """Replace the student version with the solution (the source notebook, as a student would finish it)."""
-    (notebook,) = folder.glob("*.ipynb")
-    shutil.copy(COURSE / "source" / FLOW / notebook.name, notebook)
-
-
-def _solve_with_a_bug(folder: Path) -> None:
-    _solve(folder)
-    (notebook,) = folder.glob("*.ipynb")
-    nb = json.loads(notebook.read_text())
-    for cell in nb["cells"]:
-        if grade_info(cell).get("grade_id") == "a1_my_gpipe":
-            cell["source"] = BROKEN_GPIPE
-    notebook.write_text(json.dumps(nb))
-
-
-def _exchange_flow(api, config, tmp: Path, course: Path) -> list[str]:
-    """Release A1, let four students fetch and submit, make one late, collect."""
-    from nbgrader.api import Gradebook
-
-    assert api.release_assignment(FLOW)["success"]
-    students = {"untouched": None, "solution": _solve, "buggy": _solve_with_a_bug, "late": _solve}
-    for student, edit in students.items():
-        home = tmp / "students" / student
-        home.mkdir(parents=True)
-        _submit_through_exchange(config, home, student, edit)
-    due = datetime.now(UTC).replace(tzinfo=None) + timedelta(days=1)
-    with Gradebook(config.CourseDirectory.db_url) as gb:
-        gb.update_or_create_assignment(FLOW, duedate=due)
-    result = api.collect(FLOW)
-    assert result["success"], result["log"] + result.get("error", "")
-    stamp = course / "submitted" / "late" / FLOW / "timestamp.txt"
-    stamp.write_text(str(due + timedelta(hours=3)))  # as if handed in three hours after the due date
-    return list(students)
-
-
-def _cpu_seconds() -> float:
-    """CPU time of this process and of its finished children (the kernels nbgrader started)."""
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-
-
-
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """Generate every assignment, submit and autograde it; returns the course dir, scores, lateness and
-    the graded answers each assignment's checks compared with."""
-    sandbox_or_skip()  # autograde runs the students' code in it
-    tmp = tmp_path_factory.mktemp("nbgrader")
-    with course_copy(tmp) as (course, config, api):
-        from nbgrader.api import Gradebook
-
-        students: dict[str, list[str]] = {}
-        for name in ASSIGNMENTS:
-            result = api.generate_assignment(name, force=True)
-            assert result["success"], result["log"] + result.get("error", "")
-            students[name] = []
-            if name != FLOW:  # FLOW's solution and untouched versions come through the exchange below
-                students[name] = ["solution", "untouched"]
-                for student, origin in (("solution", "source"), ("untouched", "release")):
-                    shutil.copytree(course / origin / name, course / "submitted" / student / name)
-            if name in HARD_CODED:
-                students[name].append("hardcoded")
-                hard_coded_notebook(course / "release" / name, course / "submitted" / "hardcoded" / name)
-        students[FLOW] += _exchange_flow(api, config, tmp, course)
-        seconds, answers = {}, {}
-        for name, names in students.items():
-            for student in names:
-                start, cpu = time.perf_counter(), _cpu_seconds()
-                with recorded_answers(answers.setdefault(name, set())):
-                    result = api.autograde(name, student, force=True, create=True)
-                seconds[(name, student)] = (time.perf_counter() - start, _cpu_seconds() - cpu)
-                assert result["success"], result["log"] + result.get("error", "")
-            result = api.generate_feedback(name)
-            assert result["success"], result["log"] + result.get("error", "")
-        with Gradebook(config.CourseDirectory.db_url) as gb:
-            found = {(n, s): gb.find_submission(n, s) for n, names in students.items() for s in names}
-            scores = {key: (sub.score, sub.max_score) for key, sub in found.items()}
-            late = {s: gb.find_submission(FLOW, s).total_seconds_late for s in students[FLOW]}
-        print(
-            "\nautograde seconds per submission (wall, CPU):",
-            {k: f"{w:.1f}, {c:.1f}" for k, (w, c) in seconds.items()},
-        )
-        print("scores:", scores)
-        yield course, scores, late, answers
+    """Every assignment generated, submitted and autograded (tests/support/autograde.py); the course
+    dir, scores, lateness and the graded answers each assignment's checks compared with."""
+    with graded_course(tmp_path_factory) as result:
+        yield result
 
 
 def test_every_assignment_has_points_hidden_tests_and_the_course_setup():
