@@ -32,11 +32,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # the tests' submissions and tricks: one definition of each
+sys.path.insert(0, str(ROOT / "tests"))  # tests/support: one definition of each submission, trick
 
-from test_assignments import course_copy  # noqa: E402
-from test_assignments_cases import ASSIGNMENTS, HARD_CODED, hard_coded_notebook  # noqa: E402
-from test_assignments_tricks import LIBRARY_COPY, ROBUSTNESS, trick  # noqa: E402
+from support.assignments import ASSIGNMENTS, HARD_CODED, hard_coded_notebook  # noqa: E402
+from support.course_copy import course_copy  # noqa: E402
+from support.tricks import LIBRARY_COPY, ROBUSTNESS, trick  # noqa: E402
 
 from course_lib.grading import sandbox  # noqa: E402
 
