@@ -134,7 +134,11 @@ def test_tp_pp_dp_give_the_reference_loss_gradients_and_weights(tpd):
         assert r.losses == pytest.approx(losses, rel=1e-5), name
         assert sorted(r.grads) == sorted(grads), name  # every weight of the full model, glued back
         for key, g in grads.items():
-            torch.testing.assert_close(r.grads[key], g, rtol=1e-5, atol=1e-7, msg=f"{name} {key}")
+            # TP sums each row's partial products in another order (and the CPU's kernels pick their own
+            # blocking): float32 rounding of up to ~5e-5 of the tensor's largest entry, seen on AVX-512
+            # machines; a lost micro-batch or a wrong scale is off by tens of percent of it
+            scale = 1e-4 * float(g.abs().max())
+            torch.testing.assert_close(r.grads[key], g, rtol=1e-5, atol=max(1e-7, scale), msg=f"{name} {key}")
             # AdamW divides by sqrt(v): where a gradient is near zero (a rare token's embedding row), the
             # replicas' different order of summation moves a weight by up to ~1% of one step (lr 3e-3,
             # warm-up: 3e-4 then 6e-4); atol 1e-5 is 3% of the first step's move
