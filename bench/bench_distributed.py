@@ -2,11 +2,12 @@
 
 Part 1: the same model, partition (uniform), schedule, batches and weights, p = 2 gloo processes on
 the CPU, run by our distributed engine and by torch.distributed.pipelining (``PipelineStage`` +
-``Schedule1F1B`` or ``ScheduleGPipe``, via ``course_lib.engines.torch_pipelining``). Step time = wall clock
-of one optimizer step on the rank holding the last stage, as torch's side measures it; median of the
-steps after warm-up. Target: ours / torch <= 0.90. Both run in the *same* two processes (one
-process group), alternating ``--rounds`` times, so that load from other processes on a shared
-machine hits both alike and neither pays for starting processes.
+``Schedule1F1B`` or ``ScheduleGPipe``: ``make_spec(..., runner="torch")``, engines/torch_pipelining.py);
+both give a DistributedResult. Step time = wall clock of one optimizer step on the rank holding the
+last stage (``rank_step_times_s[p - 1]``, the same field on both sides); median of the steps after
+warm-up. Target: ours / torch <= 0.90. Both run in the *same* two processes (one process group),
+alternating ``--rounds`` times, so that load from other processes on a shared machine hits both
+alike and neither pays for starting processes.
 
 Part 2: the simulator's predicted step from measured op costs against the measured step. For each
 measured step, the op costs are the medians of that step's own spans per stage (F, and B as i + w
@@ -32,10 +33,8 @@ import os
 import statistics
 
 from course_lib.costs import costs_from
-from course_lib.engines import torch_pipelining
 from course_lib.engines.dist_worker import gather_and_merge, run_rank
 from course_lib.engines.distributed import make_spec
-from course_lib.engines.torch_pipelining import make_spec as torch_spec
 from course_lib.errors import CourseError
 from course_lib.launch import RankContext, spawn
 from course_lib.reference import TrainConfig
@@ -44,21 +43,17 @@ from course_lib.simulator import simulate
 
 def _alternating_rank(ctx: RankContext, ours, theirs, rounds: int) -> list[tuple]:
     """One spawned rank: `rounds` times our engine's run, then torch's, in one process group."""
-    out = []
-    for _ in range(rounds):
-        merged = gather_and_merge(ours, ctx.rank, run_rank(ours, ctx.rank, ctx.device))
-        out.append((merged, torch_pipelining._run_rank(theirs, ctx.rank, ctx.device, None)))
-    return out
+    runs = (ours, theirs) * rounds  # ours, torch's, ours, ...
+    merged = [gather_and_merge(spec, ctx.rank, run_rank(spec, ctx.rank, ctx.device)) for spec in runs]
+    return list(zip(merged[::2], merged[1::2], strict=True))  # rank 0's: (ours, torch's) per round
 
 
 def alternate(ours, theirs, rounds: int) -> list[tuple]:
-    """[(our DistributedResult, torch's records by rank)] per round."""
-    world = ours.ranks
+    """[(our DistributedResult, torch's DistributedResult)] per round, both merged by rank 0."""
     got = spawn(
-        _alternating_rank, world, (ours, theirs, rounds), backend=ours.backend, timeout_s=ours.timeout_s
+        _alternating_rank, ours.ranks, (ours, theirs, rounds), backend=ours.backend, timeout_s=ours.timeout_s
     )
-    # rank 0 merged our records; torch's loss and step times are on the rank with the last stage
-    return [(got[0][i][0], [got[r][i][1] for r in range(world)]) for i in range(rounds)]
+    return got[0]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -85,22 +80,21 @@ def main(argv: list[str] | None = None) -> None:
     except CourseError:
         ours_spec = make_spec(cfg, args.schedule, p, threads=args.threads)
         probes = "on (StageRuntime has no switch; they cost about 10% CPU on this model)"
-    theirs_spec = torch_spec(cfg, args.schedule, p, threads=args.threads)
+    theirs_spec = make_spec(cfg, args.schedule, p, threads=args.threads, runner="torch")
     print(f"{args.rounds} rounds, each: our distributed engine, then torch.distributed.pipelining ...")
     load_before = os.getloadavg()[0]
     ours_times, torch_times, ours_runs, round_ratios = [], [], [], []
     cpu = {"ours": [[] for _ in range(p)], "torch": [[] for _ in range(p)]}  # [rank]: CPU s per step
-    for ours, by_rank in alternate(ours_spec, theirs_spec, args.rounds):
-        theirs = by_rank[p - 1]
+    for ours, theirs in alternate(ours_spec, theirs_spec, args.rounds):
         for r in range(p):
             cpu["ours"][r] += ours.rank_step_cpu_s[r][args.warmup :]
-            cpu["torch"][r] += by_rank[r]["cpu"][args.warmup :]
+            cpu["torch"][r] += theirs.rank_step_cpu_s[r][args.warmup :]
         ours_runs.append(ours)
         ours_round = ours.rank_step_times_s[p - 1][args.warmup :]  # rank p-1 holds the last stage
-        torch_round = theirs["times"][args.warmup :]
+        torch_round = theirs.rank_step_times_s[p - 1][args.warmup :]
         ours_times, torch_times = ours_times + ours_round, torch_times + torch_round
         round_ratios.append(statistics.median(ours_round) / statistics.median(torch_round))
-        assert abs(ours.losses[-1] - theirs["losses"][-1]) < 1e-4, (ours.losses, theirs["losses"])
+        assert abs(ours.losses[-1] - theirs.losses[-1]) < 1e-4, (ours.losses, theirs.losses)
     load = (load_before, os.getloadavg()[0])
     ours_med, torch_med = statistics.median(ours_times), statistics.median(torch_times)
     print(

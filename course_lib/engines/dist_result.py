@@ -1,5 +1,7 @@
 """What goes into a distributed run and what comes back: the RunSpec every rank gets (checked by
 ``distributed.make_spec``), and the result: losses, step times, memory, one measured Timeline per step.
+The same spec and result serve torch.distributed.pipelining's runs (``RunSpec.runner``,
+``torch_pipelining.py``), which record step times but no spans: their result has no timelines.
 
 Every rank records its own spans (start and end of each action, on the common clock set at the
 start barrier), the messages it sent and when it waited for the ones it received. Rank 0 gathers
@@ -15,15 +17,18 @@ those records and ``merge_step`` turns them into a Timeline with source ``measur
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 
+from course_lib.errors import require
 from course_lib.links import Link
 from course_lib.partition import Partition
 from course_lib.reference import TrainConfig
+from course_lib.schedules.builders import SCHEDULES
 from course_lib.schedules.ir import Schedule
+from course_lib.schedules.torch_csv import to_csv_text
 from course_lib.timeline import MEASURED, Span, Timeline, Transfer
 from course_lib.tp.mesh import Mesh
 from course_lib.tp.shard import assemble_gradients
@@ -33,6 +38,9 @@ if TYPE_CHECKING:  # comm.py needs torch.distributed; the records only carry its
     from course_lib.schedules.ir import Action
 
 FAULT_KINDS = ("raise", "exit", "kill", "hang")
+# who executes the schedule: our engine (dist_worker.py), torch's own class for it, or torch's runtime fed
+# our order as CSV (torch_pipelining.py)
+RUNNERS = ("distributed", "torch", "torch-csv")
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,18 @@ class RunSpec:
     # (forward, backward) seconds: each F and B span lasts at least this long, the rank sleeping out the
     # rest of the slot after the real op, so that a busy machine does not change the stage's cost
     pace_s: tuple[float, float] | None = None
+    runner: str = "distributed"  # one of RUNNERS
+
+    @property
+    def from_csv(self) -> bool:
+        return self.runner == "torch-csv"
+
+    @property
+    def runner_name(self) -> str:
+        """What executes the schedule: our engine, torch's class, or torch's runtime with our CSV."""
+        if self.runner == "torch":
+            return SCHEDULES[self.schedule.name].torch_class
+        return "_PipelineScheduleRuntime + our CSV" if self.from_csv else self.runner
 
     @property
     def mesh(self) -> Mesh:
@@ -145,15 +165,15 @@ def merge_step(records: list[RankRecord], step: int, schedule: Schedule) -> Time
 
 @dataclass
 class DistributedResult:
-    """The outcome of ``run_distributed`` (or of rank 0 under torchrun). With TP and DP, the timeline
-    is that of rank 0's pipeline (replica 0, TP rank 0 of every stage); gradients and weights are
-    replica 0's, glued back into the full model's tensors and names."""
+    """The outcome of ``run_distributed`` (or of rank 0 under torchrun), whichever runner ran it. With
+    TP and DP, the timeline is that of rank 0's pipeline (replica 0, TP rank 0 of every stage);
+    gradients and weights are replica 0's, glued back into the full model's tensors and names."""
 
     schedule: str
     ranks: int
     losses: list[float]  # the batch's mean training loss, per step
     rank_step_times_s: list[list[float]]  # [rank][step]: wall clock of each rank's step
-    timelines: list[Timeline]  # measured, one per step
+    timelines: list[Timeline]  # measured, one per step (none from torch's runners: no spans)
     peak_saved_bytes: list[list[int]]  # [rank][step]: most bytes held for backward during the step
     grads: dict[str, torch.Tensor] | None = None  # last step's gradients (return_grads=True)
     params: dict[str, torch.Tensor] | None = None  # weights after the last step (return_grads=True)
@@ -164,10 +184,13 @@ class DistributedResult:
     replica_weight_diff: float | None = None  # largest weight difference between replicas (return_grads)
     grad_sync_s: list[float] = field(default_factory=list)  # per step, the slowest rank's DP all-reduce
     rank_step_cpu_s: list[list[float]] = field(default_factory=list)  # [rank][step]: StepRecord.cpu_s
+    runner: str = "distributed"  # RunSpec.runner_name: what executed the schedule
+    csv_text: str | None = None  # the CSV torch's runtime executed (runner "torch-csv")
 
     @property
     def timeline(self) -> Timeline:
         """The last step's measured Timeline (the first step also pays for warm-up)."""
+        require(self.timelines, f"{self.runner} recorded no spans: this result has step times, no timeline")
         return self.timelines[-1]
 
     @property
@@ -192,12 +215,14 @@ class DistributedResult:
         return statistics.median(times) if times else 0.0
 
     def to_json(self) -> dict:
+        last = self.timelines[-1] if self.timelines else None
         return {
-            "engine": "distributed", "schedule": self.schedule, "losses": self.losses,
+            "engine": self.runner, "schedule": self.schedule, "losses": self.losses,
             "pipeline_ranks": self.ranks,  # p, the pipeline's devices; world = tp x p x dp processes
             "n_params": self.n_params, "step_time_s": self.step_time_s, "step_times_s": self.step_times_s,
             "rank_step_times_s": self.rank_step_times_s,
-            "bubble_fraction": self.bubble_fraction, "timeline_source": self.timeline.source,
+            "bubble_fraction": None if last is None else last.bubble_fraction,  # torch's runners: no spans
+            "timeline_source": None if last is None else last.source,
             "peak_saved_bytes": [max(p) if p else 0 for p in self.peak_saved_bytes], "config": self.config,
             "tp": self.tp, "dp": self.dp, "world": self.tp * self.ranks * self.dp,
             "grad_sync_s": self.grad_sync_s,
@@ -225,8 +250,9 @@ def _replica_diff(records: list[RankRecord]) -> float:
     return max(diffs, default=0.0)
 
 
-def build_result(records: list[RankRecord], schedule: Schedule, config: dict) -> DistributedResult:
-    """Rank 0's merge of every rank's record (by global rank; one pipeline's make the timelines)."""
+def build_result(records: list[RankRecord], spec: RunSpec) -> DistributedResult:
+    """Rank 0's merge of every rank's record (by global rank; one pipeline's make the timelines, where
+    they recorded spans: torch's runners record none)."""
     records = sorted(records, key=lambda r: r.global_rank)
     pipeline = [r for r in records if r.dp == 0 and r.tp == 0]
     n_steps = len(records[0].steps)
@@ -235,14 +261,16 @@ def build_result(records: list[RankRecord], schedule: Schedule, config: dict) ->
     if all(r.grads is not None for r in records):
         grads, params = _whole_model(records, "grads"), _whole_model(records, "params")
         diff = _replica_diff(records)
+    schedule = spec.schedule
     return DistributedResult(
         schedule=schedule.name, ranks=schedule.n_devices, losses=losses,
         rank_step_times_s=[[st.time_s for st in r.steps] for r in records],
-        timelines=[merge_step(pipeline, k, schedule) for k in range(n_steps)],
+        timelines=[merge_step(pipeline, k, schedule) for k in range(n_steps) if pipeline[0].steps[k].spans],
         peak_saved_bytes=[[st.peak_saved_bytes for st in r.steps] for r in records],
-        grads=grads, params=params, config=config, n_params=sum(r.n_params for r in records),
+        grads=grads, params=params, config=asdict(spec.cfg), n_params=sum(r.n_params for r in records),
         tp=1 + max(r.tp for r in records), dp=1 + max(r.dp for r in records),
         replica_weight_diff=diff,
         grad_sync_s=[max(r.steps[k].grad_sync_s for r in records) for k in range(n_steps)],
-        rank_step_cpu_s=[[st.cpu_s for st in r.steps] for r in records],
+        rank_step_cpu_s=[[st.cpu_s for st in r.steps] for r in records], runner=spec.runner_name,
+        csv_text=to_csv_text(schedule) if spec.from_csv else None,
     )  # fmt: skip

@@ -26,7 +26,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import torch
@@ -34,6 +34,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from course_lib.data import Corpus, split_microbatches
+from course_lib.engines import torch_pipelining
 from course_lib.engines.comm import RankComm, direction_groups
 from course_lib.engines.dist_result import (
     DistributedResult,
@@ -210,6 +211,8 @@ def run_rank(
     """Train `spec.cfg.steps` batches as rank `rank` (of t x p x d, ``tp/mesh.py``); return what this
     rank measured. On one rank that holds the last stage, `on_loss(loss)` follows every optimizer
     step. `groups`: this rank's TP, PP and DP groups (built here if not given)."""
+    if spec.runner != "distributed":  # torch.distributed.pipelining runs it (torch_pipelining.py)
+        return torch_pipelining.run_rank(spec, rank, torch_device, on_loss)
     threads = torch.get_num_threads()
     torch.set_num_threads(spec.threads)  # the ranks share the machine's cores
     groups = groups or build_groups(spec.mesh, rank)
@@ -282,9 +285,7 @@ def gather_and_merge(spec: RunSpec, rank: int, record: RankRecord) -> Distribute
     """Every rank's record to rank 0, which merges them into one result (None on the other ranks)."""
     records = [None] * spec.world if rank == 0 else None
     dist.gather_object(record, records, dst=0)
-    if rank != 0:
-        return None
-    return build_result(records, spec.schedule, asdict(spec.cfg))
+    return build_result(records, spec) if rank == 0 else None
 
 
 def run_specs(ctx: RankContext, specs: list[RunSpec]) -> list[DistributedResult] | None:

@@ -64,6 +64,7 @@ from course_lib.devices import gpu_count
 from course_lib.engines.dist_result import FAULT_KINDS, DistributedResult, Fault, RunSpec
 from course_lib.engines.dist_worker import run_specs
 from course_lib.engines.plan import make_plan
+from course_lib.engines.torch_pipelining import check_runner
 from course_lib.errors import require
 from course_lib.launch import DistributedError, spawn
 from course_lib.links import Link
@@ -98,7 +99,7 @@ def make_spec(
     links: Link | list[Link] | None = None, checkpoint: str = "never", timeout_s: float = 60.0,
     fault: Fault | None = None, return_grads: bool = False, threads: int | None = None,
     local_ranks: int | None = None, direction_groups: bool | None = None, track_memory: bool = True,
-    tp: int = 1, dp: int = 1, pace_s: tuple[float, float] | None = None,
+    tp: int = 1, dp: int = 1, pace_s: tuple[float, float] | None = None, runner: str = "distributed",
 ) -> RunSpec:  # fmt: skip
     """Check every input and build the spec; raises CourseError before any process starts.
 
@@ -109,11 +110,16 @@ def make_spec(
     how long a rank waits for a silent peer; `fault`: a Fault (its rank of all t x p x d), to watch a
     failure; `threads`: torch threads per rank; ``track_memory=False`` skips measuring bytes saved for
     backward (for timing). `tp`: ranks each stage is split across; `dp`: data-parallel replicas.
-    `pace_s`: (forward, backward) seconds, the least each F and B span lasts (a fixed stage cost)."""
+    `pace_s`: (forward, backward) seconds, the least each F and B span lasts (a fixed stage cost).
+    `runner`: "distributed" (this engine), "torch" or "torch-csv" (torch_pipelining.py: the same run on
+    torch.distributed.pipelining, by torch's class for the schedule or by its runtime fed our CSV)."""
     if stages is None and not isinstance(schedule, Schedule):
         stages = 2
     plan = make_plan(cfg, schedule, stages, virtual, partition, checkpoint, links)
     sched, ranks = plan.schedule, plan.schedule.n_devices
+    ours_only = dict(links=links, checkpoint=checkpoint != "never", fault=fault, return_grads=return_grads,
+                     tp=tp > 1, dp=dp > 1, pace_s=pace_s)  # fmt: skip
+    check_runner(runner, sched, cfg, ours_only)
     mesh = Mesh(t=tp, p=ranks, d=dp)
     local_ranks = local_ranks or mesh.world  # ranks on this machine (torchrun: LOCAL_WORLD_SIZE)
     _check_mesh(cfg, mesh, local_ranks)
@@ -141,9 +147,9 @@ def make_spec(
         checkpoint=checkpoint, timeout_s=float(timeout_s), backend="nccl" if device == "cuda" else "gloo",
         # NCCL needs them (see comm.py); with gloo they are optional (the tests use them there)
         direction_groups=device == "cuda" if direction_groups is None else direction_groups,
-        track_memory=track_memory, fault=fault, return_grads=return_grads,
+        track_memory=track_memory and runner == "distributed", fault=fault, return_grads=return_grads,
         threads=check_threads(threads) or max(1, (os.cpu_count() or 1) // local_ranks), tp=tp, dp=dp,
-        pace_s=None if pace_s is None else (float(pace_s[0]), float(pace_s[1])),
+        pace_s=None if pace_s is None else (float(pace_s[0]), float(pace_s[1])), runner=runner,
     )  # fmt: skip
 
 

@@ -14,11 +14,12 @@ from course_lib.cli import main
 from course_lib.data import split_microbatches
 from course_lib.engines import links_injected
 from course_lib.engines.comm import message_tag
-from course_lib.engines.dist_result import RankRecord, StepRecord, build_result
+from course_lib.engines.dist_result import RankRecord, RunSpec, StepRecord, build_result
 from course_lib.engines.dist_worker import Fault, StepRecorder, build_rank, run_schedule
 from course_lib.engines.distributed import make_spec
 from course_lib.errors import CourseError
 from course_lib.links import Link
+from course_lib.partition import uniform
 from course_lib.reference import TrainConfig, first_batch, max_grad_diff, reference_gradients, train
 from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.ir import Action, Kind
@@ -221,9 +222,10 @@ def test_merge_makes_one_measured_timeline_with_transfers():
     rec1 = RankRecord(stage=1, global_rank=1, losses=[2.5], n_params=20, steps=[step(
         [(f1, 1.2, 1.3), (b1, 1.3, 1.4)], [SendEvent(b1, 0, 1.4, None, 64)], [RecvEvent(f0, 0, 1.1, 1.2)],
     )])  # fmt: skip
-    result = build_result([rec1, rec0], sched, {})
+    result = build_result([rec1, rec0], RunSpec(TrainConfig(**TINY), sched, uniform(8, 2), ranks=2))
     tl = result.timeline
     assert tl.source == MEASURED and result.losses == [2.5] and result.n_params == 30
+    assert result.runner == "distributed" and result.csv_text is None
     assert tl.makespan == pytest.approx(0.7)
     assert tl.busy(0) == pytest.approx(0.3) and tl.busy(1) == pytest.approx(0.2)
     assert tl.bubble_fraction == pytest.approx(1 - 0.5 / 1.4)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.engines import distributed, torch_pipelining
+from course_lib.engines import distributed
 from course_lib.engines.local import LocalPipelineTrainer
 from course_lib.engines.runtime import StageRuntime
 from course_lib.errors import CourseError
@@ -47,7 +47,7 @@ def test_autocast_off_a_cuda_gpu_is_refused_before_anything_runs(precision):
     with pytest.raises(CourseError, match=said):  # the distributed engine: before a process starts
         distributed.make_spec(cfg, "1f1b", 2)
     with pytest.raises(CourseError, match=said):
-        torch_pipelining.make_spec(cfg, "1f1b", 2)
+        distributed.make_spec(cfg, "1f1b", 2, runner="torch")
     with pytest.raises(CourseError, match=said):
         LocalPipelineTrainer(cfg, "1f1b", stages=2)
     check_amp(precision, torch.device("cuda", 0))  # the rule itself: a CUDA device may autocast
