@@ -13,8 +13,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from course_lib.engines.dist_result import RUNNERS, torch_class
 from course_lib.engines.runtime import CHECKPOINT_MODES
-from course_lib.errors import CourseError
+from course_lib.errors import CourseError, require
 from course_lib.links import Link
 from course_lib.model import PRECISIONS
 from course_lib.reference import TrainConfig
@@ -157,7 +158,55 @@ def add_pipeline_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGro
         "--dp", type=COUNT, help="distributed engine: data-parallel replicas, each on its share of every "
         "micro-batch (divides batch / micro-batches; default 1)",
     )  # fmt: skip
+    group.add_argument(
+        "--runner", choices=RUNNERS, help="distributed engine: what executes the schedule: distributed (the "
+        "course's engine, default), torch (torch.distributed.pipelining's class for it: gpipe, 1f1b, "
+        "interleaved-1f1b) or torch-csv (torch's runtime fed our order as CSV: any schedule); torch "
+        "records step times and losses, no per-action timeline",
+    )  # fmt: skip
     return group
+
+
+# flag -> why torch's runners do not read it (only the course's engine implements it); refused with them
+TORCH_IGNORES: dict[str, str] = {
+    "--latency": "no injected links", "--bandwidth": "no injected links",
+    "--checkpoint": "no activation checkpointing", "--tp": "no tensor parallelism",
+    "--dp": "no data parallelism", "--check-reference": "it returns no gradients to compare",
+    "--gantt": "torch records no per-action timeline: no chart, no bubble figure",
+}  # fmt: skip
+
+
+def refuse_what_torch_ignores(args: argparse.Namespace) -> None:
+    """With --runner torch or torch-csv, a flag only the course's engine reads is an error, named in
+    the flag's own words before any process starts (make_spec would name its Python option instead)."""
+    runner = args.runner or "distributed"
+    given = [
+        f"{flag} ({why})" for flag, why in TORCH_IGNORES.items()
+        if getattr(args, flag[2:].replace("-", "_"), None) is not None
+    ]  # fmt: skip
+    require(
+        runner == "distributed" or not given,
+        f"--runner {runner} (torch.distributed.pipelining) does not use {'; '.join(given)}; only "
+        "--runner distributed (the course's engine) reads them: drop those flags or choose that runner",
+    )
+
+
+def runner_json(runner: str, schedule: str) -> dict:
+    """What a distributed-engine run's JSON says about its runner (the result's own "engine" is the
+    runner's name: torch's class for torch's runners)."""
+    return {"engine": "distributed", "runner": runner, "torch_class": torch_class(runner, schedule)}
+
+
+def runner_line(runner: str, schedule: str) -> str:
+    """The summary's line saying which runner ran the schedule, and what torch's do not record."""
+    cls = torch_class(runner, schedule)
+    if cls is None:
+        return "runner distributed: the course's engine ran the schedule"
+    how = "our order, fed as CSV" if runner == "torch-csv" else "the schedule"
+    return (
+        f"runner {runner}: torch.distributed.pipelining's {cls} ran {how}; torch records no per-action "
+        "timeline, so there is no bubble figure (step times and losses only)"
+    )
 
 
 def add_link_flags(parser: argparse.ArgumentParser) -> None:
@@ -187,11 +236,12 @@ class PipelineFlags:
     timeout: float = 60.0  # seconds (distributed engine); from_args: default_timeout's
     tp: int = 1  # tensor-parallel ranks per stage (distributed engine)
     dp: int = 1  # data-parallel replicas (distributed engine)
+    runner: str = "distributed"  # what executes the schedule (distributed engine; dist_result.RUNNERS)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, **defaults) -> PipelineFlags:
         """`defaults` override the class defaults (torchrun: stages = its number of ranks)."""
-        names = ("schedule", "stages", "virtual", "checkpoint", "timeout", "tp", "dp")
+        names = ("schedule", "stages", "virtual", "checkpoint", "timeout", "tp", "dp", "runner")
         given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
         if args.latency is not None or args.bandwidth is not None:  # one Link for every stage boundary
             given["links"] = Link(args.latency or 0.0, args.bandwidth or math.inf)  # BANDWIDTH refused 0

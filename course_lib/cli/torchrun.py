@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def spec_from_flags(args: argparse.Namespace, world: int) -> RunSpec:
     """Every flag checked, before this rank joins the others."""
+    flags.refuse_what_torch_ignores(args)
     tp, dp = args.tp or 1, args.dp or 1
     require(
         world % (tp * dp) == 0,
@@ -71,7 +72,7 @@ def spec_from_flags(args: argparse.Namespace, world: int) -> RunSpec:
         flags.config_from_flags(args), pipe.schedule, stages, virtual=pipe.virtual,
         checkpoint=pipe.checkpoint, links=pipe.links, timeout_s=pipe.timeout,
         threads=args.threads or netif.default_threads(),  # multi-node: 1 per rank (netif.py says why)
-        local_ranks=int(os.environ.get("LOCAL_WORLD_SIZE", world)), tp=tp, dp=dp,
+        local_ranks=int(os.environ.get("LOCAL_WORLD_SIZE", world)), tp=tp, dp=dp, runner=pipe.runner,
     )  # fmt: skip
 
 
@@ -102,16 +103,21 @@ def _main(argv: list[str] | None) -> int:
     result = run_this_rank(spec_from_flags(args, world), rank, world)
     if result is None:  # ranks other than 0
         return 0
+    runner = args.runner or "distributed"
     if args.json:
-        flags.print_json(result.to_json())
+        flags.print_json(result.to_json() | flags.runner_json(runner, result.schedule))
     else:
         mesh = f" x tp {result.tp} x dp {result.dp}" if result.tp * result.dp > 1 else ""
+        # torch's runners record no spans: no bubble (runner_line says so)
+        bubble = f", bubble {result.bubble_fraction:.1%} (measured)" if result.timelines else ""
         print(
             f"{result.schedule}: {result.ranks} pipeline ranks{mesh}, {len(result.losses)} steps, "
             f"training loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}; "
-            f"median step {result.step_time_s * 1000:.1f} ms, bubble {result.bubble_fraction:.1%} (measured)"
+            f"median step {result.step_time_s * 1000:.1f} ms{bubble}"
         )
-    flags.save_chart(result.timeline, args)  # after the result: a failed save cannot lose it
+        print(flags.runner_line(runner, result.schedule))
+    if result.timelines:  # (--gantt was refused where there are none)
+        flags.save_chart(result.timeline, args)  # after the result: a failed save cannot lose it
     return 0
 
 

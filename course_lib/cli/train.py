@@ -13,24 +13,34 @@ full size, 80 layers and 80 steps (a minute or two)::
         --check-reference --json
     python -m course_lib train --engine distributed --tp 2 --stages 2 --dp 2 --layers 4 --batch-size 8 \\
         --microbatches 2 --steps 2 --check-reference --json           # TP x PP x DP: 8 ranks
+    python -m course_lib train --engine distributed --runner torch --schedule 1f1b --stages 2 \\
+        --microbatches 4 --layers 8 --steps 5            # the same run on torch.distributed.pipelining
 
 Engines: ``reference`` (one device, gradient accumulation: the ground truth), ``local`` (one process
 runs every stage in the schedule's order; its timeline is *measured compute + simulated links*) and
 ``distributed`` (one process per stage, real sends and receives; its timeline is *measured*; with
 ``--tp T`` and ``--dp D``, t x p x d processes: each stage split across T ranks, D replicas whose
-gradients are averaged once per step; the timeline is rank 0's pipeline).
+gradients are averaged once per step; the timeline is rank 0's pipeline). ``--runner`` says who
+executes the distributed engine's run: ``distributed`` (the course's engine, default), ``torch``
+(torch.distributed.pipelining's own class for the schedule: gpipe, 1f1b, interleaved-1f1b) or
+``torch-csv`` (torch's generic runtime fed our order as CSV: any schedule). Both give the same result,
+but torch records no per-action timeline: step times and losses, no bubble figure, no ``--gantt``;
+the flags only our engine reads (links, ``--checkpoint``, ``--tp``, ``--dp``, ``--check-reference``)
+are refused with torch's runners, naming why.
 
 Every flag is checked before any work starts; a bad value is refused with a message that names it
 and says what is allowed. So is a flag the engine would not read: pipeline and link flags with the
-reference engine, ``--timeout``, ``--tp`` and ``--dp`` with any engine but the distributed one. Each
-process uses one CPU thread, as the lessons do (``--threads N`` for more; distributed ranks share
-the cores by default). ``--json`` prints one JSON object on stdout (the progress bar goes to stderr),
-so the output can be piped into other tools; it says ``tp`` and ``dp`` (1 but for the distributed
-engine). For the pipeline engines it adds ``bubble_fraction`` and ``timeline_source``, ``link``
-(the ``--latency`` and ``--bandwidth`` every boundary had; bandwidth null: unlimited), and for the
-distributed engine ``pipeline_ranks`` (p) beside ``world`` (t x p x d processes); and
-``max_grad_diff_vs_reference`` with ``--check-reference`` (largest gradient difference against
-the reference trainer on the first batch).
+reference engine, ``--timeout``, ``--tp``, ``--dp`` and ``--runner`` with any engine but the
+distributed one. Each process uses one CPU thread, as the lessons do (``--threads N`` for more;
+distributed ranks share the cores by default). ``--json`` prints one JSON object on stdout (the
+progress bar goes to stderr), so the output can be piped into other tools; it says ``tp`` and ``dp``
+(1 but for the distributed engine). For the pipeline engines it adds ``bubble_fraction`` and
+``timeline_source``, ``link`` (the ``--latency`` and ``--bandwidth`` every boundary had; bandwidth
+null: unlimited), and for the distributed engine ``pipeline_ranks`` (p) beside ``world`` (t x p x d
+processes), ``runner`` and ``torch_class`` (torch's class that ran it; null for the course's engine;
+with it, ``bubble_fraction`` and ``timeline_source`` are null); and ``max_grad_diff_vs_reference``
+with ``--check-reference`` (largest gradient difference against the reference trainer on the first
+batch).
 """
 
 from __future__ import annotations
@@ -54,7 +64,7 @@ PIPELINE_ENGINES = ("local", "distributed")
 USED_BY: dict[str, tuple[str, ...]] = dict.fromkeys(
     ("--schedule", "--stages", "--virtual", "--checkpoint", "--latency", "--bandwidth", "--gantt",
      "--check-reference"), PIPELINE_ENGINES,
-) | dict.fromkeys(("--timeout", "--tp", "--dp"), ("distributed",))  # fmt: skip
+) | dict.fromkeys(("--timeout", "--tp", "--dp", "--runner"), ("distributed",))  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -100,6 +110,7 @@ def _run_distributed(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Names
         virtual=pipe.virtual, checkpoint=pipe.checkpoint, links=pipe.links, timeout_s=pipe.timeout,
         threads=args.threads,  # None: the engine shares the cores among the ranks
         tp=pipe.tp, dp=pipe.dp,  # t x p x d ranks (course_lib/tp/mesh.py)
+        runner=pipe.runner,  # our engine, or torch.distributed.pipelining (torch_pipelining.py)
     )  # fmt: skip
     spec = distributed.make_spec(cfg, pipe.schedule, pipe.stages, **options)
     if not args.check_reference:
@@ -114,6 +125,7 @@ def _run_distributed(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Names
 def run(args: argparse.Namespace) -> int:
     require(args.engine in ENGINES, f"unknown engine {args.engine!r}; expected one of {', '.join(ENGINES)}")
     refuse_flags_the_engine_ignores(args)
+    flags.refuse_what_torch_ignores(args)
     cfg = flags.config_from_flags(args)
     # the lessons' thread policy (course_lib/lesson.py): on a busy machine extra threads make a step of
     # this small model many times slower; distributed ranks get their own count (--threads or a share)
@@ -125,9 +137,11 @@ def run(args: argparse.Namespace) -> int:
         runner = _run_local if args.engine == "local" else _run_distributed
         pipe = PipelineFlags.from_args(args)
         result, diff = runner(cfg, pipe, args, progress)
-        timeline = result.timeline
+        timeline = result.timeline if pipe.runner == "distributed" else None  # torch records none
     # what to_json leaves out: the engine, and no TP or DP in one process or one pipeline
     out = {"engine": args.engine, "tp": 1, "dp": 1} | result.to_json()
+    if args.engine == "distributed":  # which runner ran it, and torch's class where torch's did
+        out |= flags.runner_json(pipe.runner, result.schedule)
     if diff is not None:
         out["max_grad_diff_vs_reference"] = diff
     if args.engine != "reference" and pipe.links is not None:  # echo the link (bandwidth null: unlimited)
@@ -153,6 +167,8 @@ def _print_summary(cfg: TrainConfig, args, out: dict, timeline, diff: float | No
     elif out["losses"]:
         print("held-out loss: not evaluated by this engine (engines reference and local evaluate it)")
     print(f"median step {out['step_time_s'] * 1000:.0f} ms (measured)")
+    if "runner" in out:
+        print(flags.runner_line(out["runner"], out["schedule"]))
     if "link" in out:
         link, how = out["link"], "simulated" if args.engine == "local" else "injected: each message waits"
         rate = "unlimited" if link["bandwidth_Bps"] == math.inf else f"{link['bandwidth_Bps']:.3g} bytes/s"

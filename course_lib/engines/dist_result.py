@@ -41,6 +41,14 @@ FAULT_KINDS = ("raise", "exit", "kill", "hang")
 # who executes the schedule: our engine (dist_worker.py), torch's own class for it, or torch's runtime fed
 # our order as CSV (torch_pipelining.py)
 RUNNERS = ("distributed", "torch", "torch-csv")
+TORCH_RUNTIME = "_PipelineScheduleRuntime"  # torch's generic runtime, the one that reads a CSV order
+
+
+def torch_class(runner: str, schedule: str) -> str | None:
+    """The torch class that executes schedule `schedule` (a name) under `runner`; None: our engine."""
+    if runner == "distributed":
+        return None
+    return TORCH_RUNTIME if runner == "torch-csv" else SCHEDULES[schedule].torch_class
 
 
 @dataclass(frozen=True)
@@ -86,9 +94,8 @@ class RunSpec:
     @property
     def runner_name(self) -> str:
         """What executes the schedule: our engine, torch's class, or torch's runtime with our CSV."""
-        if self.runner == "torch":
-            return SCHEDULES[self.schedule.name].torch_class
-        return "_PipelineScheduleRuntime + our CSV" if self.from_csv else self.runner
+        cls = torch_class(self.runner, self.schedule.name)
+        return self.runner if cls is None else cls + (" + our CSV" if self.from_csv else "")
 
     @property
     def mesh(self) -> Mesh:

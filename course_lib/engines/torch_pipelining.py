@@ -33,12 +33,11 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from course_lib.engines.dist_result import RUNNERS, RankRecord, RunSpec, StepRecord
+from course_lib.engines.dist_result import RUNNERS, RankRecord, RunSpec, StepRecord, torch_class
 from course_lib.errors import require
 from course_lib.model import autocast, lm_loss
 from course_lib.partition import stage_modules
 from course_lib.reference import TrainConfig, make_optimizer, setup, train_batches
-from course_lib.schedules.builders import SCHEDULES
 from course_lib.schedules.ir import Schedule
 from course_lib.schedules.torch_csv import to_csv_text
 
@@ -56,7 +55,8 @@ def check_runner(runner: str, schedule: Schedule, cfg: TrainConfig, ours_only: d
     require(
         csv or name in TORCH_CLASS_RUNS,
         f"torch.distributed.pipelining has no class for schedule {name!r} here; choose one of "
-        f"{', '.join(TORCH_CLASS_RUNS)}, or pass runner='torch-csv' to run our order through torch's runtime",
+        f"{', '.join(TORCH_CLASS_RUNS)}, or runner 'torch-csv' (--runner torch-csv) to run our order through "
+        "torch's runtime",
     )
     require(  # Schedule1F1B refuses m < p in its constructor; say so before spawning anything
         name != "1f1b" or csv or cfg.microbatches >= schedule.n_devices,
@@ -74,15 +74,14 @@ def _torch_schedule(spec: RunSpec, stages: list):
     """The torch schedule object for this rank's stages (a list; single-stage classes take one)."""
     from torch.distributed.pipelining import schedules as S
 
-    m = spec.cfg.microbatches
+    m, cls = spec.cfg.microbatches, getattr(S, torch_class(spec.runner, spec.schedule.name))
     if spec.from_csv:
-        runtime = S._PipelineScheduleRuntime(stages, m, loss_fn=lm_loss)
+        runtime = cls(stages, m, loss_fn=lm_loss)
         with tempfile.NamedTemporaryFile("w", suffix=".csv", newline="") as f:  # torch reads a file
             f.write(to_csv_text(spec.schedule))
             f.flush()
             runtime._load_csv(f.name, format="compute_only")  # torch validates the order here
         return runtime
-    cls = getattr(S, SCHEDULES[spec.schedule.name].torch_class)
     return cls(stages[0] if issubclass(cls, S.PipelineScheduleSingle) else stages, m, loss_fn=lm_loss)
 
 
