@@ -191,12 +191,6 @@ def refuse_what_torch_ignores(args: argparse.Namespace) -> None:
     )
 
 
-def runner_json(runner: str, schedule: str) -> dict:
-    """What a distributed-engine run's JSON says about its runner (the result's own "engine" is the
-    runner's name: torch's class for torch's runners)."""
-    return {"engine": "distributed", "runner": runner, "torch_class": torch_class(runner, schedule)}
-
-
 def runner_line(runner: str, schedule: str) -> str:
     """The summary's line saying which runner ran the schedule, and what torch's do not record."""
     cls = torch_class(runner, schedule)

@@ -103,9 +103,8 @@ def _main(argv: list[str] | None) -> int:
     result = run_this_rank(spec_from_flags(args, world), rank, world)
     if result is None:  # ranks other than 0
         return 0
-    runner = args.runner or "distributed"
     if args.json:
-        flags.print_json(result.to_json() | flags.runner_json(runner, result.schedule))
+        flags.print_json(result.to_json())
     else:
         mesh = f" x tp {result.tp} x dp {result.dp}" if result.tp * result.dp > 1 else ""
         # torch's runners record no spans: no bubble (runner_line says so)
@@ -115,7 +114,7 @@ def _main(argv: list[str] | None) -> int:
             f"training loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}; "
             f"median step {result.step_time_s * 1000:.1f} ms{bubble}"
         )
-        print(flags.runner_line(runner, result.schedule))
+        print(flags.runner_line(result.runner, result.schedule))
     if result.timelines:  # (--gantt was refused where there are none)
         flags.save_chart(result.timeline, args)  # after the result: a failed save cannot lose it
     return 0

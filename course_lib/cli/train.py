@@ -140,8 +140,6 @@ def run(args: argparse.Namespace) -> int:
         timeline = result.timeline if pipe.runner == "distributed" else None  # torch records none
     # what to_json leaves out: the engine, and no TP or DP in one process or one pipeline
     out = {"engine": args.engine, "tp": 1, "dp": 1} | result.to_json()
-    if args.engine == "distributed":  # which runner ran it, and torch's class where torch's did
-        out |= flags.runner_json(pipe.runner, result.schedule)
     if diff is not None:
         out["max_grad_diff_vs_reference"] = diff
     if args.engine != "reference" and pipe.links is not None:  # echo the link (bandwidth null: unlimited)

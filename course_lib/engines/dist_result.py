@@ -51,6 +51,12 @@ def torch_class(runner: str, schedule: str) -> str | None:
     return TORCH_RUNTIME if runner == "torch-csv" else SCHEDULES[schedule].torch_class
 
 
+def describe_runner(runner: str, schedule: str) -> str:
+    """What executes the schedule: our engine, torch's class, or torch's runtime with our CSV."""
+    cls = torch_class(runner, schedule)
+    return runner if cls is None else cls + (" + our CSV" if runner == "torch-csv" else "")
+
+
 @dataclass(frozen=True)
 class Fault:
     """Make rank `rank` (of all t x p x d) fail on purpose, before its action number `after_actions` of
@@ -93,9 +99,7 @@ class RunSpec:
 
     @property
     def runner_name(self) -> str:
-        """What executes the schedule: our engine, torch's class, or torch's runtime with our CSV."""
-        cls = torch_class(self.runner, self.schedule.name)
-        return self.runner if cls is None else cls + (" + our CSV" if self.from_csv else "")
+        return describe_runner(self.runner, self.schedule.name)
 
     @property
     def mesh(self) -> Mesh:
@@ -191,14 +195,18 @@ class DistributedResult:
     replica_weight_diff: float | None = None  # largest weight difference between replicas (return_grads)
     grad_sync_s: list[float] = field(default_factory=list)  # per step, the slowest rank's DP all-reduce
     rank_step_cpu_s: list[list[float]] = field(default_factory=list)  # [rank][step]: StepRecord.cpu_s
-    runner: str = "distributed"  # RunSpec.runner_name: what executed the schedule
+    runner: str = "distributed"  # RunSpec.runner, one of RUNNERS: who executed the schedule
     csv_text: str | None = None  # the CSV torch's runtime executed (runner "torch-csv")
 
     @property
     def timeline(self) -> Timeline:
         """The last step's measured Timeline (the first step also pays for warm-up)."""
-        require(self.timelines, f"{self.runner} recorded no spans: this result has step times, no timeline")
+        require(self.timelines, f"{self.runner_name} recorded no spans: step times here, no timeline")
         return self.timelines[-1]
+
+    @property
+    def runner_name(self) -> str:
+        return describe_runner(self.runner, self.schedule)
 
     @property
     def bubble_fraction(self) -> float:
@@ -224,7 +232,9 @@ class DistributedResult:
     def to_json(self) -> dict:
         last = self.timelines[-1] if self.timelines else None
         return {
-            "engine": self.runner, "schedule": self.schedule, "losses": self.losses,
+            "engine": "distributed", "runner": self.runner,
+            "torch_class": torch_class(self.runner, self.schedule),  # None: our engine ran it
+            "schedule": self.schedule, "losses": self.losses,
             "pipeline_ranks": self.ranks,  # p, the pipeline's devices; world = tp x p x dp processes
             "n_params": self.n_params, "step_time_s": self.step_time_s, "step_times_s": self.step_times_s,
             "rank_step_times_s": self.rank_step_times_s,
@@ -278,6 +288,6 @@ def build_result(records: list[RankRecord], spec: RunSpec) -> DistributedResult:
         tp=1 + max(r.tp for r in records), dp=1 + max(r.dp for r in records),
         replica_weight_diff=diff,
         grad_sync_s=[max(r.steps[k].grad_sync_s for r in records) for k in range(n_steps)],
-        rank_step_cpu_s=[[st.cpu_s for st in r.steps] for r in records], runner=spec.runner_name,
+        rank_step_cpu_s=[[st.cpu_s for st in r.steps] for r in records], runner=spec.runner,
         csv_text=to_csv_text(schedule) if spec.from_csv else None,
     )  # fmt: skip

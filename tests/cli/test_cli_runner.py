@@ -87,11 +87,12 @@ def test_an_unknown_runner_is_refused_by_argparse_naming_the_allowed_ones(no_pro
     assert all(name in err.splitlines()[-1] for name in ("distributed", "torch", "torch-csv"))
 
 
-def torch_result() -> DistributedResult:
-    """What torch's Schedule1F1B hands back for 2 ranks and 2 steps: step times, losses, no timelines."""
+def torch_result(runner: str = "torch") -> DistributedResult:
+    """What torch's Schedule1F1B (or its CSV runtime) hands back for 2 ranks and 2 steps: step times,
+    losses, no timelines."""
     return DistributedResult(
         schedule="1f1b", ranks=2, losses=[3.7, 3.6], rank_step_times_s=[[0.5, 0.02], [0.4, 0.03]],
-        timelines=[], peak_saved_bytes=[[0, 0], [0, 0]], n_params=8128, runner="Schedule1F1B",
+        timelines=[], peak_saved_bytes=[[0, 0], [0, 0]], n_params=8128, runner=runner,
     )  # fmt: skip
 
 
@@ -116,7 +117,7 @@ def test_the_summary_and_json_say_which_runner_ran_and_that_torch_has_no_timelin
 
 
 def test_torchrun_says_the_same(monkeypatch, capsys):
-    monkeypatch.setattr(torchrun, "run_this_rank", lambda spec, rank, world: torch_result())
+    monkeypatch.setattr(torchrun, "run_this_rank", lambda spec, rank, world: torch_result(spec.runner))
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert torchrun.main([*TINY, "--runner", "torch", "--schedule", "1f1b"]) == 0
     first, runner = capsys.readouterr().out.splitlines()

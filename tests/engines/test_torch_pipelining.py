@@ -33,7 +33,7 @@ def test_torch_runtimes_match_the_reference_loss():
     results = launch(specs)
     trained = train(CFG, progress=False)
     reference = trained.losses
-    assert [r.runner for r in results] == [
+    assert [r.runner_name for r in results] == [
         "ScheduleGPipe",
         "_PipelineScheduleRuntime + our CSV",
         "_PipelineScheduleRuntime + our CSV",
@@ -49,7 +49,8 @@ def test_torch_runtimes_match_the_reference_loss():
         assert r.n_params == trained.n_params and not r.timelines  # torch records no spans
     assert reference[1] < reference[0]  # it trains: the second step's loss is lower
     out = results[0].to_json()  # the same fields as our engine's, with no timeline to report
-    assert out["engine"] == "ScheduleGPipe" and out["bubble_fraction"] is None and out["rank_step_times_s"]
+    assert (out["engine"], out["runner"], out["torch_class"]) == ("distributed", "torch", "ScheduleGPipe")
+    assert out["bubble_fraction"] is None and out["rank_step_times_s"]
     with pytest.raises(CourseError, match="ScheduleGPipe recorded no spans"):
         results[0].timeline  # noqa: B018  (the property is what is checked)
     # what torch executed is our order, row by row
