@@ -35,7 +35,7 @@ ONE_GROUP: dict[str, tuple[str, ...]] = {
 # --no-loadscope-reorder, else pytest-xdist would take the files with the most tests first). A name
 # that is no longer there only loses its place.
 LONGEST_FIRST = (
-    "graded course",  # 8 min of a loaded worker (every submission and trick autograded)
+    "graded course",  # 8.5 min of a loaded worker (every submission and trick autograded, once)
     "tests/browser/",  # 5 min
     "tests/course/test_make_lab.py",  # 2.5 min (runs lesson 00 in the kit)
     "tests/course/test_readme_commands.py",

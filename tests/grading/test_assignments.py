@@ -42,8 +42,9 @@ nbgrader = pytest.importorskip("nbgrader", reason="nbgrader is in the dev extra:
 
 pytestmark = [
     pytest.mark.processes,  # nbgrader runs the notebooks in kernels
-    # about 2 minutes of CPU on 2 idle cores (each submission starts a kernel and imports torch); room
-    # for a busy machine
+    # the graded course (tests/grading/conftest.py, made by the first test that asks): about 2.2 minutes
+    # of CPU for 41 submissions, the tricks' included (each starts a sandbox that imports torch); room for
+    # a busy machine
     pytest.mark.timeout(900),
     pytest.mark.filterwarnings("ignore:Object of type .* not in session"),  # nbgrader's own
 ]
