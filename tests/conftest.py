@@ -20,9 +20,14 @@ SERIAL = {
     "course/test_two_hosts.py": "a shaped link's measured step against one simulated from an earlier run",
 }
 # Under `--dist loadfile` a worker takes one file, or one notebook, at a time (so a file's module
-# fixtures are made once, and a notebook's cells run in order on one kernel); each of these folders is
-# taken as one, as their tests share session fixtures (the browser tests' JupyterLab and Chromium)
-ONE_GROUP = ("tests/browser/",)
+# fixtures are made once, and a notebook's cells run in order on one kernel); each of these groups (a
+# folder, or files) is taken as one, as their tests share session fixtures: the browser tests'
+# JupyterLab and Chromium; the graded course (tests/grading/conftest.py: every submission and trick
+# autograded once, a sandbox each)
+ONE_GROUP: dict[str, tuple[str, ...]] = {
+    "tests/browser/": ("tests/browser/",),
+    "graded course": ("tests/grading/test_assignments.py", "tests/grading/test_assignments_tricks.py"),
+}
 # The order the workers take the groups in, so that neither runs on alone at the end: the files that
 # take longest on one worker first (make test's --durations summed per file, a fresh clone on 2 cores
 # under a load of 5-8), then the other files that start processes, the notebooks (each a kernel
@@ -30,9 +35,8 @@ ONE_GROUP = ("tests/browser/",)
 # --no-loadscope-reorder, else pytest-xdist would take the files with the most tests first). A name
 # that is no longer there only loses its place.
 LONGEST_FIRST = (
-    "tests/grading/test_assignments.py",  # 6 min of a loaded worker (every submission autograded)
+    "graded course",  # 8.5 min of a loaded worker (every submission and trick autograded, once)
     "tests/browser/",  # 5 min
-    "tests/grading/test_assignments_tricks.py",  # 3.5 min
     "tests/course/test_make_lab.py",  # 2.5 min (runs lesson 00 in the kit)
     "tests/course/test_readme_commands.py",
     "tests/grading/test_assignment_guide.py",  # 2 min
@@ -40,14 +44,16 @@ LONGEST_FIRST = (
 
 
 def _group(nodeid: str) -> str:
-    """The file (or ONE_GROUP folder) a test belongs to; ``nodeid`` is relative to the repository."""
+    """The file (or ONE_GROUP) a test belongs to; ``nodeid`` is relative to the repository."""
     path = nodeid.split("::")[0]
-    return next((folder for folder in ONE_GROUP if path.startswith(folder)), path)
+    taken = (name for name, paths in ONE_GROUP.items() for p in paths
+             if path == p or (p.endswith("/") and path.startswith(p)))  # fmt: skip
+    return next(taken, path)
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, called only where it is installed
 def pytest_xdist_make_scheduler(config, log):
-    """--dist loadfile, but a ONE_GROUP folder is one unit (xdist's own loadgroup reads its marker
+    """--dist loadfile, but a ONE_GROUP is one unit (xdist's own loadgroup reads its marker
     through an attribute pytest 9 no longer has, and would spread a group over both workers)."""
     if config.getvalue("dist") != "loadfile":
         return None

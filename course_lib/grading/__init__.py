@@ -29,10 +29,11 @@ import math
 import reprlib
 from collections.abc import Callable, Sequence
 
-from course_lib.balance import OutOfMemory, check_memory, inflight_per_stage
+# balance and partition (the memory checks) import torch, and are imported where used: the sandbox's
+# worker (course_lib.grading.worker, in this package) starts without torch, and imports it only when the
+# student's code (or a library function the assignment switches off) asks for it
 from course_lib.errors import capped
 from course_lib.exercises import verdict
-from course_lib.partition import Partition
 from course_lib.schedules.ir import Schedule
 from course_lib.schedules.validate import check
 
@@ -195,6 +196,8 @@ def schedule_equals(schedule: Schedule, expected: Schedule, hint: str = "") -> N
 def inflight_at_most(schedule: Schedule, limits: Sequence[int], hint: str = "") -> None:
     """Fail if some stage holds more micro-batches' activations at once than `limits[stage]`."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
+    from course_lib.balance import inflight_per_stage
+
     held = inflight_per_stage(schedule)
     for stage, (got, most) in enumerate(zip(held, limits, strict=True)):
         if got > most:
@@ -208,6 +211,9 @@ def inflight_at_most(schedule: Schedule, limits: Sequence[int], hint: str = "") 
 def partition_fits(sizes: object, profile, schedule: str, m: int, budget_bytes: int, hint: str = ""):
     """Fail unless `sizes` (layers per stage) covers the model and every stage fits the budget."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
+    from course_lib.balance import OutOfMemory, check_memory
+    from course_lib.partition import Partition
+
     answered("your partition", sizes, hint)
     try:  # check_memory also checks that the partition covers the model's layers
         part = Partition.from_sizes(list(sizes))  # type: ignore[call-overload]

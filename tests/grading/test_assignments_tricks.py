@@ -1,20 +1,17 @@
 """A clever student against the real `nbgrader autograde` (course_lib/grading/execute.py's sandbox).
 
 Each trick (tests/support/tricks.py) got 5-10/10 when a submission shared one kernel with its tests
-and ran in the course directory. Here each must score at most 3/10. To keep the time bounded (autograde
-starts a sandbox and imports torch per submission), one trick (exec the source solution) runs against
-every assignment and every trick against A1; A2 also gets the library copy made before its builder is
-switched off. A student function that exits or floods its output fails only its own tests.
+and ran in the course directory. Here each must score at most 3/10 (which tricks, on which assignments:
+tests/support/tricks.py's trick_submissions; they are autograded with test_assignments.py's submissions,
+in one course, by tests/support/autograde.py). A student function that exits or floods its output fails
+only its own tests.
 """
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from support.assignments import ASSIGNMENTS, cells, sandbox_or_skip, solution_secrets
-from support.course_copy import course_copy
-from support.tricks import ROBUSTNESS, notebook_of, trick
+from support.assignments import ASSIGNMENTS, cells, solution_secrets
+from support.tricks import ROBUSTNESS, trick_submissions
 
 nbgrader = pytest.importorskip("nbgrader", reason="nbgrader is in the dev extra: pip install -e '.[dev]'")
 pytestmark = [
@@ -23,33 +20,16 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Object of type .* not in session"),  # nbgrader's own
 ]
 
-A1_TRICKS = ("transformer", "patch_checks", "frame_reader", "gradebook", "library_copy")
-SUBMISSIONS = [(name, "exec_source") for name in ASSIGNMENTS] + [("a03_bubble", kind) for kind in A1_TRICKS]
-SUBMISSIONS += [("a04_one_f_one_b", "library_copy"), *[("a03_bubble", kind) for kind in ROBUSTNESS]]
+SUBMISSIONS = trick_submissions(ASSIGNMENTS)
 
 
 @pytest.fixture(scope="module")
-def tricked(tmp_path_factory):
-    sandbox_or_skip()
-    with course_copy(tmp_path_factory.mktemp("tricks")) as (course, config, api):
-        from nbgrader.api import Gradebook
-
-        for name in sorted({n for n, _ in SUBMISSIONS}):
-            assert api.generate_assignment(name, force=True)["success"]
-        for name, kind in SUBMISSIONS:
-            folder = course / "submitted" / kind / name
-            folder.mkdir(parents=True)
-            path, _ = notebook_of(course / "release" / name)
-            (folder / path.name).write_text(json.dumps(trick(course, name, kind)))
-            result = api.autograde(name, kind, force=True, create=True)
-            assert result["success"], result["log"] + result.get("error", "")
-        for name in sorted({n for n, _ in SUBMISSIONS}):
-            assert api.generate_feedback(name)["success"]
-        with Gradebook(config.CourseDirectory.db_url) as gb:
-            scores = {(n, k): (gb.find_submission(n, k).score, gb.find_submission(n, k).max_score)
-                      for n, k in SUBMISSIONS}  # fmt: skip
-        print("\ntricks' scores:", scores)
-        yield course, scores
+def tricked(graded):
+    """The course graded once for this file and test_assignments.py (tests/grading/conftest.py): its
+    directory and the tricks' scores."""
+    course, scores, _, _ = graded
+    print("\ntricks' scores:", {key: scores[key] for key in SUBMISSIONS})
+    return course, scores
 
 
 @pytest.mark.parametrize(("name", "kind"), [s for s in SUBMISSIONS if s[1] not in ROBUSTNESS])

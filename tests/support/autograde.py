@@ -1,8 +1,10 @@
 """Every assignment autograded the way an instructor runs nbgrader, for tests/grading/test_assignments.py:
 generate each student version, submit the solution, the untouched version and a hard-coded copy, send
 one assignment (FLOW) the whole way round nbgrader's exchange (release, fetch, submit, late, collect),
+hand in the clever students' tricks (tests/support/tricks.py, for tests/grading/test_assignments_tricks.py),
 autograde every submission in the sandbox and write the feedback. The expensive part of the grading
-tests (a sandbox and a kernel per submission), so it runs once per test session."""
+tests (a sandbox per submission), so it runs once per test session: tests/grading/conftest.py's `graded`,
+which tests/conftest.py's ONE_GROUP keeps the two files that use it on one worker for."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import resource
 import shutil
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -27,12 +29,14 @@ from support.assignments import (
 )
 from support.course_copy import course_copy
 from support.feedback import recorded_answers
+from support.tricks import submit_tricks, trick_submissions
 
 # the course dir, the scores and max scores by (assignment, student), seconds late by FLOW's student,
 # and the graded answers each assignment's checks compared with
 Graded = tuple[Path, dict[tuple[str, str], tuple[float, float]], dict[str, float], dict[str, set[float]]]
 
 FLOW = "a03_bubble"  # the assignment that goes through the exchange, with every kind of student
+TRICKS = trick_submissions(ASSIGNMENTS)  # graded here too: one course, one nbgrader set-up, one feedback run
 BROKEN_GPIPE = "def my_gpipe(p, m):\n    return [Action(d, Kind.F, 0) for d in range(p)][p]  # IndexError\n"
 
 
@@ -95,45 +99,64 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+def _submit_all(api, config, tmp: Path, course: Path) -> dict[str, list[str]]:
+    """Generate every assignment and hand in its submissions; the students of each, by assignment."""
+    students: dict[str, list[str]] = {}
+    for name in ASSIGNMENTS:
+        result = api.generate_assignment(name, force=True)
+        assert result["success"], result["log"] + result.get("error", "")
+        students[name] = []
+        if name != FLOW:  # FLOW's solution and untouched versions come through the exchange below
+            students[name] = ["solution", "untouched"]
+            for student, origin in (("solution", "source"), ("untouched", "release")):
+                shutil.copytree(course / origin / name, course / "submitted" / student / name)
+        if name in HARD_CODED:
+            students[name].append("hardcoded")
+            hard_coded_notebook(course / "release" / name, course / "submitted" / "hardcoded" / name)
+    students[FLOW] += _exchange_flow(api, config, tmp, course)
+    submit_tricks(course, TRICKS)
+    return students
+
+
+def _autograde_all(api, students: dict[str, list[str]]) -> dict[str, set[float]]:
+    """Autograde each assignment's students (their graded answers recorded) and its tricks (not recorded:
+    a trick's values are not an assignment's answers), then write the assignment's feedback, all at once."""
+    seconds, answers = {}, {}
+    for name, names in students.items():
+        tricks = [kind for n, kind in TRICKS if n == name]
+        for student in [*names, *tricks]:
+            start, cpu = time.perf_counter(), _cpu_seconds()
+            mine = student in names  # a trick's values are not the assignment's answers
+            with recorded_answers(answers.setdefault(name, set())) if mine else nullcontext():
+                result = api.autograde(name, student, force=True, create=True)
+            seconds[(name, student)] = (time.perf_counter() - start, _cpu_seconds() - cpu)
+            assert result["success"], result["log"] + result.get("error", "")
+        result = api.generate_feedback(name)
+        assert result["success"], result["log"] + result.get("error", "")
+    print(
+        "\nautograde seconds per submission (wall, CPU of the grader and its reaped children; a sandbox's"
+        " own is not counted):",
+        {k: f"{w:.1f}, {c:.1f}" for k, (w, c) in seconds.items()},
+    )
+    return answers
+
+
 @contextmanager
 def graded_course(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Graded]:
-    """Generate every assignment, submit and autograde it; yields the course dir, scores, lateness and
-    the graded answers each assignment's checks compared with."""
+    """Generate every assignment, submit and autograde it, and the tricks; yields the course dir, scores
+    (the tricks' too, by (assignment, kind)), lateness and the graded answers each assignment's checks
+    compared with."""
     sandbox_or_skip()  # autograde runs the students' code in it
     tmp = tmp_path_factory.mktemp("nbgrader")
     with course_copy(tmp) as (course, config, api):
         from nbgrader.api import Gradebook
 
-        students: dict[str, list[str]] = {}
-        for name in ASSIGNMENTS:
-            result = api.generate_assignment(name, force=True)
-            assert result["success"], result["log"] + result.get("error", "")
-            students[name] = []
-            if name != FLOW:  # FLOW's solution and untouched versions come through the exchange below
-                students[name] = ["solution", "untouched"]
-                for student, origin in (("solution", "source"), ("untouched", "release")):
-                    shutil.copytree(course / origin / name, course / "submitted" / student / name)
-            if name in HARD_CODED:
-                students[name].append("hardcoded")
-                hard_coded_notebook(course / "release" / name, course / "submitted" / "hardcoded" / name)
-        students[FLOW] += _exchange_flow(api, config, tmp, course)
-        seconds, answers = {}, {}
-        for name, names in students.items():
-            for student in names:
-                start, cpu = time.perf_counter(), _cpu_seconds()
-                with recorded_answers(answers.setdefault(name, set())):
-                    result = api.autograde(name, student, force=True, create=True)
-                seconds[(name, student)] = (time.perf_counter() - start, _cpu_seconds() - cpu)
-                assert result["success"], result["log"] + result.get("error", "")
-            result = api.generate_feedback(name)
-            assert result["success"], result["log"] + result.get("error", "")
+        students = _submit_all(api, config, tmp, course)
+        answers = _autograde_all(api, students)
+        everyone = [(n, s) for n, names in students.items() for s in names] + TRICKS
         with Gradebook(config.CourseDirectory.db_url) as gb:
-            found = {(n, s): gb.find_submission(n, s) for n, names in students.items() for s in names}
+            found = {(n, s): gb.find_submission(n, s) for n, s in everyone}
             scores = {key: (sub.score, sub.max_score) for key, sub in found.items()}
             late = {s: gb.find_submission(FLOW, s).total_seconds_late for s in students[FLOW]}
-        print(
-            "\nautograde seconds per submission (wall, CPU):",
-            {k: f"{w:.1f}, {c:.1f}" for k, (w, c) in seconds.items()},
-        )
         print("scores:", scores)
         yield course, scores, late, answers

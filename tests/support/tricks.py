@@ -1,4 +1,5 @@
-"""The clever students' submissions (tests/grading/test_assignments_tricks.py grades them with nbgrader;
+"""The clever students' submissions (tests/support/autograde.py grades them with nbgrader, for
+tests/grading/test_assignments_tricks.py;
 bench/bench_grading.py times them): each trick once got 5-10/10 when a submission shared one kernel
 with its tests and ran in the course directory, and the robustness cases put an exit or a flood of
 output into the solution."""
@@ -109,3 +110,25 @@ def trick(course: Path, name: str, kind: str) -> dict:
         assert line in source, f"{name}: the solution's line {line!r} is not there to replace"
         answers[0]["source"] = source.replace(line, exits)
     return nb
+
+
+# What tests/grading/test_assignments_tricks.py checks (graded in tests/support/autograde.py's course): to
+# keep the time bounded (each submission starts a sandbox that imports torch), one trick (exec the source
+# solution) against every assignment and every trick against A1; A2 also gets the library copy made
+# before its builder is switched off; and the robustness cases on A1's solution. The student id is the kind.
+A1_TRICKS = ("transformer", "patch_checks", "frame_reader", "gradebook", "library_copy")
+
+
+def trick_submissions(assignments: list[str]) -> list[tuple[str, str]]:
+    """(assignment, kind) of every trick and robustness case graded."""
+    found = [(name, "exec_source") for name in assignments] + [("a03_bubble", kind) for kind in A1_TRICKS]
+    return found + [("a04_one_f_one_b", "library_copy"), *[("a03_bubble", kind) for kind in ROBUSTNESS]]
+
+
+def submit_tricks(course: Path, submissions: list[tuple[str, str]]) -> None:
+    """Write each (assignment, kind) to submitted/<kind>/<assignment>/, as nbgrader collects it."""
+    for name, kind in submissions:
+        folder = course / "submitted" / kind / name
+        folder.mkdir(parents=True)
+        path, _ = notebook_of(course / "release" / name)
+        (folder / path.name).write_text(json.dumps(trick(course, name, kind)))
