@@ -30,6 +30,7 @@ from support.assignments import (
     solution_secrets,
 )  # fmt: skip
 from support.autograde import FLOW, TRICKS
+from support.course_copy import hermetic_env
 from support.feedback import (
     near_answers,
     outputs_text,
@@ -190,7 +191,7 @@ def test_export_writes_a_csv_of_grades(graded):
 
     # nbgrader's own command, as the guide gives it, run in the course directory
     bin_dir = Path(sys.executable).parent  # where nbgrader and alembic are (the guide puts it on PATH)
-    env = os.environ | {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env = os.environ | hermetic_env(course.parent) | {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     subprocess.run([bin_dir / "nbgrader", "export", "--to", "grades.csv"], cwd=course, check=True, env=env)
     with (course / "grades.csv").open() as f:
         rows = list(csv.DictReader(f))
@@ -257,3 +258,15 @@ def test_new_assignments_failed_checks_teach_without_the_answer(graded):
     assert "your answer is zero, but the right value is positive" in tp_message
     assert not re.search(r"\d", tp_message.split(" Hint: ")[0])  # no argument, no value
     assert "smaller m" in messages["a6_test_crossover"] or "larger m" in messages["a6_test_crossover"]
+
+
+# taken when pytest collects this file, before the session's graded course is made
+ENVIRONMENT_BEFORE, DIRECTORY_BEFORE = dict(os.environ), Path.cwd()
+
+
+def test_the_graded_course_puts_the_environment_and_directory_back(graded):
+    # it lives for the whole session: the tests that run after it on this worker (the instructor
+    # guide's, which runs nbgrader as another user) must not inherit its HOME, IPython dir or directory
+    assert Path.cwd() == DIRECTORY_BEFORE
+    keys = ("HOME", "IPYTHONDIR", "PATH", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR")
+    assert {k: os.environ.get(k) for k in keys} == {k: ENVIRONMENT_BEFORE.get(k) for k in keys}

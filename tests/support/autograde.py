@@ -159,4 +159,6 @@ def graded_course(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Graded]:
             scores = {key: (sub.score, sub.max_score) for key, sub in found.items()}
             late = {s: gb.find_submission(FLOW, s).total_seconds_late for s in students[FLOW]}
         print("scores:", scores)
-        yield course, scores, late, answers
+    # the environment and the working directory are put back before any test runs: the graded course
+    # lives for the whole session, and other files' tests run on the same worker after it
+    yield course, scores, late, answers

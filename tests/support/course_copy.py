@@ -14,16 +14,21 @@ from support.assignments import (
 )  # fmt: skip
 
 
-def _hermetic_env(tmp: Path) -> dict[str, str | None]:
-    env = {
-        "HOME": tmp / "home", "JUPYTER_CONFIG_DIR": tmp / "jupyter-config",
-        "JUPYTER_DATA_DIR": tmp / "jupyter-data", "JUPYTER_RUNTIME_DIR": tmp / "jupyter-runtime",
-        "IPYTHONDIR": tmp / "ipython",
+def hermetic_env(tmp: Path) -> dict[str, str]:
+    """The variables that keep nbgrader, Jupyter and IPython inside `tmp`: HOME and their own dirs."""
+    dirs = {
+        "HOME": "home", "JUPYTER_CONFIG_DIR": "jupyter-config", "JUPYTER_DATA_DIR": "jupyter-data",
+        "JUPYTER_RUNTIME_DIR": "jupyter-runtime", "IPYTHONDIR": "ipython",
     }  # fmt: skip
+    return {key: str(tmp / name) for key, name in dirs.items()}
+
+
+def _hermetic_env(tmp: Path) -> dict[str, str | None]:
+    env = hermetic_env(tmp)
     saved = {k: os.environ.get(k) for k in [*env, "PATH"]}
     for key, value in env.items():
-        value.mkdir()
-        os.environ[key] = str(value)
+        Path(value).mkdir()
+        os.environ[key] = value
     # nbgrader runs its database migrations with the `alembic` command found on PATH
     os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
     return saved
