@@ -178,7 +178,14 @@ class RankComm:
             link = self.links[msg.boundary]
             deliver_at = self.sender.enqueue(tensor, dst, tag, nbytes, link, self._group(msg)) - self.t0
         else:
-            self.handles.append(dist.isend(tensor, dst=dst, group=self._group(msg), tag=tag))
+            try:  # gloo: a peer that died since our last receive shows here, before any wait
+                self.handles.append(dist.isend(tensor, dst=dst, group=self._group(msg), tag=tag))
+            except Exception as err:
+                raise PeerFailure(
+                    f"rank {self.rank} could not send {msg.producer} to rank {msg.dst}; the connection from "
+                    f"rank {msg.dst} failed: {type(err).__name__}: {err}",
+                    peer=msg.dst,
+                ) from err
         self.send_events.append(SendEvent(msg.producer, msg.dst, handoff, deliver_at, nbytes))
 
     def finish(self) -> None:
