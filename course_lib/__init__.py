@@ -11,6 +11,7 @@ The library is built in floors; a module imports only from its own floor or the 
   4  engines
   3  reference balance plots plot_gantt gantt_artists tp autoschedule
   2  costs links sim_inputs network netif geo timeline simulator model data devices partition launch
+  2  launch_diagnosis
   2  saved_memory simulator_fast
   1  errors checks schedules
 

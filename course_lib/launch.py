@@ -4,14 +4,16 @@ tensor parallelism and the benchmarks.
     from course_lib.launch import spawn
     values = spawn(my_target, world=2, args=(job,), timeout_s=60)   # [rank 0's value, rank 1's]
 
-``spawn`` starts `world` processes here (spawn start method: it works from a notebook); each joins one
-process group (gloo, or NCCL with a GPU per rank) and calls ``target(ctx, *args)`` with a RankContext.
-What the targets return comes back by rank; `target` must be a module-level function, `args` must pickle.
+``spawn`` starts `world` processes here, each forked from a server that imported torch once (the
+forkserver start method, safe as spawn and fine in a notebook; spawn where a platform lacks it). Each
+sees the launcher's os.environ of the moment, joins one process group (gloo, or NCCL with a GPU per
+rank) and calls ``target(ctx, *args)`` with a RankContext. What the targets return comes back by rank;
+`target` must be a module-level function, `args` must pickle.
 
 Only this machine can join: the rendezvous (TCPStore) listens on 127.0.0.1 alone, on a socket handed to
 rank 0; gloo and NCCL use the loopback. Ranks ignore Ctrl-C (the launcher stops them) and exit within a
-second of the launcher's death. Their stderr goes to one log per run in the temp folder, headed by the
-port and every rank's pid; a run that ends without a failed rank deletes it.
+second of the launcher's death, SIGKILL included. Their stderr goes to one log per run in the temp
+folder, headed by the port and every rank's pid; a run that ends without a failed rank deletes it.
 
 Failures are diagnosed alike for every caller. A rank that raises reports it and exits at once; its peers,
 blocked in a receive or a collective, see the closed connection and stop too. A hung rank is caught by
@@ -38,15 +40,20 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from course_lib.checks import check_timeout, whole
 from course_lib.errors import require
+from course_lib.launch_diagnosis import Failure, diagnose  # noqa: F401 (diagnose: part of this API)
 
 _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")  # gloo: a peer went
+# what each rank would import on its own (the optimizer's first construction imports torch._dynamo): the
+# forkserver imports them once and never runs a torch op, so it stays single-threaded and safe to fork
+PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "course_lib.launch",
+           "course_lib.engines.dist_worker", "course_lib.tp.distributed"]  # fmt: skip
 STALL_S = 10.0  # a rank silent this long (no heartbeat: its process is stopped or frozen) has failed
 GRACE_S = 5.0  # after the first failure, the others' time to stop by themselves (peers notice in < 1 s)
 
@@ -66,14 +73,6 @@ class DistributedError(RuntimeError):
         super().__init__(message)
         self.failed_rank, self.cause, self.outcomes = failed_rank, cause, outcomes
         self.stopped_after_s: dict[int, float] = {}  # how long after the first failure each rank ended
-
-
-class Failure(NamedTuple):
-    """One rank's report of how it failed."""
-
-    peer_loss: bool  # it only saw a peer disappear or stop answering
-    message: str
-    peer: int | None = None  # the rank it was waiting for, when known
 
 
 @dataclass(frozen=True)
@@ -96,9 +95,9 @@ class _Group:
     backend: str
     timeout_s: float
     port: int  # of the rendezvous, on 127.0.0.1
-    launcher_pid: int
     log_path: str  # every rank's stderr
     beats: Any = field(repr=False)  # shared counters, one per rank: its heartbeat
+    env: dict[str, str] = field(repr=False)  # the launcher's os.environ now (the forkserver's is older)
 
 
 def free_port() -> int:
@@ -118,11 +117,12 @@ def spawn(
     every rank's process ends, then KeyboardInterrupt says so."""
     world, timeout_s = whole("world", world), check_timeout(timeout_s)  # timeout: the ranks' timedelta
     require(backend in ("gloo", "nccl"), f"backend must be 'gloo' or 'nccl', got {backend!r}")
-    ctx = multiprocessing.get_context("spawn")
+    ctx = _start_context()
     results, beats = ctx.Queue(), ctx.Array("q", world, lock=False)
     log_fd, log = tempfile.mkstemp(prefix="course_lib-ranks-", suffix=".log")
     with socket.create_server(("127.0.0.1", 0)) as listener:  # rank 0's store takes it over; this copy closes
-        group = _Group(world, backend, float(timeout_s), listener.getsockname()[1], os.getpid(), log, beats)
+        port = listener.getsockname()[1]
+        group = _Group(world, backend, float(timeout_s), port, log, beats, dict(os.environ))
         rank_args = [(r, group, listener if r == 0 else None, target, args, results) for r in range(world)]
         procs = [ctx.Process(target=_rank_main, args=a, daemon=True) for a in rank_args]
         for p in procs:
@@ -146,10 +146,22 @@ def spawn(
     return [watch.values[r] for r in range(world)]
 
 
+def _start_context() -> multiprocessing.context.BaseContext:
+    """Forkserver with PRELOAD (a rank starts in a fraction of spawn's CPU), else spawn. The preload
+    is read when the server starts, once per launching process; it ends with that process."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():  # Windows
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
 # ---- inside a spawned rank -------------------------------------------------------------------------
 def _rank_main(rank: int, group: _Group, listener, target, args: tuple, results) -> None:
     """Entry point of one spawned process: join the group, run the target, report, never hang."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
+    os.environ.clear()  # a student's NCCL_/GLOO_ variables set after the forkserver started count
+    os.environ.update(group.env)
     os.dup2(os.open(group.log_path, os.O_WRONLY | os.O_APPEND), sys.stderr.fileno())
     _keep_in_touch(group, rank)
     try:
@@ -168,11 +180,12 @@ def _rank_main(rank: int, group: _Group, listener, target, args: tuple, results)
 
 
 def _keep_in_touch(group: _Group, rank: int) -> None:
-    """A thread that beats twice a second while the launcher lives, and exits this process when the
-    launcher is gone (this process is then adopted by another, so its parent changes)."""
+    """A thread that beats twice a second while the launcher lives and exits this process once it is gone:
+    its sentinel, a pipe it holds under spawn and forkserver alike, closes however it dies."""
+    launcher = multiprocessing.parent_process()
 
     def watch() -> None:
-        while os.getppid() == group.launcher_pid:
+        while launcher is not None and launcher.is_alive():
             group.beats[rank] += 1
             time.sleep(0.5)
         os._exit(1)
@@ -284,16 +297,3 @@ class _Watch:
         if self.settled_at is not None:
             err.stopped_after_s = {r: max(0.0, t - self.settled_at) for r, t in self.exited_at.items()}
         return err
-
-
-def diagnose(errors: dict[int, Failure], killed: set[int]) -> tuple[int | None, str]:
-    """Which rank failed first, and why, from the failures in the order they arrived and the ranks
-    the launcher had to kill. A rank that only saw a peer disappear is never the cause."""
-    if own := [rank for rank, f in errors.items() if not f.peer_loss]:
-        return own[0], errors[own[0]].message
-    if waiting := [(rank, f) for rank, f in errors.items() if f.peer is not None]:  # only waits failed
-        waiter, f = waiting[0]
-        return f.peer, f"it stopped answering; rank {waiter} reported: {f.message}"
-    if killed:  # the peers' connections failed and these never stopped: they hung
-        return min(killed), "it stopped answering and was killed after the timeout"
-    return None, "no rank reported a failure of its own, and not every rank sent its result"

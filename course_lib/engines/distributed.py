@@ -229,7 +229,7 @@ def launch(
 
 def naming_a_missing_guard(err: DistributedError) -> DistributedError:
     """`err` with a hint when a rank died before it could report and this process runs a script: the
-    spawn start method imports that script again in every rank, and one without an
+    spawn and forkserver start methods import that script again in every rank, and one without an
     ``if __name__ == "__main__":`` guard starts its run again there, which multiprocessing refuses
     (its traceback goes to this terminal, not to the rank log)."""
     main = sys.modules.get("__main__")

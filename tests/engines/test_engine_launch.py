@@ -163,3 +163,18 @@ def test_ranks_that_report_without_pause_do_not_keep_the_launcher_from_its_stop_
     heard, results = [], EndlessProgress()
     _Watch(procs=[], beats=[])._drain(results, lambda rank, step: heard.append(step))
     assert heard and heard == list(range(1, results.calls + 1))  # it came back, having passed each one on
+
+
+def _env_var(ctx, name: str):
+    return os.environ.get(name)
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(180)
+def test_a_rank_sees_the_environment_of_its_launch_not_of_the_first(monkeypatch):
+    """Ranks start from a server (forkserver) that the first launch started with that moment's
+    environment; a variable set later (a notebook's NCCL_ or GLOO_ setting) must still reach them."""
+    monkeypatch.delenv("COURSE_LIB_PROBE", raising=False)
+    assert spawn(_env_var, 1, ("COURSE_LIB_PROBE",), timeout_s=60) == [None]
+    monkeypatch.setenv("COURSE_LIB_PROBE", "set after the first launch")
+    assert spawn(_env_var, 1, ("COURSE_LIB_PROBE",), timeout_s=60) == ["set after the first launch"]
