@@ -178,3 +178,16 @@ def test_a_rank_sees_the_environment_of_its_launch_not_of_the_first(monkeypatch)
     assert spawn(_env_var, 1, ("COURSE_LIB_PROBE",), timeout_s=60) == [None]
     monkeypatch.setenv("COURSE_LIB_PROBE", "set after the first launch")
     assert spawn(_env_var, 1, ("COURSE_LIB_PROBE",), timeout_s=60) == ["set after the first launch"]
+
+
+def _parent_pid(ctx):
+    return os.getppid()
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(180)
+def test_ranks_fork_from_the_forkserver_and_spawn_where_there_is_none(monkeypatch):
+    [parent] = spawn(_parent_pid, 1, timeout_s=60)
+    assert parent != os.getpid()  # the forkserver's child, not ours: it imported torch once for all
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])  # as on Windows
+    assert spawn(_parent_pid, 1, timeout_s=60) == [os.getpid()]  # spawned here, and it still finished
