@@ -20,8 +20,8 @@ blocked in a receive or a collective, see the closed connection and stop too. A 
 the group's timeout (`timeout_s`) in its peers; a stopped (SIGSTOP) or frozen one by its heartbeat,
 silent for STALL_S. After the first failure the others get GRACE_S (at most `timeout_s`); the launcher
 kills what is left and raises DistributedError naming the rank that failed first (never one that only
-saw a peer go) and the log. No process outlives ``spawn``; a wait for a failed peer raises PeerFailure.
-"""
+saw a peer go) and the log. No rank outlives ``spawn``, nor the forkserver its launcher (the server keeps
+course_lib as first imported: restart after editing it); a wait for a failed peer raises PeerFailure."""
 
 from __future__ import annotations
 
