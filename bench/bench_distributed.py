@@ -32,13 +32,13 @@ import argparse
 import os
 import statistics
 
-from course_lib.costs import costs_from
-from course_lib.engines.dist_worker import gather_and_merge, run_rank
-from course_lib.engines.distributed import make_spec
-from course_lib.errors import CourseError
-from course_lib.launch import RankContext, spawn
-from course_lib.reference import TrainConfig
-from course_lib.simulator import simulate
+from course_lib.shelf.costs import costs_from
+from course_lib.shelf.distributed_engine import make_spec
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.launcher import RankContext, spawn
+from course_lib.shelf.rank_loop import gather_and_merge, run_rank
+from course_lib.shelf.reference import TrainConfig
+from course_lib.shelf.simulator import simulate
 
 
 def _alternating_rank(ctx: RankContext, ours, theirs, rounds: int) -> list[tuple]:

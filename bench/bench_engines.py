@@ -21,8 +21,8 @@ import time
 
 import torch
 
-from course_lib.engines.local import LocalPipelineTrainer
-from course_lib.reference import TrainConfig, accumulate_gradients, make_optimizer, setup
+from course_lib.shelf.local_engine import LocalPipelineTrainer
+from course_lib.shelf.reference import TrainConfig, accumulate_gradients, make_optimizer, setup
 
 
 def timed(fn) -> tuple[float, float]:

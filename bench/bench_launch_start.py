@@ -1,5 +1,5 @@
 """What starting the ranks costs: wall and CPU of tiny 2-rank launches of the distributed engine, the
-1st and the 2nd in one process (course_lib/launch.py starts ranks from a forkserver that imports torch
+1st and the 2nd in one process (course_lib/shelf/launcher.py starts ranks from a forkserver that imports torch
 once; the 1st launch pays for that server, later ones only fork it).
 
 CPU is counted where it lands: the ranks the launcher reaped itself (spawn: RUSAGE_CHILDREN), and the
@@ -20,8 +20,8 @@ import os
 import resource
 import time
 
-from course_lib.engines.distributed import launch, make_spec
-from course_lib.reference import TrainConfig
+from course_lib.shelf.distributed_engine import launch, make_spec
+from course_lib.shelf.reference import TrainConfig
 
 TINY = dict(n_layers=6, d_model=16, n_heads=2, seq_len=16, batch_size=8, steps=2)
 

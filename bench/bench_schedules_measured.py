@@ -22,12 +22,12 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from course_lib.costs import costs_from
-from course_lib.engines.distributed import launch, make_spec
-from course_lib.errors import CourseError
-from course_lib.reference import TrainConfig
-from course_lib.schedules.builders import SCHEDULES
-from course_lib.simulator import simulate
+from course_lib.shelf.costs import costs_from
+from course_lib.shelf.distributed_engine import launch, make_spec
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.reference import TrainConfig
+from course_lib.shelf.registry import SCHEDULES
+from course_lib.shelf.simulator import simulate
 
 RANKS = 2
 TARGET = 0.15

@@ -31,8 +31,8 @@ import matplotlib
 matplotlib.use("Agg")
 
 from course_lib.plots import save_timeline_png  # noqa: E402
-from course_lib.schedules.builders import build_schedule  # noqa: E402
-from course_lib.simulator import simulate  # noqa: E402
+from course_lib.shelf.registry import build_schedule  # noqa: E402
+from course_lib.shelf.simulator import simulate  # noqa: E402
 
 
 def median_seconds(fn, repeats: int) -> float:

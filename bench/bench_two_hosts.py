@@ -24,10 +24,10 @@ sys.path.insert(0, str(ROOT / "tests"))  # the namespace helper is the tests' (o
 
 from two_hosts import TwoHosts, run_two_nodes, why_not_here  # noqa: E402
 
-from course_lib.engines.distributed import launch, make_spec  # noqa: E402
 from course_lib.lessons.scale_out import replay  # noqa: E402
-from course_lib.links import Link  # noqa: E402
-from course_lib.reference import TrainConfig  # noqa: E402
+from course_lib.shelf.distributed_engine import launch, make_spec  # noqa: E402
+from course_lib.shelf.links import Link  # noqa: E402
+from course_lib.shelf.reference import TrainConfig  # noqa: E402
 
 OUT = ROOT / "data" / "two_hosts_tbf.json"
 CFG = TrainConfig(n_layers=8, d_model=64, n_heads=4, seq_len=128, batch_size=16, microbatches=4, steps=4)

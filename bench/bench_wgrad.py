@@ -32,15 +32,15 @@ from dataclasses import replace
 
 import torch
 
-from course_lib.costs import StageCosts
-from course_lib.data import split_microbatches
-from course_lib.engines.local import LocalPipelineTrainer
-from course_lib.engines.runtime import StageRuntime
-from course_lib.partition import stage_modules, uniform
-from course_lib.reference import TrainConfig, first_batch, setup, train_batches
-from course_lib.schedules.builders import build_schedule
-from course_lib.schedules.ir import Kind
-from course_lib.simulator import simulate
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.data import split_microbatches
+from course_lib.shelf.local_engine import LocalPipelineTrainer
+from course_lib.shelf.partition import stage_modules, uniform
+from course_lib.shelf.reference import TrainConfig, first_batch, setup, train_batches
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.schedule import Kind
+from course_lib.shelf.simulator import simulate
+from course_lib.shelf.stage import StageRuntime
 
 
 def local_runs(cfg: TrainConfig, schedules: tuple[str, ...], stages: int, steps: int) -> dict[str, dict]:
@@ -146,7 +146,7 @@ def report_steps(zb: dict, ofob: dict) -> None:
 
 def distributed_steps(cfg: TrainConfig, steps: int, rounds: int = 2) -> None:
     """Both schedules at p=2, `rounds` times each, taking turns in one launch (the ranks start once)."""
-    from course_lib.engines.distributed import launch, make_spec
+    from course_lib.shelf.distributed_engine import launch, make_spec
 
     cfg = replace(cfg, steps=steps + 1)
     names = ("1f1b", "zb-h1") * rounds

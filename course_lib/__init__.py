@@ -9,16 +9,16 @@ The library is built in floors; a module imports only from its own floor or the 
   6  lessons lesson exercises widgets grading cli __main__
   5  planner
   4  engines
-  3  reference balance plots plot_gantt gantt_artists tp autoschedule
-  2  costs links sim_inputs network netif geo timeline simulator model data devices partition launch
-  2  launch_diagnosis
-  2  saved_memory simulator_fast
-  1  errors checks schedules
+  3  balance plots plot_gantt gantt_artists tp autoschedule
+  2  schedules network netif geo saved_memory fast_simulator
+  1  shelf
 
-1 the schedule spine (schedules as data, messages, builders and registry, validator, PyTorch interop);
-2 time and links (the simulator, the Timeline, the model, the data, the process launcher); 3 the
-reference trainer, balancing, plots, tensor parallelism, schedules found by simulated search; 4 the
-engines that really train; 5 the planner; 6 each lesson's glue, the widgets, the assignments' grading,
+1 the shelf: the pipeline machine a student reads beside the lessons (``python -m course_lib shelf``):
+the schedule IR and its one rule for dependencies and messages, the first schedules and the registry,
+the validator, the simulator, the timeline, the model, the reference trainer, a stage's runtime, the
+local engine, the distributed engine's rank loop, the launcher; 2 more schedules, links and networks;
+3 balancing, charts, tensor parallelism, schedules found by simulated search; 4 the engines' rooms
+(torch interop, stale weights, the split backward); 5 the planner; 6 each lesson's glue, the widgets,
 the command line.
 """
 

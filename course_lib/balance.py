@@ -1,6 +1,6 @@
 """Balancing stages: measure what each layer costs, then cut the model so no stage is the bottleneck.
 
-    from course_lib.model import ModelConfig, build_model
+    from course_lib.shelf.model import ModelConfig, build_model
     from course_lib.balance import profile_layers, balanced, stage_memory, check_memory
     model = build_model(ModelConfig(n_layers=80), seed=0)
     prof = profile_layers(model, batch_size=4, seq_len=64)   # time, parameters, activations per layer
@@ -30,13 +30,13 @@ from itertools import accumulate
 
 import torch
 
-from course_lib.errors import CourseError, require
-from course_lib.model import ToyGPT, count_parameters, layer_names, lm_loss
-from course_lib.partition import Partition, optimal, stage_totals, uniform
 from course_lib.saved_memory import SavedBytes
-from course_lib.schedules.builders import build_schedule
-from course_lib.schedules.ir import Kind, Schedule
-from course_lib.timeline import format_bytes
+from course_lib.shelf.errors import CourseError, require
+from course_lib.shelf.model import ToyGPT, count_parameters, layer_names, lm_loss
+from course_lib.shelf.partition import Partition, optimal, stage_totals, uniform
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.schedule import Kind, Schedule
+from course_lib.shelf.timeline import format_bytes
 
 BYTES_PER_PARAM = 16  # weight 4 + gradient 4 + AdamW exp_avg 4 + exp_avg_sq 4 (fp32)
 STRATEGIES = ("uniform", "params", "time", "memory")

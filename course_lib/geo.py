@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from course_lib.errors import CourseError, require
+from course_lib.shelf.errors import CourseError, require
 
 SITES_CSV = Path(__file__).resolve().parent.parent / "data" / "sites.csv"
 EARTH_RADIUS_KM = 6371.0  # mean radius (IUGG); the choice moves distances by well under 1%

@@ -5,7 +5,7 @@
     lesson.setup()
 
 It seeds every random generator, picks a colour-blind-safe plotting style, and prints which versions
-and devices this run uses (course_lib/devices.py), so that a screenshot of any lesson says where its
+and devices this run uses (course_lib/shelf/devices.py), so that a screenshot of any lesson says where its
 numbers came from. ``train_config()`` gives the model size to train here: the CPU toy, or a wider
 model when there is a GPU.
 
@@ -27,9 +27,9 @@ import numpy as np
 import torch
 
 import course_lib
-from course_lib.devices import accelerator, describe_devices
 from course_lib.plots import SERIES_COLORS
-from course_lib.reference import TrainConfig, accelerator_config
+from course_lib.shelf.devices import accelerator, describe_devices
+from course_lib.shelf.reference import TrainConfig, accelerator_config
 
 
 def train_config(**overrides) -> TrainConfig:

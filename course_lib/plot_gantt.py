@@ -23,8 +23,8 @@ from matplotlib.patches import Patch
 from matplotlib.path import Path
 
 from course_lib import gantt_artists
-from course_lib.schedules.ir import Kind
-from course_lib.timeline import Timeline
+from course_lib.shelf.schedule import Kind
+from course_lib.shelf.timeline import Timeline
 
 COLORS = {Kind.F: "#56B4E9", Kind.B: "#E69F00", Kind.I: "#D55E00", Kind.W: "#009E73"}
 LABELS = {

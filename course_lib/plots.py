@@ -8,8 +8,8 @@ stages, as in Megatron-LM's interleaving figure (Narayanan et al. 2021, arXiv 21
 
 Try it::
 
-    from course_lib.schedules.builders import build_schedule
-    from course_lib.simulator import simulate
+    from course_lib.shelf.registry import build_schedule
+    from course_lib.shelf.simulator import simulate
     from course_lib.plots import plot_timeline, plot_bubble_vs_m, plot_memory, save_timeline_png
     tl = simulate(build_schedule("1f1b", 4, 8))
     plot_timeline(tl)                    # in a notebook
@@ -23,7 +23,6 @@ from dataclasses import replace
 
 from matplotlib.axes import Axes
 
-from course_lib.errors import CourseError, require
 from course_lib.plot_gantt import COLORS as COLORS  # the Gantt chart lives in plot_gantt; its names here too
 from course_lib.plot_gantt import IDLE_COLOR as IDLE_COLOR
 from course_lib.plot_gantt import LABELS as LABELS
@@ -37,7 +36,8 @@ from course_lib.plot_gantt import shade as shade
 from course_lib.plot_gantt import time_scale as time_scale
 from course_lib.schedules.closed_forms import Case, megatron
 from course_lib.schedules.closed_forms import gpipe_bubble as gpipe_bubble  # notebooks import it from here
-from course_lib.timeline import SIMULATED, Timeline, format_bytes
+from course_lib.shelf.errors import CourseError, require
+from course_lib.shelf.timeline import SIMULATED, Timeline, format_bytes
 
 SERIES_COLORS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#000000", "#F0E442"]
 
@@ -51,9 +51,9 @@ def plot_bubble_vs_m(
     `convention` "gpipe" plots the idle share of the step, (p-1)/(m+p-1); "megatron" plots bubble
     time relative to ideal compute, (p-1)/m. The same simulations, two ways of dividing. `costs`: a
     device's share of the model, as everywhere (``simulator.simulate_named``)."""
-    from course_lib.costs import StageCosts
-    from course_lib.schedules.builders import SCHEDULES, resolve_name
-    from course_lib.simulator import simulate_named
+    from course_lib.shelf.costs import StageCosts
+    from course_lib.shelf.registry import SCHEDULES, resolve_name
+    from course_lib.shelf.simulator import simulate_named
 
     require(
         convention in ("gpipe", "megatron"), f"convention must be 'gpipe' or 'megatron', got {convention!r}"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib.data import load_corpus
+from course_lib.shelf.data import load_corpus
 
 torch.set_num_threads(1)  # 2-core CI: one thread per test process is faster and deterministic
 

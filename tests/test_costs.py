@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from course_lib.costs import StageCosts, costs_from, costs_from_durations
-from course_lib.errors import CourseError
-from course_lib.schedules.builders import build_schedule
-from course_lib.schedules.ir import Kind
-from course_lib.simulator import simulate
-from course_lib.timeline import MEASURED, Timeline
+from course_lib.shelf.costs import StageCosts, costs_from, costs_from_durations
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.schedule import Kind
+from course_lib.shelf.simulator import simulate
+from course_lib.shelf.timeline import MEASURED, Timeline
 
 
 def test_fields_follow_the_action_letters():

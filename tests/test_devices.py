@@ -8,19 +8,19 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from course_lib import lesson
-from course_lib.devices import (
+from course_lib.planner.clusters import card_peak
+from course_lib.planner.toy import toy_shape
+from course_lib.shelf.devices import (
     describe_devices,
     resolve_device,
     stage_devices,
     synchronize,
     uses_simulated_devices,
 )
-from course_lib.engines.runtime import StageRuntime
-from course_lib.errors import CourseError
-from course_lib.model import ModelConfig, build_model, count_parameters
-from course_lib.planner.clusters import card_peak
-from course_lib.planner.toy import toy_shape
-from course_lib.reference import TrainConfig, accelerator_config, accumulate_gradients
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.model import ModelConfig, build_model, count_parameters
+from course_lib.shelf.reference import TrainConfig, accelerator_config, accumulate_gradients
+from course_lib.shelf.stage import StageRuntime
 
 CPU = torch.device("cpu")
 

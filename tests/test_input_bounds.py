@@ -18,20 +18,20 @@ import pytest
 from support.inputs import TINY, machine_of_8_gib, refused
 
 from course_lib.cli import main
-from course_lib.costs import StageCosts
-from course_lib.data import check_microbatches
-from course_lib.engines.distributed import make_spec
 from course_lib.engines.plan import make_plan
-from course_lib.launch import spawn
 from course_lib.lessons.runs import train_pipeline
-from course_lib.links import Link
-from course_lib.partition import Partition, uniform
 from course_lib.planner import cluster, plan
 from course_lib.planner.enumerate import check_request
-from course_lib.reference import TrainConfig
-from course_lib.schedules.builders import build_schedule
-from course_lib.schedules.validate import validate
-from course_lib.simulator import simulate, simulate_named
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.data import check_microbatches
+from course_lib.shelf.distributed_engine import make_spec
+from course_lib.shelf.launcher import spawn
+from course_lib.shelf.links import Link
+from course_lib.shelf.partition import Partition, uniform
+from course_lib.shelf.reference import TrainConfig
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.simulator import simulate, simulate_named
+from course_lib.shelf.validate import validate
 
 TINY_FLAGS = ["--layers", "2", "--width", "16", "--heads", "2", "--seq-len", "16", "--batch-size", "4",
               "--microbatches", "2", "--steps", "1"]  # fmt: skip

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from course_lib.errors import CourseError
-from course_lib.model import ModelConfig, build_model, layer_names, lm_loss
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.model import ModelConfig, build_model, layer_names, lm_loss
 
 
 def test_default_model_is_80_blocks_as_a_flat_layer_list():

@@ -7,11 +7,8 @@ import random
 
 import pytest
 
-from course_lib.errors import CourseError
 from course_lib.geo import distance_km, haversine_km, load_sites, site
-from course_lib.links import Link
 from course_lib.network import FIBER_S_PER_KM, PRESETS, fiber_latency_s, fiber_rtt_s, preset, site_link
-from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.latency_aware import (
     extra_activation_bytes,
     extra_in_flight,
@@ -20,8 +17,11 @@ from course_lib.schedules.latency_aware import (
     plain_1f1b_step,
     warmup_forwards,
 )
-from course_lib.schedules.validate import check
-from course_lib.simulator import StageCosts, simulate
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.links import Link
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.simulator import StageCosts, simulate
+from course_lib.shelf.validate import check
 
 
 def test_great_circle_distances_match_facts():

@@ -11,8 +11,6 @@ from matplotlib.figure import Figure
 
 matplotlib.use("Agg")
 
-from course_lib.costs import StageCosts  # noqa: E402
-from course_lib.links import Link  # noqa: E402
 from course_lib.plots import (  # noqa: E402
     gpipe_bubble,
     plot_bubble_vs_m,
@@ -21,10 +19,12 @@ from course_lib.plots import (  # noqa: E402
     save_timeline_png,
     time_scale,
 )
-from course_lib.schedules.builders import build_schedule  # noqa: E402
-from course_lib.schedules.ir import Kind  # noqa: E402
-from course_lib.simulator import simulate  # noqa: E402
-from course_lib.timeline import MEASURED, Timeline  # noqa: E402
+from course_lib.shelf.costs import StageCosts  # noqa: E402
+from course_lib.shelf.links import Link  # noqa: E402
+from course_lib.shelf.registry import build_schedule  # noqa: E402
+from course_lib.shelf.schedule import Kind  # noqa: E402
+from course_lib.shelf.simulator import simulate  # noqa: E402
+from course_lib.shelf.timeline import MEASURED, Timeline  # noqa: E402
 
 
 def _axes():

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from course_lib.errors import CourseError
-from course_lib.model import ModelConfig, build_model, lm_loss
-from course_lib.reference import (
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.model import ModelConfig, build_model, lm_loss
+from course_lib.shelf.reference import (
     TrainConfig,
     accumulate_gradients,
     first_batch,
@@ -17,7 +17,7 @@ from course_lib.reference import (
     train,
     train_batches,
 )
-from course_lib.schedules.builders import LIMITS
+from course_lib.shelf.registry import LIMITS
 
 
 def _grads(model):

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from course_lib.costs import StageCosts
-from course_lib.errors import CourseError
-from course_lib.links import Link
-from course_lib.schedules.builders import build_schedule
-from course_lib.schedules.ir import Action, Kind, Schedule, dependencies
-from course_lib.schedules.messages import messages
-from course_lib.simulator import _dependency_keys, simulate
-from course_lib.timeline import MEASURED_COMPUTE, SIMULATED
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.links import Link
+from course_lib.shelf.messages import messages
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.schedule import Action, Kind, Schedule, dependencies
+from course_lib.shelf.simulator import _dependency_keys, simulate
+from course_lib.shelf.timeline import MEASURED_COMPUTE, SIMULATED
 
 PS = [1, 2, 3, 4, 5, 8, 11, 16]
 MS = [1, 2, 3, 4, 7, 8, 16, 31, 64]

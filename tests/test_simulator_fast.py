@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from course_lib.costs import StageCosts
-from course_lib.errors import CourseError
-from course_lib.links import FREE, Link, per_boundary
-from course_lib.schedules.builders import SCHEDULES, build_schedule
-from course_lib.schedules.ir import Action, Kind, Schedule
-from course_lib.simulator import SENDS, _play_fast, _play_reference, _tables, simulate
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.links import FREE, Link, per_boundary
+from course_lib.shelf.registry import SCHEDULES, build_schedule
+from course_lib.shelf.schedule import Action, Kind, Schedule
+from course_lib.shelf.simulator import SENDS, _play_fast, _play_reference, _tables, simulate
 
 SIZES = [(1, 1), (1, 4), (2, 2), (2, 5), (3, 6), (4, 8), (8, 16)]
 COSTS = [StageCosts(1.0, 1.0, 1.0), StageCosts(f=0.5, i=1.25, w=0.0)]
@@ -96,8 +96,8 @@ def test_memory_grows_with_the_actions_not_with_devices_squared():
 def test_dependency_offsets_are_the_dependency_keys(split_backward):
     """The fast path reads a key's inputs as offsets per (stage, kind); they must name the same keys
     as ``simulator._dependency_keys`` (own input first, then the neighbouring stage's)."""
-    from course_lib.simulator import _dependency_keys
-    from course_lib.simulator_fast import _offsets
+    from course_lib.fast_simulator import _offsets
+    from course_lib.shelf.simulator import _dependency_keys
 
     n_st = 3
     own, other = _offsets(n_st, split_backward)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from course_lib.costs import StageCosts
-from course_lib.errors import CourseError
-from course_lib.links import Link
-from course_lib.schedules.builders import build_schedule
-from course_lib.schedules.ir import Kind
 from course_lib.schedules.latency_aware import latency_aware_1f1b
-from course_lib.simulator import simulate, simulate_named
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.links import Link
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.schedule import Kind
+from course_lib.shelf.simulator import simulate, simulate_named
 
 
 def test_send_overlaps_compute():

@@ -14,7 +14,7 @@ import pytest
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(180)]  # a kernel process
 
 TRAINING_CELL = """
-from course_lib.reference import TrainConfig, train
+from course_lib.shelf.reference import TrainConfig, train
 print("training", flush=True)
 train(TrainConfig(n_layers=2, steps=100_000, seq_len=8, batch_size=2, microbatches=1), progress=False)
 """
@@ -90,8 +90,8 @@ def test_an_error_that_is_no_interrupt_keeps_its_traceback(kernel):
 
 
 DISTRIBUTED_CELL = """
-from course_lib.engines.distributed import run_distributed
-from course_lib.reference import TrainConfig
+from course_lib.shelf.distributed_engine import run_distributed
+from course_lib.shelf.reference import TrainConfig
 cfg = TrainConfig(n_layers=2, steps=100_000, seq_len=8, batch_size=2, microbatches=2, eval_batches=1)
 print("starting the ranks", flush=True)
 run_distributed(cfg, "1f1b", stages=2)

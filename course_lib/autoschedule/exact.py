@@ -18,10 +18,10 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 
-from course_lib.costs import StageCosts
-from course_lib.errors import require
-from course_lib.schedules.ir import Action, Kind, Schedule
-from course_lib.schedules.validate import ScheduleError
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.errors import require
+from course_lib.shelf.schedule import Action, Kind, Schedule
+from course_lib.shelf.validate import ScheduleError
 
 MAX_COMBINATIONS = 20_000
 
@@ -53,8 +53,8 @@ def best_order(
     comm: float | Sequence[float] = 0.0,
 ) -> tuple[Schedule, float]:  # fmt: skip
     """The order with the shortest simulated step (the first found of equals) and that step."""
-    from course_lib.links import Link  # noqa: PLC0415  the simulator sits a floor above the schedules
-    from course_lib.simulator import simulate  # noqa: PLC0415
+    from course_lib.shelf.links import Link  # noqa: PLC0415  the simulator sits a floor above the schedules
+    from course_lib.shelf.simulator import simulate  # noqa: PLC0415
 
     p, m = n_devices, n_microbatches
     per_device = [list(device_orders(d, m, memory_limit)) for d in range(p)]

@@ -16,8 +16,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from course_lib.autoschedule.scoring import score
-from course_lib.errors import require
-from course_lib.schedules.ir import Action, Kind
+from course_lib.shelf.errors import require
+from course_lib.shelf.schedule import Action, Kind
 
 INF = float("inf")
 FILLS = (0.0, 0.5, 1.0)  # the grid over the gap-filling threshold, in units of T_W

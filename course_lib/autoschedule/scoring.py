@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from course_lib.costs import StageCosts
+from course_lib.shelf.costs import StageCosts
 
 if TYPE_CHECKING:  # the simulator sits a floor above the schedules; imported where it is used
-    from course_lib.schedules.ir import Schedule
-    from course_lib.timeline import Timeline
+    from course_lib.shelf.schedule import Schedule
+    from course_lib.shelf.timeline import Timeline
 
 OBJECTIVES = ("step", "stage-span")  # the makespan, or the paper's largest first-to-last time of a stage
 
@@ -41,8 +41,8 @@ def simulated_score(
 ) -> tuple[float, float]:
     """`schedule`'s simulated step and largest stage span (the objective first), with `comm` seconds on
     each link (one per boundary)."""
-    from course_lib.links import Link  # noqa: PLC0415
-    from course_lib.simulator import simulate  # noqa: PLC0415
+    from course_lib.shelf.links import Link  # noqa: PLC0415
+    from course_lib.shelf.simulator import simulate  # noqa: PLC0415
 
     tl = simulate(schedule, costs, links=[Link(latency_s=c) for c in comm] or None)
     return score(tl.makespan, stage_span(tl), objective)

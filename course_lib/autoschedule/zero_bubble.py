@@ -40,7 +40,7 @@ as 32h of a forward's 34h + 5as per token (their Table 1; sail-sg/zero-bubble-pi
 Try it::
 
     from course_lib.autoschedule.zero_bubble import auto_zero_bubble
-    from course_lib.costs import StageCosts
+    from course_lib.shelf.costs import StageCosts
     s = auto_zero_bubble(8, 24, memory_limit=16, costs=StageCosts(18.522, 18.086, 9.337), comm=0.601)
 """
 
@@ -51,14 +51,14 @@ from dataclasses import replace
 
 from course_lib.autoschedule.heuristic import Problem, Switches, best_plan, grid, heuristic_plans
 from course_lib.autoschedule.scoring import OBJECTIVES, simulated_score
-from course_lib.costs import StageCosts
-from course_lib.errors import require
-from course_lib.links import per_boundary
-from course_lib.schedules.basic import check_sizes
 from course_lib.schedules.controllable_memory import v_half, v_half_memory, v_min, v_min_memory
-from course_lib.schedules.ir import Schedule
 from course_lib.schedules.v_shape import v_placement, zb_v
 from course_lib.schedules.zero_bubble import zb_h1, zb_h2
+from course_lib.shelf.basic_schedules import check_sizes
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.errors import require
+from course_lib.shelf.links import per_boundary
+from course_lib.shelf.schedule import Schedule
 
 # the heuristic's engine lives in heuristic.py; these names are importable from here too
 __all__ = ["Problem", "Switches", "auto_zero_bubble", "grid", "heuristic_plans", "paper_memory", "problem",

@@ -18,7 +18,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from course_lib.errors import CourseError
+from course_lib.shelf.errors import CourseError
 
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -115,7 +115,7 @@ def _run_reporting(command: Callable[[], int | None]) -> int:
         _quiet_stdout()
         return 1
     except Exception as err:
-        from course_lib.launch import DistributedError  # here: it loads torch.distributed
+        from course_lib.shelf.launcher import DistributedError  # here: it loads torch.distributed
 
         if not isinstance(err, DistributedError):
             raise

@@ -13,14 +13,14 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_lib.engines.dist_result import RUNNERS, torch_class
-from course_lib.engines.runtime import CHECKPOINT_MODES
-from course_lib.errors import CourseError, require
-from course_lib.links import Link
-from course_lib.model import PRECISIONS
-from course_lib.reference import TrainConfig
-from course_lib.schedules.basic import LIMITS
-from course_lib.timeline import Timeline
+from course_lib.shelf.basic_schedules import LIMITS
+from course_lib.shelf.errors import CourseError, require
+from course_lib.shelf.links import Link
+from course_lib.shelf.model import PRECISIONS
+from course_lib.shelf.reference import TrainConfig
+from course_lib.shelf.run_spec import RUNNERS, torch_class
+from course_lib.shelf.stage import CHECKPOINT_MODES
+from course_lib.shelf.timeline import Timeline
 
 
 def number(kind: type = int, low: float = 1, high: float = math.inf, above: bool = False, hint: str = ""):

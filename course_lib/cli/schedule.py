@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from course_lib.errors import require
-from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
 from course_lib.schedules.torch_csv import read_csv, to_csv_text
-from course_lib.schedules.validate import validate
+from course_lib.shelf.errors import require
+from course_lib.shelf.registry import SCHEDULES, build_schedule, resolve_name
+from course_lib.shelf.validate import validate
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -2,7 +2,7 @@
 
     torchrun --nproc-per-node 2 -m course_lib.cli.torchrun --schedule 1f1b --layers 8 --steps 5
 
-(More examples, and several machines: course_lib/engines/distributed.py.) The flags are ``train``'s
+(More examples, and several machines: course_lib/shelf/distributed_engine.py.) The flags are ``train``'s
 (course_lib/cli/flags.py), so each means the same in both. The ranks torchrun starts are the stages
 (with ``--tp T --dp D``: T x stages x D of them): ``--stages`` may be left out, and must agree if
 given. Spell flags out under torchrun: it reads ``-m`` and abbreviations such as ``--virtual`` as
@@ -32,11 +32,11 @@ import torch.distributed as dist  # noqa: E402
 
 from course_lib import netif  # noqa: E402  (multi-node: the interface towards the peers, threads, each node's line)
 from course_lib.cli import as_help, flags, report_errors  # noqa: E402
-from course_lib.engines.dist_result import DistributedResult  # noqa: E402
-from course_lib.engines.dist_worker import RunSpec, gather_and_merge, init_rank, run_rank  # noqa: E402
-from course_lib.engines.distributed import make_spec  # noqa: E402
-from course_lib.errors import require  # noqa: E402
-from course_lib.launch import free_port  # noqa: E402
+from course_lib.shelf.distributed_engine import make_spec  # noqa: E402
+from course_lib.shelf.errors import require  # noqa: E402
+from course_lib.shelf.launcher import free_port  # noqa: E402
+from course_lib.shelf.rank_loop import RunSpec, gather_and_merge, init_rank, run_rank  # noqa: E402
+from course_lib.shelf.run_spec import DistributedResult  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:

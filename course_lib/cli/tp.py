@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from course_lib.cli.flags import COUNT, LAYERS, number
-from course_lib.model import ModelConfig, lm_loss
+from course_lib.shelf.model import ModelConfig, lm_loss
 from course_lib.tp.accounting import Workload, comparison, tp_allreduces
 from course_lib.tp.cost import Scenario, describe, sweep
 
@@ -53,9 +53,9 @@ def _counts(args: argparse.Namespace) -> None:
 
 
 def _measure(args: argparse.Namespace) -> None:
-    from course_lib.engines.distributed import launch, make_spec
-    from course_lib.links import Link
-    from course_lib.reference import TrainConfig
+    from course_lib.shelf.distributed_engine import launch, make_spec
+    from course_lib.shelf.links import Link
+    from course_lib.shelf.reference import TrainConfig
     from course_lib.tp.distributed import run_tensor_parallel
 
     ways = args.devices

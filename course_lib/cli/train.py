@@ -52,11 +52,11 @@ from dataclasses import replace
 
 import torch
 
-from course_lib.checks import check_threads
 from course_lib.cli import flags
 from course_lib.cli.flags import PipelineFlags
-from course_lib.errors import require
-from course_lib.reference import TrainConfig, max_grad_diff, reference_gradients, train
+from course_lib.shelf.checks import check_threads
+from course_lib.shelf.errors import require
+from course_lib.shelf.reference import TrainConfig, max_grad_diff, reference_gradients, train
 
 ENGINES = ("reference", "local", "distributed")
 PIPELINE_ENGINES = ("local", "distributed")
@@ -94,7 +94,7 @@ def refuse_flags_the_engine_ignores(args: argparse.Namespace) -> None:
 
 
 def _run_local(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Namespace, progress: bool):
-    from course_lib.engines.local import LocalPipelineTrainer
+    from course_lib.shelf.local_engine import LocalPipelineTrainer
 
     options = dict(virtual=pipe.virtual, checkpoint=pipe.checkpoint, links=pipe.links)
     trainer = LocalPipelineTrainer(cfg, pipe.schedule, pipe.stages, **options)  # checks everything first
@@ -103,8 +103,8 @@ def _run_local(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Namespace, 
 
 
 def _run_distributed(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Namespace, progress: bool):
-    # one process per rank (course_lib/engines/distributed.py); specs are checked before any spawn
-    from course_lib.engines import distributed
+    # one process per rank (course_lib/shelf/distributed_engine.py); specs are checked before any spawn
+    from course_lib.shelf import distributed_engine as distributed
 
     options = dict(
         virtual=pipe.virtual, checkpoint=pipe.checkpoint, links=pipe.links, timeout_s=pipe.timeout,

@@ -3,7 +3,7 @@
 Both engines start here, so bad input (p, m, v, partition, checkpoint mode, device, links) is refused
 with a clear message before a model is built, data is read or a process is started::
 
-    from course_lib.reference import TrainConfig
+    from course_lib.shelf.reference import TrainConfig
     from course_lib.engines.plan import make_plan
     plan = make_plan(TrainConfig(n_layers=8), "1f1b", stages=4)
     print(plan.schedule); print(plan.partition.sizes, plan.devices)
@@ -17,16 +17,16 @@ from dataclasses import dataclass
 import torch
 
 from course_lib.balance import inflight_per_stage
-from course_lib.checks import whole
-from course_lib.devices import stage_devices
-from course_lib.engines.runtime import check_checkpoint
-from course_lib.errors import require
-from course_lib.links import Link, per_boundary
-from course_lib.partition import Partition, uniform
-from course_lib.reference import TrainConfig
-from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
-from course_lib.schedules.ir import Schedule
-from course_lib.schedules.validate import validate
+from course_lib.shelf.checks import whole
+from course_lib.shelf.devices import stage_devices
+from course_lib.shelf.errors import require
+from course_lib.shelf.links import Link, per_boundary
+from course_lib.shelf.partition import Partition, uniform
+from course_lib.shelf.reference import TrainConfig
+from course_lib.shelf.registry import SCHEDULES, build_schedule, resolve_name
+from course_lib.shelf.schedule import Schedule
+from course_lib.shelf.stage import check_checkpoint
+from course_lib.shelf.validate import validate
 
 
 @dataclass

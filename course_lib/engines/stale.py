@@ -23,7 +23,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from course_lib.errors import require
+from course_lib.shelf.errors import require
 
 
 def check_delays(delays: Sequence[int], n_stages: int) -> tuple[int, ...]:

@@ -9,8 +9,8 @@ spec, the launch and the result are the distributed engine's (``distributed.make
 
 Try it::
 
-    from course_lib.reference import TrainConfig
-    from course_lib.engines.distributed import launch, make_spec
+    from course_lib.shelf.reference import TrainConfig
+    from course_lib.shelf.distributed_engine import launch, make_spec
     cfg = TrainConfig(n_layers=8, steps=3, batch_size=8, seq_len=32, microbatches=4)
     theirs, ours = launch([make_spec(cfg, "gpipe", 2, runner="torch"),        # torch's ScheduleGPipe
                            make_spec(cfg, "1f1b", 2, runner="torch-csv")])   # our 1F1B, via CSV
@@ -33,13 +33,13 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from course_lib.engines.dist_result import RUNNERS, RankRecord, RunSpec, StepRecord, torch_class
-from course_lib.errors import require
-from course_lib.model import autocast, lm_loss
-from course_lib.partition import stage_modules
-from course_lib.reference import TrainConfig, make_optimizer, setup, train_batches
-from course_lib.schedules.ir import Schedule
 from course_lib.schedules.torch_csv import to_csv_text
+from course_lib.shelf.errors import require
+from course_lib.shelf.model import autocast, lm_loss
+from course_lib.shelf.partition import stage_modules
+from course_lib.shelf.reference import TrainConfig, make_optimizer, setup, train_batches
+from course_lib.shelf.run_spec import RUNNERS, RankRecord, RunSpec, StepRecord, torch_class
+from course_lib.shelf.schedule import Schedule
 
 # schedules run by their own torch class (the registry's torch_class); any other runs from our CSV
 TORCH_CLASS_RUNS = ("gpipe", "1f1b", "interleaved-1f1b")

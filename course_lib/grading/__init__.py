@@ -29,13 +29,14 @@ import math
 import reprlib
 from collections.abc import Callable, Sequence
 
+from course_lib.exercises import verdict
+
 # balance and partition (the memory checks) import torch, and are imported where used: the sandbox's
 # worker (course_lib.grading.worker, in this package) starts without torch, and imports it only when the
 # student's code (or a library function the assignment switches off) asks for it
-from course_lib.errors import capped
-from course_lib.exercises import verdict
-from course_lib.schedules.ir import Schedule
-from course_lib.schedules.validate import check
+from course_lib.shelf.errors import capped
+from course_lib.shelf.schedule import Schedule
+from course_lib.shelf.validate import check
 
 
 def fail(message: str) -> None:
@@ -166,9 +167,9 @@ def schedule_valid(
     action once, on the right device, and no deadlock (the validator's sentences, first few)."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
     label, tip = name or "your schedule", _hint(hint)
-    answered(label, schedule, hint or "build a course_lib.schedules.ir.Schedule")
+    answered(label, schedule, hint or "build a course_lib.shelf.schedule.Schedule")
     if not isinstance(schedule, Schedule):
-        fail(f"{label}: expected a Schedule (course_lib.schedules.ir), got {type(schedule).__name__}.{tip}")
+        fail(f"{label}: expected a Schedule (course_lib.shelf.schedule), got {type(schedule).__name__}.{tip}")
     if p is not None and schedule.n_devices != p:
         fail(f"{label}: expected {p} devices (one order per device), got {schedule.n_devices} orders.{tip}")
     if m is not None and schedule.n_microbatches != m:
@@ -212,7 +213,7 @@ def partition_fits(sizes: object, profile, schedule: str, m: int, budget_bytes: 
     """Fail unless `sizes` (layers per stage) covers the model and every stage fits the budget."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
     from course_lib.balance import OutOfMemory, check_memory
-    from course_lib.partition import Partition
+    from course_lib.shelf.partition import Partition
 
     answered("your partition", sizes, hint)
     try:  # check_memory also checks that the partition covers the model's layers

@@ -6,7 +6,7 @@ student's function runs, the library function answers with an AssertionError tha
 name the student imported it under (the function object's code is swapped, so every reference to it
 sees the swap), and it is restored at once afterwards.
 
-    from course_lib.schedules import builders
+    from course_lib.shelf import registry as builders
     with without(builders.one_f_one_b, why="write 1F1B yourself"):
         schedule = my_1f1b(4, 8)        # a call to one_f_one_b in there fails with `why`
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
-from course_lib.errors import require
+from course_lib.shelf.errors import require
 
 
 def _refusal(name: str, why: str) -> Callable:

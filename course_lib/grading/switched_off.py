@@ -23,15 +23,15 @@ _A1_FORMULA = {
     "course_lib.grading.schedule_checks:_smallest_m": OWN_FORMULA,
 }
 _A3_CUT = {
-    "course_lib.balance:balanced": "find the cut yourself (course_lib.partition.optimal is allowed)",
+    "course_lib.balance:balanced": "find the cut yourself (course_lib.shelf.partition.optimal is allowed)",
     "course_lib.grading.memory_checks:_best": "find the cut yourself",
 }
 _A6_COUNTS = {
     "course_lib.tp.accounting:tp_allreduces": OWN_COUNT,
     "course_lib.tp.accounting:pp_sends": OWN_COUNT,
     "course_lib.tp.accounting:pp_log_from_schedule": OWN_COUNT,
-    "course_lib.schedules.messages:messages": OWN_COUNT,
-    "course_lib.schedules.builders:build_schedule": OWN_COUNT,
+    "course_lib.shelf.messages:messages": OWN_COUNT,
+    "course_lib.shelf.registry:build_schedule": OWN_COUNT,
     "course_lib.tp.simulated:SimulatedTP.from_seed": OWN_COUNT,
     "__main__:measured_tp_allreduces": OWN_COUNT,
     "__main__:counted_pp_messages": OWN_COUNT,
@@ -42,7 +42,7 @@ _A7_BUILD = {
     "course_lib.schedules.closed_forms:_zb_h1": _ZB,
 }
 _A7_PREDICT = _A7_BUILD | {
-    "course_lib.simulator:simulate": "predict before simulating: the simulator is off",
+    "course_lib.shelf.simulator:simulate": "predict before simulating: the simulator is off",
 }
 _A5_FLOPS = {
     f"course_lib.planner.shapes:ModelShape.{name}": "count the FLOPs with eq. 3 yourself"
@@ -56,10 +56,10 @@ SWITCHED_OFF: dict[str, dict[str, dict[str, str]]] = {
         "idle_fraction": _A1_FORMULA,
         "bubble_over_ideal": _A1_FORMULA,
         "smallest_m": _A1_FORMULA,
-        "my_gpipe": {"course_lib.schedules.builders:gpipe": OWN_SCHEDULE + ", in my_gpipe"},
+        "my_gpipe": {"course_lib.shelf.registry:gpipe": OWN_SCHEDULE + ", in my_gpipe"},
     },
     "a04_one_f_one_b": {
-        "my_1f1b": {"course_lib.schedules.builders:one_f_one_b": OWN_SCHEDULE + ", in my_1f1b"},
+        "my_1f1b": {"course_lib.shelf.registry:one_f_one_b": OWN_SCHEDULE + ", in my_1f1b"},
     },
     "a05_memory_budget": {
         "stage_bytes": {"course_lib.balance:stage_memory": "add up the profile's bytes yourself"},
@@ -77,7 +77,7 @@ SWITCHED_OFF: dict[str, dict[str, dict[str, str]]] = {
         },
         "choose_plan": {"course_lib.grading.wan_checks:strongest_throughput": "search the plans yourself"},
         "predict_throughput": {
-            "course_lib.simulator:simulate": "predict from the plan's numbers, before any simulation",
+            "course_lib.shelf.simulator:simulate": "predict from the plan's numbers, before any simulation",
             "course_lib.schedules.latency_aware:flush_bound": "predict from the plan's numbers yourself",
         },
     },
@@ -88,7 +88,7 @@ SWITCHED_OFF: dict[str, dict[str, dict[str, str]]] = {
         },
         "bubble_share": {
             "course_lib.schedules.closed_forms:gpipe_bubble": "derive the bubble from p, the batch, d and b",
-            "course_lib.simulator:simulate": "derive the bubble from p, the batch, d and b",
+            "course_lib.shelf.simulator:simulate": "derive the bubble from p, the batch, d and b",
         },
         "my_layout": {
             "course_lib.planner.enumerate:plan": "this part asks you to choose the layout yourself",

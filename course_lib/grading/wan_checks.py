@@ -20,7 +20,7 @@ from course_lib.grading.guard import without
 from course_lib.lessons.wan_plan import WanPlan, WanProblem, check_plan, even_sizes, throughput
 from course_lib.network import fiber_latency_s, site_link
 from course_lib.schedules import latency_aware
-from course_lib.simulator import simulate
+from course_lib.shelf.simulator import simulate
 
 WITHIN = 0.2  # a plan must reach 80% of the strongest plan the search below finds
 

@@ -30,14 +30,14 @@ from dataclasses import dataclass, replace
 
 from torch import Tensor
 
-from course_lib.costs import StageCosts
-from course_lib.data import split_microbatches
-from course_lib.engines.local import LocalPipelineTrainer
 from course_lib.engines.stale import check_delays
-from course_lib.errors import require
-from course_lib.model import count_parameters
-from course_lib.reference import TrainConfig, evaluate, train_batches
-from course_lib.simulator import simulate_named
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.data import split_microbatches
+from course_lib.shelf.errors import require
+from course_lib.shelf.local_engine import LocalPipelineTrainer
+from course_lib.shelf.model import count_parameters
+from course_lib.shelf.reference import TrainConfig, evaluate, train_batches
+from course_lib.shelf.simulator import simulate_named
 
 UPDATES = ("batch", "microbatch")
 

@@ -25,13 +25,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from course_lib.costs import StageCosts
-from course_lib.errors import CourseError
-from course_lib.links import Link
-from course_lib.schedules.builders import SCHEDULES, resolve_name
 from course_lib.schedules.closed_forms import Case
-from course_lib.simulator import simulate_named
-from course_lib.timeline import Timeline
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.links import Link
+from course_lib.shelf.registry import SCHEDULES, resolve_name
+from course_lib.shelf.simulator import simulate_named
+from course_lib.shelf.timeline import Timeline
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from course_lib.engines.runtime import StageRuntime
-from course_lib.errors import require
 from course_lib.lessons.repeats import Spread, repeat_all
-from course_lib.model import ModelConfig, build_model
+from course_lib.shelf.errors import require
+from course_lib.shelf.model import ModelConfig, build_model
+from course_lib.shelf.stage import StageRuntime
 
 
 def stage_cpu_ms(

@@ -15,7 +15,7 @@ Both run through the library's simulator; ``lap_makespan`` is the closed form of
 prefill), and ``measured_forward_costs`` times each stage of the real toy in CPU time under no_grad::
 
     from course_lib.lessons.inference import decode, forward_only, lap_makespan
-    from course_lib.simulator import simulate
+    from course_lib.shelf.simulator import simulate
     tl = simulate(forward_only(4, 8), StageCosts.fused(1.0, 0.0))
     tl.makespan == lap_makespan(4, 8, 1, t_f=1.0, hop_s=0.0)   # (m + p - 1) t_f
 """
@@ -27,13 +27,13 @@ import time
 import torch
 from torch import Tensor, nn
 
-from course_lib.costs import StageCosts
-from course_lib.errors import require
-from course_lib.model import ModelConfig, build_model
-from course_lib.partition import uniform
-from course_lib.schedules.basic import check_sizes
-from course_lib.schedules.ir import Action, Kind, Schedule
-from course_lib.timeline import Timeline
+from course_lib.shelf.basic_schedules import check_sizes
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.errors import require
+from course_lib.shelf.model import ModelConfig, build_model
+from course_lib.shelf.partition import uniform
+from course_lib.shelf.schedule import Action, Kind, Schedule
+from course_lib.shelf.timeline import Timeline
 
 
 def forward_only(p: int, m: int) -> Schedule:

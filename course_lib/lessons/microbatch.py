@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from course_lib.errors import require
 from course_lib.lessons.cpu_clock import stage_cpu_ms
 from course_lib.lessons.repeats import Spread, repeat_all
 from course_lib.lessons.runs import LessonRun, train_pipeline
+from course_lib.shelf.errors import require
 
 
 def _check_sizes(global_batch: int, sizes: tuple[int, ...]) -> None:

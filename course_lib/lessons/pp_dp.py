@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from course_lib.errors import require
-from course_lib.schedules.ir import Kind
-from course_lib.timeline import Timeline
+from course_lib.shelf.errors import require
+from course_lib.shelf.schedule import Kind
+from course_lib.shelf.timeline import Timeline
 
 OVERLAPS = ("after-flush", "per-stage", "buckets")
 

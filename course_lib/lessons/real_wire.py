@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from course_lib.errors import require
+from course_lib.shelf.errors import require
 
 SAVED = Path(__file__).resolve().parents[2] / "data" / "two_hosts_tbf.json"
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import TypeVar
 
-from course_lib.errors import require
+from course_lib.shelf.errors import require
 
 Run = TypeVar("Run")
 

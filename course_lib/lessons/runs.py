@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from course_lib.costs import costs_from
-from course_lib.engines.local import LocalPipelineTrainer, PipelineResult
-from course_lib.links import Link
-from course_lib.reference import TrainConfig
-from course_lib.simulator import simulate
-from course_lib.timeline import Timeline
+from course_lib.shelf.costs import costs_from
+from course_lib.shelf.links import Link
+from course_lib.shelf.local_engine import LocalPipelineTrainer, PipelineResult
+from course_lib.shelf.reference import TrainConfig
+from course_lib.shelf.simulator import simulate
+from course_lib.shelf.timeline import Timeline
 
 
 @dataclass

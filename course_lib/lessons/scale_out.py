@@ -7,7 +7,7 @@ them: any difference between the two charts is what the model leaves out (messag
 on a busy CPU, noise).
 
     from course_lib.lessons.scale_out import replay, torchrun_commands
-    r = run_distributed(cfg, "1f1b", stages=2)                 # course_lib.engines.distributed
+    r = run_distributed(cfg, "1f1b", stages=2)                 # course_lib.shelf.distributed_engine
     sim = replay(r.timelines, build_schedule("1f1b", 2, cfg.microbatches))
     sim.source            # "measured compute + simulated links"
     print("\\n".join(torchrun_commands(nnodes=2, nproc_per_node=4)))
@@ -21,12 +21,12 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from course_lib.costs import costs_from
-from course_lib.errors import require
-from course_lib.links import Link
-from course_lib.schedules.ir import Schedule
-from course_lib.simulator import simulate
-from course_lib.timeline import MEASURED_COMPUTE, Timeline
+from course_lib.shelf.costs import costs_from
+from course_lib.shelf.errors import require
+from course_lib.shelf.links import Link
+from course_lib.shelf.schedule import Schedule
+from course_lib.shelf.simulator import simulate
+from course_lib.shelf.timeline import MEASURED_COMPUTE, Timeline
 
 
 def replay(
@@ -74,8 +74,8 @@ def train_distributed_for(
     step's measured Timeline. More than `max_ranks` processes would only fight over the cores: refused.
     `control` (the dashboard's RunControl, the engines' ``stop(steps_done)``) hears of every step and
     ends the run, every process with it, when the dashboard's stop button is pressed."""
-    from course_lib.engines.distributed import run_distributed
-    from course_lib.reference import TrainConfig
+    from course_lib.shelf.distributed_engine import run_distributed
+    from course_lib.shelf.reference import TrainConfig
 
     require(
         config.p <= max_ranks,

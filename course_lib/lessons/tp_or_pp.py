@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from course_lib.errors import require
 from course_lib.network import PRESETS
+from course_lib.shelf.errors import require
 from course_lib.tp.cost import Scenario, pp_step, tp_step
 
 

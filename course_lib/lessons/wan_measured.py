@@ -32,21 +32,21 @@ import math
 from dataclasses import dataclass, field
 from statistics import mean, median
 
-from course_lib.costs import StageCosts, costs_from
-from course_lib.errors import require
 from course_lib.lessons.repeats import Effect, Spread
 from course_lib.lessons.scale_out import replay
-from course_lib.links import Link
-from course_lib.reference import TrainConfig
-from course_lib.schedules.builders import build_schedule
-from course_lib.schedules.ir import Schedule
 from course_lib.schedules.latency_aware import (
     extra_in_flight,
     flush_bound,
     latency_aware_1f1b,
     plain_1f1b_step,
 )
-from course_lib.timeline import Timeline
+from course_lib.shelf.costs import StageCosts, costs_from
+from course_lib.shelf.errors import require
+from course_lib.shelf.links import Link
+from course_lib.shelf.reference import TrainConfig
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.schedule import Schedule
+from course_lib.shelf.timeline import Timeline
 
 
 @dataclass(frozen=True)
@@ -266,7 +266,7 @@ def _link(latency_s: float) -> Link | None:
 def run_wan_experiment(e: WanExperiment = WanExperiment(), progress: bool = False) -> WanMeasurement:
     """Run plain 1F1B at each latency, then latency-aware 1F1B at aware_latency_s for each k, every run
     `e.repeats` times taking turns, all in one launch of p processes; the measurements beside the replays."""
-    from course_lib.engines.distributed import launch, make_spec
+    from course_lib.shelf.distributed_engine import launch, make_spec
 
     e.check()
     jobs = [(build_schedule("1f1b", e.p, e.m), lat, 0) for lat in e.latencies_s]

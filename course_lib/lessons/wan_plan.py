@@ -21,15 +21,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from course_lib.balance import inflight_per_stage
-from course_lib.errors import require
-from course_lib.links import Link
 from course_lib.network import Gbit, site_link
-from course_lib.partition import uniform
-from course_lib.schedules.builders import build_schedule
-from course_lib.schedules.ir import Schedule
 from course_lib.schedules.latency_aware import latency_aware_1f1b
-from course_lib.simulator import StageCosts, simulate
-from course_lib.timeline import Timeline
+from course_lib.shelf.errors import require
+from course_lib.shelf.links import Link
+from course_lib.shelf.partition import uniform
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.schedule import Schedule
+from course_lib.shelf.simulator import StageCosts, simulate
+from course_lib.shelf.timeline import Timeline
 
 MiB = 2**20
 PLAN_SCHEDULES = ("gpipe", "1f1b", "latency-aware-1f1b")

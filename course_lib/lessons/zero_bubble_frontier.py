@@ -24,14 +24,14 @@ from dataclasses import dataclass
 
 from course_lib.autoschedule.scoring import stage_span
 from course_lib.autoschedule.zero_bubble import auto_zero_bubble
-from course_lib.costs import StageCosts
-from course_lib.links import Link
-from course_lib.schedules.basic import one_f_one_b
-from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.controllable_memory import v_half_memory, v_min_memory  # noqa: F401 (lesson 10)
-from course_lib.schedules.ir import Schedule
-from course_lib.simulator import simulate
-from course_lib.timeline import Timeline
+from course_lib.shelf.basic_schedules import one_f_one_b
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.links import Link
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.schedule import Schedule
+from course_lib.shelf.simulator import simulate
+from course_lib.shelf.timeline import Timeline
 
 # A pending W as the authors count its memory: 32h of a forward's 34h + 5as per token (their Table 1;
 # ``paper_memory``). About a third for GPT-style layers; any share from 0.25 to 0.6 gives the same

@@ -39,16 +39,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from course_lib.errors import require
-from course_lib.links import Link, ring_all_reduce_s
 from course_lib.planner.clusters import Cluster
 from course_lib.planner.layout import Layout
 from course_lib.planner.memory import GRAD_BYTES, layers_per_stage, parameters_per_gpu
 from course_lib.planner.shapes import ModelShape
-from course_lib.schedules.builders import SCHEDULES
 from course_lib.schedules.closed_forms import Case
-from course_lib.simulator import StageCosts, simulate_named
-from course_lib.timeline import Timeline
+from course_lib.shelf.errors import require
+from course_lib.shelf.links import Link, ring_all_reduce_s
+from course_lib.shelf.registry import SCHEDULES
+from course_lib.shelf.simulator import StageCosts, simulate_named
+from course_lib.shelf.timeline import Timeline
 from course_lib.tp.cost import TP_OVERLAPS
 
 ACTIVATION_BYTES = 2  # fp16/bf16

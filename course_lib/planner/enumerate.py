@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from course_lib.checks import divisors, whole
-from course_lib.errors import require
 from course_lib.planner.clusters import Cluster, cluster
 from course_lib.planner.cost import (
     MEGATRON,
@@ -28,8 +26,10 @@ from course_lib.planner.cost import (
 from course_lib.planner.layout import Layout
 from course_lib.planner.memory import USABLE_SHARE, Memory, memory_per_gpu
 from course_lib.planner.shapes import ModelShape, model
-from course_lib.schedules.builders import resolve_name
-from course_lib.timeline import Timeline
+from course_lib.shelf.checks import divisors, whole
+from course_lib.shelf.errors import require
+from course_lib.shelf.registry import resolve_name
+from course_lib.shelf.timeline import Timeline
 
 SCHEDULE_CHOICES = ("gpipe", "1f1b", "interleaved-1f1b")  # the ones whose memory and bubble it models
 MICRO_BATCHES = (1, 2, 4, 8, 16)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from course_lib.errors import require
+from course_lib.shelf.errors import require
 
 
 @dataclass(frozen=True)

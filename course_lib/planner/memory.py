@@ -21,11 +21,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from course_lib.errors import require
 from course_lib.planner.layout import Layout
 from course_lib.planner.shapes import ModelShape
-from course_lib.schedules.builders import SCHEDULES
 from course_lib.schedules.closed_forms import Case
+from course_lib.shelf.errors import require
+from course_lib.shelf.registry import SCHEDULES
 
 WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = 2, 2, 12  # per parameter, mixed-precision Adam
 # share of a GPU's memory a plan may fill: the rest goes to the framework's communication buffers,

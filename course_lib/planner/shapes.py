@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from course_lib.errors import require
+from course_lib.shelf.errors import require
 
 MEGATRON = "Narayanan et al. 2021, arXiv 2104.04473, Table 1 (vocabulary 51,200, sequence 2,048)"
 LLAMA3 = "Llama Team 2024, The Llama 3 Herd of Models, arXiv 2407.21783, Table 3"

@@ -22,20 +22,20 @@ off by default in torch), so its MFU is against the FP32 peak; LLM papers quote 
 
 from __future__ import annotations
 
-from course_lib.errors import require
-from course_lib.links import Link
 from course_lib.planner.clusters import Cluster
 from course_lib.planner.shapes import ModelShape
-from course_lib.reference import TrainConfig
+from course_lib.shelf.errors import require
+from course_lib.shelf.links import Link
+from course_lib.shelf.reference import TrainConfig
 
 LOOPBACK = Link(latency_s=200e-6, bandwidth_Bps=2e9, name="gloo loopback (assumed)")
 
 
 def toy_shape(cfg: TrainConfig, vocab_size: int) -> ModelShape:
-    """The toy GPT (course_lib/model.py: 4x MLP, biases, learned positions) at `cfg`'s size."""
+    """The toy GPT (course_lib/shelf/model.py: 4x MLP, biases, learned positions) at `cfg`'s size."""
     return ModelShape(
         f"toy-{cfg.n_layers}", cfg.n_layers, cfg.d_model, cfg.n_heads, 4 * cfg.d_model, vocab_size,
-        cfg.seq_len, source="course_lib/model.py",
+        cfg.seq_len, source="course_lib/shelf/model.py",
     )  # fmt: skip
 
 

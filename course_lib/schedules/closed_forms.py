@@ -13,7 +13,7 @@ rounding error. Outside that range, trust the simulator.
 
 Try it::
 
-    from course_lib.schedules.builders import SCHEDULES
+    from course_lib.shelf.registry import SCHEDULES
     from course_lib.schedules.closed_forms import Case
     form = SCHEDULES["interleaved-1f1b"].bubble
     form.text, form.where              # '(p-1)/(v*m+p-1)', 'm >= p (or v = 1); equal stage costs, free links'
@@ -28,9 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from course_lib.errors import require
 from course_lib.schedules.interleaved import rounds_of
 from course_lib.schedules.zero_bubble import zb_2p_keeps_h1
+from course_lib.shelf.errors import require
 
 
 class CostsLike(Protocol):  # what the spine reads of a costs.StageCosts (it imports nothing above it)

@@ -39,8 +39,8 @@ from __future__ import annotations
 
 from course_lib.schedules import closed_forms
 from course_lib.schedules.closed_forms import Case, ClosedForm
-from course_lib.schedules.ir import Action, Kind, Schedule
 from course_lib.schedules.v_shape import V_STAGES_PER_DEVICE, check_virtual, v_placement
+from course_lib.shelf.schedule import Action, Kind, Schedule
 
 PASSES_PER_DEVICE = 6  # F, I and W of two stages: the block's interval, in slots
 Block = dict[tuple[int, Kind], int]  # (stage, kind) -> the slot it starts in, for micro-batch 0

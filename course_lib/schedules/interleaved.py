@@ -17,8 +17,8 @@ Try it::
 
 from __future__ import annotations
 
-from course_lib.errors import CourseError
-from course_lib.schedules.ir import Action, Kind, Schedule, loop_placement
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.schedule import Action, Kind, Schedule, loop_placement
 
 
 def _fits(n_devices: int, n_microbatches: int) -> bool:

@@ -35,10 +35,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from course_lib.errors import require
-from course_lib.schedules.basic import check_sizes, one_f_one_b
 from course_lib.schedules.closed_forms import LinkLike
-from course_lib.schedules.ir import Schedule
+from course_lib.shelf.basic_schedules import check_sizes, one_f_one_b
+from course_lib.shelf.errors import require
+from course_lib.shelf.schedule import Schedule
 
 
 def extra_in_flight(latency_s: float | LinkLike, t_f: float, t_b: float, nbytes: float = 0) -> int:

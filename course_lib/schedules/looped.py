@@ -15,7 +15,7 @@ Try it::
 
 from __future__ import annotations
 
-from course_lib.schedules.ir import Action, Kind, Schedule, loop_placement
+from course_lib.shelf.schedule import Action, Kind, Schedule, loop_placement
 
 
 def looped_bfs(n_devices: int, n_microbatches: int, virtual: int = 2) -> Schedule:

@@ -7,7 +7,7 @@ built here loads in PyTorch (``schedule._load_csv(path)``) and a schedule dumped
 
 Try it::
 
-    from course_lib.schedules.builders import build_schedule
+    from course_lib.shelf.registry import build_schedule
     from course_lib.schedules.torch_csv import to_csv_text, from_csv_text
     text = to_csv_text(build_schedule("gpipe", 2, 3))
     print(text)                       # 0F0,0F1,0F2,0B0,0B1,0B2  /  1F0,...
@@ -21,10 +21,10 @@ import io
 import re
 from pathlib import Path
 
-from course_lib.errors import CourseError, require
-from course_lib.schedules.ir import Action, Kind, Schedule
 from course_lib.schedules.v_shape import split_full_backwards
-from course_lib.schedules.validate import MAX_ACTIONS
+from course_lib.shelf.errors import CourseError, require
+from course_lib.shelf.schedule import Action, Kind, Schedule
+from course_lib.shelf.validate import MAX_ACTIONS
 
 # PyTorch cells that are not compute: FSDP (UNSHARD/RESHARD), gradient reduction, communication.
 _OTHER_RE = re.compile(r"^\d+(UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)\d*$")

@@ -8,7 +8,7 @@ no model, a few milliseconds. Then our validator can read torch's order like any
 Try it::
 
     from course_lib.schedules.torch_orders import torch_order
-    from course_lib.schedules.validate import check
+    from course_lib.shelf.validate import check
     theirs = torch_order("Schedule1F1B", p=4, m=6)      # or our name: torch_order("1f1b", 4, 6)
     print(theirs)           # compare with build_schedule("1f1b", 4, 6)
     print(check(theirs))    # [] when the order is valid; otherwise what is wrong, in words
@@ -29,10 +29,10 @@ from types import SimpleNamespace
 
 import torch
 
-from course_lib.errors import CourseError, require
-from course_lib.schedules.builders import SCHEDULES, resolve_name
-from course_lib.schedules.ir import Action, Kind, Schedule
 from course_lib.schedules.v_shape import split_full_backwards
+from course_lib.shelf.errors import CourseError, require
+from course_lib.shelf.registry import SCHEDULES, resolve_name
+from course_lib.shelf.schedule import Action, Kind, Schedule
 
 
 def _stand_in(p: int, v: int) -> SimpleNamespace:

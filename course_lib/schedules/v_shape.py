@@ -48,8 +48,8 @@ Try it::
 
 from __future__ import annotations
 
-from course_lib.errors import require
-from course_lib.schedules.ir import Action, Kind, Schedule
+from course_lib.shelf.errors import require
+from course_lib.shelf.schedule import Action, Kind, Schedule
 
 V_STAGES_PER_DEVICE = 2
 

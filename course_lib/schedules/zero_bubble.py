@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from course_lib.schedules.interleaved import chunk_action, rounds_of
-from course_lib.schedules.ir import Action, Kind, Schedule, loop_placement
+from course_lib.shelf.schedule import Action, Kind, Schedule, loop_placement
 
 
 def _zb1p_order(p: int, m: int, v: int, d: int, r: int) -> list[Action]:

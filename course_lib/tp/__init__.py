@@ -14,7 +14,7 @@ Modules, one idea each:
 
 Try it::
 
-    from course_lib.model import ModelConfig
+    from course_lib.shelf.model import ModelConfig
     from course_lib.tp.simulated import SimulatedTP
     tp = SimulatedTP.from_seed(ModelConfig(n_layers=4), t=2, seed=0)
     python -m course_lib tp --help

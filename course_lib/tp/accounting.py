@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from course_lib.errors import require
-from course_lib.links import ring_all_reduce_bytes
-from course_lib.schedules.builders import build_schedule
-from course_lib.schedules.ir import Schedule
-from course_lib.schedules.messages import FORWARD, messages
-from course_lib.timeline import format_bytes
+from course_lib.shelf.errors import require
+from course_lib.shelf.links import ring_all_reduce_bytes
+from course_lib.shelf.messages import FORWARD, messages
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.schedule import Schedule
+from course_lib.shelf.timeline import format_bytes
 from course_lib.tp.comm import CommLog
 
 

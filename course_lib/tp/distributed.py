@@ -5,12 +5,12 @@ Each rank builds the full model from the same seed, keeps only its slice of ever
 collectives (gloo on the CPU, NCCL when there is one GPU per rank) and log every one. An optional delay
 before each all-reduce stands in for a slower link, so the cost model can be checked against a clock.
 
-    from course_lib.model import ModelConfig
+    from course_lib.shelf.model import ModelConfig
     from course_lib.tp.distributed import run_tensor_parallel
     res = run_tensor_parallel(ModelConfig(n_layers=4), t=2, x=x, y=y, microbatches=2)
     res.loss, res.gradients, res.step_log.summary(), res.timings
 
-The ranks are spawned by the course's one launcher (``course_lib.launch``): every wait has a
+The ranks are spawned by the course's one launcher (``course_lib.shelf.launcher``): every wait has a
 timeout, and a rank that fails raises DistributedError in the caller, naming the rank and its error.
 """
 
@@ -26,12 +26,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from course_lib.devices import gpu_count
-from course_lib.errors import require
-from course_lib.launch import RankContext, spawn
-from course_lib.links import Link, ring_all_reduce_s
-from course_lib.model import Block, ModelConfig, build_model
-from course_lib.reference import accumulate_gradients
+from course_lib.shelf.devices import gpu_count
+from course_lib.shelf.errors import require
+from course_lib.shelf.launcher import RankContext, spawn
+from course_lib.shelf.links import Link, ring_all_reduce_s
+from course_lib.shelf.model import Block, ModelConfig, build_model
+from course_lib.shelf.reference import accumulate_gradients
 from course_lib.tp.comm import CommLog, DistComm, copy_to_ranks, reduce_from_ranks
 from course_lib.tp.shard import Bias, assemble_gradients, check_divisible, shard_block
 

@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from course_lib.errors import require
+from course_lib.shelf.errors import require
 
 
 class Coords(NamedTuple):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from course_lib.errors import require
+from course_lib.shelf.errors import require
 from course_lib.tp.cost import Sweep
 from course_lib.tp.distributed import noise
 

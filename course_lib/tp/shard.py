@@ -12,7 +12,7 @@ Biases of the row-split layers are added once, after the all-reduce. LayerNorms,
 head are replicated on every rank (Megatron also splits the embedding by vocabulary; the toy keeps it
 whole, so only the 4 all-reduces per block appear in the counts).
 
-    from course_lib.model import ModelConfig, build_model
+    from course_lib.shelf.model import ModelConfig, build_model
     from course_lib.tp.shard import shard_block
     model = build_model(ModelConfig(n_layers=2), seed=0)
     shard_block(model.layers[1], t=2, rank=0)        # rank 0's slice of block 0
@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.errors import require
-from course_lib.model import Block, ModelConfig, causal_attention
+from course_lib.shelf.errors import require
+from course_lib.shelf.model import Block, ModelConfig, causal_attention
 
 
 def check_divisible(cfg: ModelConfig, t: int) -> None:

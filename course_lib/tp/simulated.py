@@ -5,7 +5,7 @@ objects (rank r's slice of the weights) plus one copy of what every rank replica
 row-split layers' biases, the embedding and the head: replicated work is identical on every rank, so one
 copy stands for all of them). ``f`` and ``g`` from ``comm`` connect them and count each all-reduce.
 
-    from course_lib.model import ModelConfig
+    from course_lib.shelf.model import ModelConfig
     from course_lib.tp.simulated import SimulatedTP
     tp = SimulatedTP.from_seed(ModelConfig(n_layers=4), t=2, seed=0)
     loss = lm_loss(tp(x), y); loss.backward()
@@ -20,7 +20,7 @@ import copy
 import torch
 from torch import nn
 
-from course_lib.model import Block, ModelConfig, ToyGPT, build_model
+from course_lib.shelf.model import Block, ModelConfig, ToyGPT, build_model
 from course_lib.tp.comm import CommLog, copy_to_shards, reduce_from_shards
 from course_lib.tp.shard import Bias, assemble_gradients, check_divisible, shard_block
 

@@ -37,16 +37,16 @@ from dataclasses import dataclass
 
 import ipywidgets as widgets
 
-from course_lib.checks import whole
-from course_lib.errors import require
-from course_lib.links import FREE, Link
 from course_lib.network import PRESETS
 from course_lib.plots import format_bytes
-from course_lib.schedules.builders import SCHEDULES, resolve_name
 from course_lib.schedules.closed_forms import Case
-from course_lib.sim_inputs import check_costs
-from course_lib.simulator import StageCosts, simulate_named
-from course_lib.timeline import Timeline
+from course_lib.shelf.checks import whole
+from course_lib.shelf.errors import require
+from course_lib.shelf.links import FREE, Link
+from course_lib.shelf.registry import SCHEDULES, resolve_name
+from course_lib.shelf.sim_inputs import check_costs
+from course_lib.shelf.simulator import StageCosts, simulate_named
+from course_lib.shelf.timeline import Timeline
 from course_lib.widgets.controls import WRAP_AT_SPACES, Shown, wide_slider
 from course_lib.widgets.gantt_png import GanttPNG, key_html
 from course_lib.widgets.run_panel import RunControl, RunPanel

@@ -20,8 +20,8 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 from course_lib.plots import COLORS, IDLE_COLOR, LABELS, gantt_figsize, plot_timeline
-from course_lib.schedules.ir import Kind
-from course_lib.timeline import Timeline
+from course_lib.shelf.schedule import Kind
+from course_lib.shelf.timeline import Timeline
 
 LABELLED_ACTIONS = 64  # micro-batch numbers in the boxes up to this many actions (each costs ~0.5 ms)
 DPI = 80

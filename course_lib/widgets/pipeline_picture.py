@@ -14,11 +14,11 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
-from course_lib.partition import uniform
 from course_lib.plots import COLORS, IDLE_COLOR, plot_timeline
-from course_lib.schedules.builders import build_schedule
-from course_lib.schedules.ir import Kind
-from course_lib.simulator import StageCosts, simulate
+from course_lib.shelf.partition import uniform
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.schedule import Kind
+from course_lib.shelf.simulator import StageCosts, simulate
 
 N_LAYERS = 82  # the course model's list: embedding, 80 blocks, head
 

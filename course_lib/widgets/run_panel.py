@@ -34,7 +34,7 @@ from typing import Any
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
-from course_lib.errors import CourseError
+from course_lib.shelf.errors import CourseError
 
 HOW_TO_STOP = (
     "<i>stop</i> ends a run started by <i>train for real</i> within a second "

@@ -9,8 +9,6 @@ from support.torch_csv import assert_torch_loads
 
 from course_lib.autoschedule import zero_bubble as azb
 from course_lib.autoschedule.scoring import stage_span
-from course_lib.costs import StageCosts
-from course_lib.errors import CourseError
 from course_lib.lessons.zero_bubble_frontier import (
     LINE,
     PAPER_SETTINGS,
@@ -23,13 +21,15 @@ from course_lib.lessons.zero_bubble_frontier import (
     v_half_memory,
     v_min_memory,
 )  # fmt: skip
-from course_lib.links import Link
-from course_lib.schedules.builders import build_schedule
-from course_lib.schedules.ir import Schedule
 from course_lib.schedules.torch_csv import read_csv, write_csv
 from course_lib.schedules.torch_orders import torch_schedule
-from course_lib.schedules.validate import check
-from course_lib.simulator import simulate
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.links import Link
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.schedule import Schedule
+from course_lib.shelf.simulator import simulate
+from course_lib.shelf.validate import check
 
 PAPER = PAPER_SETTINGS[0]
 

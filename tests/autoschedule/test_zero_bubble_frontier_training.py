@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from course_lib.autoschedule.zero_bubble import auto_zero_bubble
-from course_lib.costs import StageCosts
-from course_lib.engines.local import LocalPipelineTrainer
-from course_lib.reference import TrainConfig, reference_gradients, reference_run
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.local_engine import LocalPipelineTrainer
+from course_lib.shelf.reference import TrainConfig, reference_gradients, reference_run
 
 SMALL = dict(d_model=16, n_heads=2, seq_len=8, lr=1e-2, eval_batches=1, batch_size=8, steps=1)
 # uneven costs and a slow link: the heuristic's own order, not a handcrafted one
@@ -42,7 +42,7 @@ TINY = dict(n_layers=6, d_model=16, n_heads=2, seq_len=16, batch_size=8, steps=2
 @pytest.mark.processes
 @pytest.mark.timeout(400)
 def test_distributed_engine_equals_the_reference():
-    from course_lib.engines.distributed import launch, make_spec
+    from course_lib.shelf.distributed_engine import launch, make_spec
 
     # one launch takes one size of pipe: two ranks (lesson 10 trains four, locally)
     jobs = [("zb-1p", 4), ("zb-2p", 8), (auto_zero_bubble(2, 8, 3, UNEVEN, comm=1.0), 8),

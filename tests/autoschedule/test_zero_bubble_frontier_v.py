@@ -9,17 +9,17 @@ import pytest
 from support.torch_csv import assert_torch_loads
 
 from course_lib.autoschedule import zero_bubble as azb
-from course_lib.costs import StageCosts
-from course_lib.errors import CourseError
-from course_lib.links import Link
-from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.controllable_memory import v_half_memory, v_min_memory
-from course_lib.schedules.ir import Schedule
 from course_lib.schedules.torch_csv import read_csv, write_csv
 from course_lib.schedules.torch_orders import torch_schedule
 from course_lib.schedules.v_shape import v_placement
-from course_lib.schedules.validate import check
-from course_lib.simulator import simulate
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.links import Link
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.schedule import Schedule
+from course_lib.shelf.simulator import simulate
+from course_lib.shelf.validate import check
 
 # one stage's (F, I, W): each stage is half a device's layers
 STAGE_COSTS = [StageCosts(0.5, 0.5, 0.5), StageCosts(1.0, 0.5, 0.25), StageCosts(0.5, 1.0, 0.5)]

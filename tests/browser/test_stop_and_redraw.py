@@ -79,7 +79,7 @@ def test_stop_ends_button_started_runs_in_two_dashboards_and_interrupt_ends_a_tr
         f"hook = functools.partial(train_distributed_for, n_layers=8, steps={ENDLESS}, seq_len=16)\n"
         "pipeline_dashboard('1f1b', p=2, m=4, on_train=hook, max_p=8, max_m=16)  # lesson 08's, longer",
         "from dataclasses import replace\n"
-        "from course_lib.reference import TrainConfig, train\n"
+        "from course_lib.shelf.reference import TrainConfig, train\n"
         f"cfg = TrainConfig(n_layers=8, steps={ENDLESS}, seq_len=16, batch_size=4, microbatches=2)\n"
         "train(replace(cfg, steps=1), progress=False)  # what train imports on first use is in by now\n"
         "print('training until interrupted')\n"
@@ -146,10 +146,10 @@ def test_a_refused_setting_keeps_the_chart_beside_the_reason(page, lab: LabServe
 def test_one_drag_of_a_lesson_slider_redraws_once(page, lab: LabServer, lesson, build, slider, value):
     profile = (
         "from course_lib.balance import profile_layers\n"
-        "from course_lib.model import ModelConfig, build_model\n"
-        "from course_lib.partition import stage_totals\n"
-        "from course_lib.schedules.builders import build_schedule\n"
-        "from course_lib.simulator import StageCosts, simulate\n"
+        "from course_lib.shelf.model import ModelConfig, build_model\n"
+        "from course_lib.shelf.partition import stage_totals\n"
+        "from course_lib.shelf.registry import build_schedule\n"
+        "from course_lib.shelf.simulator import StageCosts, simulate\n"
         "from course_lib.widgets.budget_cuts import budget_cuts\n"
         "model = build_model(ModelConfig(n_layers=80, vocab_size=2048), seed=0)\n"
         "prof = profile_layers(model, 2, 32, repeats=1)\n"

@@ -8,8 +8,8 @@ import argparse
 import pytest
 
 from course_lib.cli.flags import add_model_flags, config_from_flags
-from course_lib.errors import CourseError
-from course_lib.model import PRECISIONS
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.model import PRECISIONS
 
 
 def _config(*argv: str):

@@ -10,9 +10,9 @@ import json
 import pytest
 
 from course_lib.cli import main, torchrun
-from course_lib.engines import distributed
-from course_lib.engines.dist_result import DistributedResult
-from course_lib.reference import TrainConfig, train
+from course_lib.shelf import distributed_engine as distributed
+from course_lib.shelf.reference import TrainConfig, train
+from course_lib.shelf.run_spec import DistributedResult
 
 pytest.importorskip("torch.distributed.pipelining", reason="torch without distributed pipelining")
 

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from course_lib import reference
 from course_lib.cli import torchrun, train
+from course_lib.shelf import reference
 
 TINY = ["--layers", "6", "--width", "16", "--heads", "2", "--seq-len", "16", "--batch-size", "8",
         "--microbatches", "4", "--steps", "2"]  # fmt: skip
@@ -66,7 +66,7 @@ def test_one_rank_trains_like_the_reference(one_rank, capsys, tmp_path):
 
 
 @pytest.mark.processes
-@pytest.mark.parametrize("module", ["course_lib.cli.torchrun", "course_lib.engines.distributed"])
+@pytest.mark.parametrize("module", ["course_lib.cli.torchrun", "course_lib.shelf.distributed_engine"])
 def test_the_module_torchrun_runs_is_this_entry_point(module):
     # `torchrun ... -m <module>` runs that module as __main__ (the second is the old, still working path)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from course_lib import cli
-from course_lib.errors import CourseError
-from course_lib.schedules.builders import SCHEDULES, build_schedule
 from course_lib.schedules.torch_csv import from_csv_text, read_csv, to_csv_text, write_csv
-from course_lib.schedules.validate import check
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.registry import SCHEDULES, build_schedule
+from course_lib.shelf.validate import check
 
 
 def test_csv_text_is_pytorchs_format():

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from course_lib.cli import main
-from course_lib.schedules.builders import SCHEDULES
+from course_lib.shelf.registry import SCHEDULES
 
 
 def test_json_has_the_promised_fields(capsys):

@@ -11,7 +11,7 @@ import pytest
 import torch
 from support.paths import REPO_ROOT
 
-from course_lib.reference import TrainResult, accelerator_config
+from course_lib.shelf.reference import TrainResult, accelerator_config
 
 # the check is a script in bench/ (make gpu-check), not part of the library
 sys.path.insert(0, str(REPO_ROOT / "bench"))

@@ -29,11 +29,11 @@ from support.two_hosts import (
 )
 
 from course_lib.cli.torchrun import missing_peer_line, rendezvous_timeout
-from course_lib.engines.distributed import launch, make_spec
 from course_lib.lessons.scale_out import replay
-from course_lib.links import Link
-from course_lib.reference import TrainConfig
-from course_lib.schedules.messages import messages
+from course_lib.shelf.distributed_engine import launch, make_spec
+from course_lib.shelf.links import Link
+from course_lib.shelf.messages import messages
+from course_lib.shelf.reference import TrainConfig
 
 
 def on_two_hosts(test):

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from course_lib.cli import main, torchrun
-from course_lib.data import split_microbatches
-from course_lib.engines.distributed import MAX_LOCAL_RANKS, Fault, launch, make_spec
-from course_lib.errors import CourseError
-from course_lib.reference import TrainConfig, reference_run
-from course_lib.schedules.builders import build_schedule
+from course_lib.shelf.data import split_microbatches
+from course_lib.shelf.distributed_engine import MAX_LOCAL_RANKS, Fault, launch, make_spec
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.reference import TrainConfig, reference_run
+from course_lib.shelf.registry import build_schedule
 from course_lib.tp.mesh import Mesh, replica_share
 
 TINY = dict(n_layers=4, d_model=16, n_heads=2, seq_len=16, batch_size=8, steps=2)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_lib.engines import comm
-from course_lib.errors import CourseError
-from course_lib.schedules.builders import build_schedule
-from course_lib.schedules.messages import incoming_messages, messages
+from course_lib.shelf import p2p as comm
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.messages import incoming_messages, messages
+from course_lib.shelf.registry import build_schedule
 
 SHAPE = (2, 8, 4)  # one micro-batch's activations: samples, tokens, width
 

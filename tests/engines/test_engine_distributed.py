@@ -11,20 +11,20 @@ import pytest
 import torch
 
 from course_lib.cli import main
-from course_lib.data import split_microbatches
 from course_lib.engines import links_injected
-from course_lib.engines.comm import message_tag
-from course_lib.engines.dist_result import RankRecord, RunSpec, StepRecord, build_result
-from course_lib.engines.dist_worker import Fault, StepRecorder, build_rank, run_schedule
-from course_lib.engines.distributed import make_spec
-from course_lib.errors import CourseError
-from course_lib.links import Link
-from course_lib.partition import uniform
-from course_lib.reference import TrainConfig, first_batch, max_grad_diff, reference_gradients, train
-from course_lib.schedules.builders import build_schedule
-from course_lib.schedules.ir import Action, Kind
-from course_lib.schedules.messages import incoming_messages, input_message, message_of
-from course_lib.timeline import MEASURED
+from course_lib.shelf.data import split_microbatches
+from course_lib.shelf.distributed_engine import make_spec
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.links import Link
+from course_lib.shelf.messages import incoming_messages, input_message, message_of
+from course_lib.shelf.p2p import message_tag
+from course_lib.shelf.partition import uniform
+from course_lib.shelf.rank_loop import Fault, StepRecorder, build_rank, run_schedule
+from course_lib.shelf.reference import TrainConfig, first_batch, max_grad_diff, reference_gradients, train
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.run_spec import RankRecord, RunSpec, StepRecord, build_result
+from course_lib.shelf.schedule import Action, Kind
+from course_lib.shelf.timeline import MEASURED
 
 TINY = dict(n_layers=6, d_model=16, n_heads=2, seq_len=16, batch_size=8, steps=1)
 
@@ -208,7 +208,7 @@ def test_injected_link_queues_bandwidth_but_overlaps_latency(monkeypatch):
 
 # ---- merging the ranks' records -----------------------------------------------------------------
 def test_merge_makes_one_measured_timeline_with_transfers():
-    from course_lib.engines.comm import RecvEvent, SendEvent
+    from course_lib.shelf.p2p import RecvEvent, SendEvent
 
     sched = build_schedule("gpipe", 2, 1)
     f0, f1, b1, b0 = Action(0, Kind.F, 0), Action(1, Kind.F, 0), Action(1, Kind.B, 0), Action(0, Kind.B, 0)

@@ -1,4 +1,4 @@
-"""The one launcher (course_lib/launch.py): values back by rank, the failure diagnosis, nothing
+"""The one launcher (course_lib/shelf/launcher.py): values back by rank, the failure diagnosis, nothing
 listening beyond this machine, and no rank outliving its launcher."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 import pytest
 import torch.distributed as dist
 
-from course_lib.launch import DistributedError, Failure, diagnose, spawn
+from course_lib.shelf.launcher import DistributedError, Failure, diagnose, spawn
 
 psutil = pytest.importorskip("psutil")
 
@@ -100,7 +100,7 @@ def test_a_run_without_a_failure_leaves_no_log(tmp_path, monkeypatch):
 
 LAUNCHER = """
 import os, sys, time
-from course_lib.launch import spawn
+from course_lib.shelf.launcher import spawn
 
 def hold(ctx, folder):
     with open(os.path.join(folder, f"rank{ctx.rank}.pid"), "w") as f:
@@ -151,7 +151,7 @@ def test_ranks_that_report_without_pause_do_not_keep_the_launcher_from_its_stop_
     """The launcher reads its ranks' messages between looks at the stop button and the heartbeats.
     Ranks of a tiny model report steps more often than every 50 ms; reading "until 50 ms of quiet" then
     never ended, and the stop button took 7-17 s. A queue that is never empty must still be left."""
-    from course_lib.launch import _Watch
+    from course_lib.shelf.launcher import _Watch
 
     class EndlessProgress:
         calls = 0

@@ -8,9 +8,9 @@ import random
 import pytest
 import torch
 
-from course_lib.engines.local import LocalPipelineTrainer
-from course_lib.errors import CourseError
-from course_lib.reference import TrainConfig, reference_gradients, train
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.local_engine import LocalPipelineTrainer
+from course_lib.shelf.reference import TrainConfig, reference_gradients, train
 
 SMALL = dict(d_model=16, n_heads=2, seq_len=8, lr=1e-2, eval_batches=1)
 
@@ -84,7 +84,7 @@ def test_loss_curve_equals_the_reference(corpus):
 
 
 def test_timeline_is_measured_compute_and_follows_the_schedule(corpus):
-    from course_lib.links import Link
+    from course_lib.shelf.links import Link
 
     result = LocalPipelineTrainer(small_cfg(steps=2), "gpipe", 4, corpus=corpus).train(progress=False)
     tl = result.timeline
@@ -140,7 +140,7 @@ def test_checkpointing_holds_only_inputs(corpus):
     ],
 )
 def test_bad_input_is_refused_before_any_work(corpus, kwargs, words, monkeypatch):
-    import course_lib.engines.local as local
+    import course_lib.shelf.local_engine as local
 
     monkeypatch.setattr(local, "setup", lambda cfg: pytest.fail("work started before the input was checked"))
     kwargs = {"schedule": "1f1b", "stages": 4} | kwargs

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from course_lib.engines.pipe import Pipe
-from course_lib.errors import CourseError
+from course_lib.shelf.errors import CourseError
 
 
 def make_sequential() -> nn.Sequential:

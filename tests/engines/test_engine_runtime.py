@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.engines.runtime import StageRuntime
-from course_lib.errors import CourseError
-from course_lib.model import ModelConfig, build_model
-from course_lib.partition import stage_modules, uniform
-from course_lib.schedules.ir import Action
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.model import ModelConfig, build_model
+from course_lib.shelf.partition import stage_modules, uniform
+from course_lib.shelf.schedule import Action
+from course_lib.shelf.stage import StageRuntime
 
 CFG = ModelConfig(n_layers=3, d_model=16, n_heads=2, vocab_size=8, seq_len=8)
 

@@ -10,12 +10,12 @@ import pytest
 import torch
 from torch import nn
 
-from course_lib.engines import distributed
-from course_lib.engines.local import LocalPipelineTrainer
-from course_lib.engines.runtime import StageRuntime
-from course_lib.errors import CourseError
-from course_lib.model import ModelConfig, autocast, build_model, check_amp
-from course_lib.reference import TrainConfig, accumulate_gradients
+from course_lib.shelf import distributed_engine as distributed
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.local_engine import LocalPipelineTrainer
+from course_lib.shelf.model import ModelConfig, autocast, build_model, check_amp
+from course_lib.shelf.reference import TrainConfig, accumulate_gradients
+from course_lib.shelf.stage import StageRuntime
 
 CPU = torch.device("cpu")
 SMALL = dict(n_layers=2, d_model=16, n_heads=2, seq_len=8, batch_size=4, microbatches=2, steps=1)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_lib.engines.distributed import launch, make_spec
-from course_lib.errors import CourseError
-from course_lib.links import Link
-from course_lib.reference import TrainConfig, train
+from course_lib.shelf.distributed_engine import launch, make_spec
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.links import Link
+from course_lib.shelf.reference import TrainConfig, train
 
 pytest.importorskip("torch.distributed.pipelining", reason="torch without distributed pipelining")
 

@@ -13,11 +13,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_lib.engines import weight_grad
-from course_lib.engines.distributed import launch, make_spec
-from course_lib.engines.local import LocalPipelineTrainer
-from course_lib.engines.runtime import StageRuntime
-from course_lib.model import ModelConfig, build_model
-from course_lib.reference import TrainConfig, reference_run, train_batches
+from course_lib.shelf.distributed_engine import launch, make_spec
+from course_lib.shelf.local_engine import LocalPipelineTrainer
+from course_lib.shelf.model import ModelConfig, build_model
+from course_lib.shelf.reference import TrainConfig, reference_run, train_batches
+from course_lib.shelf.stage import StageRuntime
 
 VOCAB, WIDTH = 8, 16
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from support.paths import REPO_ROOT
 
-from course_lib.errors import MAX_CHARS, MAX_LINES, CourseError, capped
 from course_lib.exercises import check, verdict
 from course_lib.lessons.answers import EXERCISES, exercise
-from course_lib.simulator import StageCosts
+from course_lib.shelf.errors import MAX_CHARS, MAX_LINES, CourseError, capped
+from course_lib.shelf.simulator import StageCosts
 
 
 def test_verdicts_say_how_far_off():

@@ -11,8 +11,8 @@ import torch
 from support.committed import output_text, source
 
 from course_lib.balance import OutOfMemory, balanced, check_memory, profile_layers, stage_memory
-from course_lib.model import ModelConfig, build_model
-from course_lib.partition import stage_totals, uniform
+from course_lib.shelf.model import ModelConfig, build_model
+from course_lib.shelf.partition import stage_totals, uniform
 
 P, M = 4, 8
 BUDGET_FACTOR = 1.10
@@ -62,8 +62,8 @@ def test_under_the_lessons_budget_only_the_memory_and_optimal_splits_fit(prof):
 
 # ---- the widget of sec 5 (course_lib/widgets/budget_cuts.py) -----------------------------------------
 def _step_of(prof):
-    from course_lib.schedules.builders import build_schedule
-    from course_lib.simulator import StageCosts, simulate
+    from course_lib.shelf.registry import build_schedule
+    from course_lib.shelf.simulator import StageCosts, simulate
 
     def step(part, p):  # as the lesson's simulated_step: stage cost = summed layer times, F:B = 1:2
         t = stage_totals(prof.time_s, part)

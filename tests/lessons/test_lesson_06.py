@@ -11,16 +11,16 @@ from support.committed import output_text, source
 
 from course_lib.lessons.answers import exercise
 from course_lib.lessons.crossing import WAYS, compare_crossings
-from course_lib.links import Link
 from course_lib.network import Gbit, preset
-from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.latency_aware import (
     extra_in_flight,
     flush_bound,
     latency_aware_1f1b,
     plain_1f1b_step,
 )
-from course_lib.simulator import StageCosts, simulate
+from course_lib.shelf.links import Link
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.simulator import StageCosts, simulate
 
 BOUNDARY = 64 * 2**20  # b*s*h bf16 values at h = 8192, s = 4096, b = 1 (Narayanan et al. 2021, sec. 3.2)
 P, M, T_F, T_B = 4, 16, 0.010, 0.020

@@ -8,10 +8,10 @@ import pytest
 
 from course_lib.lessons.compare_schedules import Candidate, compare
 from course_lib.lessons.runs import train_pipeline
-from course_lib.links import Link
-from course_lib.schedules.builders import SCHEDULES, build_schedule
 from course_lib.schedules.closed_forms import Case
-from course_lib.simulator import StageCosts, simulate
+from course_lib.shelf.links import Link
+from course_lib.shelf.registry import SCHEDULES, build_schedule
+from course_lib.shelf.simulator import StageCosts, simulate
 
 ONE_F_ONE_B, ZB_H1 = Candidate("1F1B", "1f1b"), Candidate("ZB-H1", "zb-h1")
 
@@ -121,8 +121,8 @@ def test_measured_1f1b_and_zb_h1_train_alike_and_only_zb_h1_splits_the_backward(
 # ---- 07b secs 2-3, 07a sec 2, 07c secs 1 and 3: ZB-H2, interleaved ZB, looped BFS, V-shape, the registry
 def test_zb_h2_has_no_idle_inside_any_device_and_wins_the_step_when_w_is_cheaper_than_i():
     from course_lib.lessons.compare_schedules import idle_inside
-    from course_lib.schedules.builders import build_schedule
-    from course_lib.simulator import simulate
+    from course_lib.shelf.registry import build_schedule
+    from course_lib.shelf.simulator import simulate
 
     steps = {}
     for f, i, w in ((1, 1, 1), (1, 1, 0.5), (1, 2, 1)):
@@ -147,7 +147,7 @@ def test_looped_bfs_and_interleaved_zb_at_v2_as_07a_and_07b_print():
 def test_v_shape_evens_out_activation_memory_and_saves_a_boundary():
     pytest.importorskip("torch.distributed.pipelining.schedules")
     from course_lib.schedules.torch_orders import torch_order
-    from course_lib.simulator import simulate
+    from course_lib.shelf.simulator import simulate
 
     zbv = torch_order("ScheduleZBVZeroBubble", 4, 8, 2)
     assert zbv.stage_to_device == [0, 1, 2, 3, 3, 2, 1, 0]

@@ -2,11 +2,11 @@
 
 import pytest
 
-from course_lib.errors import CourseError
 from course_lib.lessons.recompute import at_scale, measure_checkpointing, stage_cpu_ms
 from course_lib.planner.layout import Layout
 from course_lib.planner.memory import activation_bytes, activation_bytes_per_layer, memory_per_gpu
 from course_lib.planner.shapes import model
+from course_lib.shelf.errors import CourseError
 
 
 def test_bytes_per_layer_follow_korthikanti_table_2():

@@ -2,7 +2,6 @@
 
 import pytest
 
-from course_lib.errors import CourseError
 from course_lib.lessons.pp_dp import (
     OVERLAPS,
     all_reduce_timings,
@@ -11,8 +10,9 @@ from course_lib.lessons.pp_dp import (
     zero_memory,
     zero_traffic,
 )
-from course_lib.schedules.builders import build_schedule
-from course_lib.simulator import StageCosts, simulate
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.simulator import StageCosts, simulate
 
 P, M = 4, 8
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from course_lib.errors import CourseError
 from course_lib.lessons.cpu_clock import stage_cpu_ms
 from course_lib.lessons.microbatch import predicted_step_ms, slot_cpu_ms, sweep
+from course_lib.shelf.errors import CourseError
 
 
 def test_the_step_formula_is_narayanans():

@@ -7,7 +7,6 @@ import pytest
 import torch
 from support.committed import source
 
-from course_lib.errors import CourseError
 from course_lib.lessons.async_pipeline import (
     AsyncSpec,
     pipedream,
@@ -16,7 +15,8 @@ from course_lib.lessons.async_pipeline import (
     train_async,
     two_bw,
 )
-from course_lib.reference import TrainConfig, reference_gradients, reference_run, setup, train_batches
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.reference import TrainConfig, reference_gradients, reference_run, setup, train_batches
 
 CFG = TrainConfig(n_layers=2, steps=3, seq_len=16, batch_size=8, microbatches=4, eval_batches=1,
                   warmup_steps=2)  # fmt: skip
@@ -93,7 +93,7 @@ def test_lesson_14_cites_both_papers_with_their_sections():
 
 
 def test_the_local_engine_runs_stale_weights_under_any_schedule_and_refuses_bad_staleness():
-    from course_lib.engines.local import LocalPipelineTrainer
+    from course_lib.shelf.local_engine import LocalPipelineTrainer
 
     def losses(schedule, staleness):
         trainer = LocalPipelineTrainer(CFG, schedule, stages=4, staleness=staleness, track_memory=False)

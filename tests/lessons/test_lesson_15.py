@@ -5,8 +5,6 @@ import itertools
 import pytest
 import torch
 
-from course_lib.costs import StageCosts
-from course_lib.errors import CourseError
 from course_lib.lessons.inference import (
     decode,
     forward_only,
@@ -15,9 +13,11 @@ from course_lib.lessons.inference import (
     pipelined_logits,
     request_latencies,
 )  # fmt: skip
-from course_lib.links import Link
-from course_lib.model import ModelConfig, build_model
-from course_lib.simulator import simulate
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.links import Link
+from course_lib.shelf.model import ModelConfig, build_model
+from course_lib.shelf.simulator import simulate
 
 
 @pytest.mark.parametrize("hop", [0.0, 0.4, 3.0])

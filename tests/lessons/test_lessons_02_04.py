@@ -10,13 +10,13 @@ import time
 import pytest
 import torch
 
-from course_lib.costs import costs_from
-from course_lib.engines.local import LocalPipelineTrainer, TrainingStopped
-from course_lib.errors import CourseError
-from course_lib.reference import TrainConfig
-from course_lib.schedules.builders import build_schedule
-from course_lib.schedules.validate import check
-from course_lib.timeline import MEASURED_COMPUTE, SIMULATED
+from course_lib.shelf.costs import costs_from
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.local_engine import LocalPipelineTrainer, TrainingStopped
+from course_lib.shelf.reference import TrainConfig
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.timeline import MEASURED_COMPUTE, SIMULATED
+from course_lib.shelf.validate import check
 from course_lib.widgets.train_dashboard import TrainSettings, training_dashboard
 
 TINY = TrainSettings(n_layers=2, steps=2, seq_len=8, device="cpu")

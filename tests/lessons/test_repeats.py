@@ -4,8 +4,8 @@ import itertools
 
 import pytest
 
-from course_lib.errors import CourseError
 from course_lib.lessons.repeats import Effect, Spread, plot_spreads, repeat_interleaved
+from course_lib.shelf.errors import CourseError
 
 
 def test_runs_take_turns_and_each_spread_holds_its_own_values():

@@ -7,13 +7,13 @@ import re
 import pytest
 from support.committed import output_text, source
 
-from course_lib.costs import StageCosts
-from course_lib.errors import CourseError
 from course_lib.lessons.scale_out import replay, torchrun_commands
-from course_lib.links import Link
-from course_lib.schedules.builders import build_schedule
-from course_lib.simulator import simulate
-from course_lib.timeline import MEASURED_COMPUTE
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.links import Link
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.simulator import simulate
+from course_lib.shelf.timeline import MEASURED_COMPUTE
 
 
 def test_costs_read_back_and_replayed_reproduce_the_timeline():

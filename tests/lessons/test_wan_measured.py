@@ -23,15 +23,15 @@ import pickle
 
 import pytest
 
-from course_lib.engines.distributed import make_spec
-from course_lib.errors import CourseError
 from course_lib.lessons.wan_measured import WanExperiment, WanRun, run_wan_experiment
-from course_lib.links import Link
-from course_lib.reference import TrainConfig
-from course_lib.schedules.builders import build_schedule
-from course_lib.schedules.ir import Action, Kind, Schedule
 from course_lib.schedules.latency_aware import latency_aware_1f1b
-from course_lib.simulator import StageCosts, simulate
+from course_lib.shelf.distributed_engine import make_spec
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.links import Link
+from course_lib.shelf.reference import TrainConfig
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.schedule import Action, Kind, Schedule
+from course_lib.shelf.simulator import StageCosts, simulate
 
 TINY = dict(n_layers=6, d_model=16, n_heads=2, seq_len=16, batch_size=8, steps=1)
 # what a measured run pays beyond the model on a quiet machine: 10-20 ms of messages and Python per

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from course_lib.errors import CourseError
 from course_lib.planner.clusters import cluster
 from course_lib.planner.cost import (
     MEGATRON,
@@ -18,6 +17,7 @@ from course_lib.planner.cost import (
 )
 from course_lib.planner.layout import Layout
 from course_lib.planner.shapes import model
+from course_lib.shelf.errors import CourseError
 
 SELENE = cluster("a100-selene")
 T1 = model("megatron-1t")

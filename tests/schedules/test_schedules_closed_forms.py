@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from course_lib.costs import StageCosts
-from course_lib.errors import CourseError
-from course_lib.links import Link
-from course_lib.schedules.builders import SCHEDULES, build_schedule
 from course_lib.schedules.closed_forms import Case, gpipe_bubble, megatron
-from course_lib.simulator import simulate
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.links import Link
+from course_lib.shelf.registry import SCHEDULES, build_schedule
+from course_lib.shelf.simulator import simulate
 
 # one stage's (F, I, W): uniform, and ratios either side of the zero-bubble condition W <= min(F, I)
 COSTS = [(1.0, 1.0, 1.0), (1.0, 2.0, 0.5), (2.0, 1.0, 1.0), (1.0, 3.0, 2.0), (1.0, 1.0, 0.0), (0.5, 1.0, 1.0)]

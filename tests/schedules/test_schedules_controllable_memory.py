@@ -7,15 +7,15 @@ import pytest
 import torch
 
 from course_lib import cli
-from course_lib.costs import StageCosts
-from course_lib.errors import CourseError
-from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
 from course_lib.schedules.closed_forms import Case
 from course_lib.schedules.controllable_memory import v_half_idle_slots, v_min_idle_slots
 from course_lib.schedules.torch_csv import read_csv, to_csv_text, write_csv
 from course_lib.schedules.torch_orders import torch_schedule
-from course_lib.schedules.validate import check
-from course_lib.simulator import simulate
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.registry import SCHEDULES, build_schedule, resolve_name
+from course_lib.shelf.simulator import simulate
+from course_lib.shelf.validate import check
 
 NAMES = ("v-min", "v-half")
 PAPER_MEMORY = {"v-min": lambda p: (p + 4) // 3, "v-half": lambda p: (p + 2) // 2}  # device micro-batches

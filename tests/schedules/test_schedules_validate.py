@@ -8,11 +8,11 @@ import textwrap
 
 import pytest
 
-from course_lib.errors import CourseError
-from course_lib.schedules import validate as validate_module
-from course_lib.schedules.builders import SCHEDULES, build_schedule
-from course_lib.schedules.ir import Action, Kind, Schedule, dependencies
-from course_lib.schedules.validate import ScheduleError, check, describe, execution_order, validate
+from course_lib.shelf import validate as validate_module
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.registry import SCHEDULES, build_schedule
+from course_lib.shelf.schedule import Action, Kind, Schedule, dependencies
+from course_lib.shelf.validate import ScheduleError, check, describe, execution_order, validate
 
 
 def parse_orders(*rows: str) -> list[list[Action]]:
@@ -133,7 +133,7 @@ def test_execution_order_refuses_a_deadlocked_schedule():
 
 
 def test_fast_tuple_dependencies_agree_with_the_ir():
-    from course_lib.schedules.validate import _key, _needs
+    from course_lib.shelf.validate import _key, _needs
 
     for name in SCHEDULES:
         s = build_schedule(name, 3, 6, 2 if SCHEDULES[name].uses_virtual else 1)

@@ -14,18 +14,18 @@ import pytest
 import torch
 
 from course_lib import cli
-from course_lib.costs import StageCosts
-from course_lib.engines.local import LocalPipelineTrainer
-from course_lib.errors import CourseError
-from course_lib.reference import TrainConfig, reference_gradients, reference_run
-from course_lib.schedules.builders import SCHEDULES, build_schedule, resolve_name
 from course_lib.schedules.closed_forms import Case
-from course_lib.schedules.ir import Action, Kind
-from course_lib.schedules.messages import local_producer, messages
 from course_lib.schedules.torch_csv import read_csv, to_csv_text, write_csv
 from course_lib.schedules.torch_orders import torch_order, torch_schedule
-from course_lib.schedules.validate import check
-from course_lib.simulator import simulate
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.local_engine import LocalPipelineTrainer
+from course_lib.shelf.messages import local_producer, messages
+from course_lib.shelf.reference import TrainConfig, reference_gradients, reference_run
+from course_lib.shelf.registry import SCHEDULES, build_schedule, resolve_name
+from course_lib.shelf.schedule import Action, Kind
+from course_lib.shelf.simulator import simulate
+from course_lib.shelf.validate import check
 
 V_SHAPES = ("zb-v", "dualpipe-v")
 TORCH = {"zb-v": "ScheduleZBVZeroBubble", "dualpipe-v": "ScheduleDualPipeV"}
@@ -268,7 +268,7 @@ DIST_JOBS = [  # (schedule, ranks, m, partition)
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_distributed_engine_equals_the_reference(ranks):
-    from course_lib.engines.distributed import launch, make_spec
+    from course_lib.shelf.distributed_engine import launch, make_spec
 
     jobs = [job for job in DIST_JOBS if job[1] == ranks]
     tiny = TINY | dict(n_layers=6 if ranks == 2 else 8)  # 8 or 10 layers to cut into 2p stages

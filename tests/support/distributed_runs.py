@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_lib.engines.distributed import make_spec
-from course_lib.reference import TrainConfig, reference_run
+from course_lib.shelf.distributed_engine import make_spec
+from course_lib.shelf.reference import TrainConfig, reference_run
 
 TINY = dict(n_layers=6, d_model=16, n_heads=2, seq_len=16, batch_size=8, steps=2)
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from course_lib import reference
-from course_lib.errors import CourseError
+from course_lib.shelf import reference
+from course_lib.shelf.errors import CourseError
 
 GiB = 2**30
 TINY = dict(n_layers=2, d_model=16, n_heads=2, seq_len=16, batch_size=4, microbatches=2, steps=1)

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from course_lib.errors import CourseError
-from course_lib.launch import DistributedError
-from course_lib.model import ModelConfig, build_model
-from course_lib.reference import accumulate_gradients
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.launcher import DistributedError
+from course_lib.shelf.model import ModelConfig, build_model
+from course_lib.shelf.reference import accumulate_gradients
 from course_lib.tp.distributed import run_tensor_parallel
 from course_lib.tp.simulated import SimulatedTP
 

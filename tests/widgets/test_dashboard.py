@@ -9,10 +9,10 @@ import time
 import ipywidgets as widgets
 import pytest
 
-from course_lib.links import Link
 from course_lib.network import PRESETS
-from course_lib.simulator import StageCosts
-from course_lib.timeline import MEASURED, Timeline
+from course_lib.shelf.links import Link
+from course_lib.shelf.simulator import StageCosts
+from course_lib.shelf.timeline import MEASURED, Timeline
 from course_lib.widgets.controls import DESCRIPTION_PX, READOUT_PX
 from course_lib.widgets.dashboard import PipelineDashboard, pipeline_dashboard
 
@@ -235,7 +235,7 @@ def test_a_saved_notebook_names_the_widget_before_its_cell_runs():
 
 
 def test_train_without_a_hook_says_how_to_get_one():
-    from course_lib.errors import CourseError
+    from course_lib.shelf.errors import CourseError
 
     with pytest.raises(CourseError, match="on_train"):
         pipeline_dashboard("1f1b", p=2, m=2).train()

@@ -4,15 +4,15 @@ Each answer is computed by the library from the question's inputs (`given`). Les
 from __future__ import annotations
 
 from course_lib.lessons.answers.registry import add, whole
-from course_lib.links import Link
 from course_lib.network import Gbit, fiber_rtt_s
 from course_lib.planner import model, plan
 from course_lib.planner.layout import Layout
 from course_lib.planner.memory import memory_per_gpu
-from course_lib.schedules.builders import SCHEDULES, build_schedule
 from course_lib.schedules.closed_forms import Case
 from course_lib.schedules.latency_aware import extra_in_flight, plain_1f1b_step
-from course_lib.simulator import StageCosts, simulate
+from course_lib.shelf.links import Link
+from course_lib.shelf.registry import SCHEDULES, build_schedule
+from course_lib.shelf.simulator import StageCosts, simulate
 from course_lib.tp.accounting import pp_log_from_schedule, pp_sends
 
 

@@ -12,9 +12,9 @@ from course_lib.lessons.inference import forward_only, lap_makespan
 from course_lib.lessons.microbatch import predicted_step_ms
 from course_lib.lessons.pp_dp import last_backwards, step_with_dp, zero_traffic
 from course_lib.lessons.recompute import at_scale
-from course_lib.schedules.builders import build_schedule
 from course_lib.schedules.closed_forms import gpipe_bubble
-from course_lib.simulator import StageCosts, simulate
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.simulator import StageCosts, simulate
 
 
 def selective_share(name: str, t: int) -> float:

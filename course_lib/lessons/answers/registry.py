@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from course_lib.errors import CourseError, require
+from course_lib.shelf.errors import CourseError, require
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,9 @@ Both engines (local and distributed) run a stage through this class; only the wa
 between stages differs. Try it::
 
     import torch
-    from course_lib.model import ModelConfig, build_model
-    from course_lib.engines.runtime import StageRuntime
-    from course_lib.schedules.ir import Action
+    from course_lib.shelf.model import ModelConfig, build_model
+    from course_lib.shelf.stage import StageRuntime
+    from course_lib.shelf.schedule import Action
     model = build_model(ModelConfig(n_layers=2, d_model=16, vocab_size=8, seq_len=8))
     stage = StageRuntime(0, 1, torch.nn.Sequential(*model.layers), n_microbatches=1)
     x = torch.randint(0, 8, (2, 8)); y = torch.randint(0, 8, (2, 8))
@@ -42,10 +42,10 @@ import torch
 from torch import Tensor, nn
 
 from course_lib.engines.weight_grad import LayerCall, LayerCallRecorder, PendingWeightGrads, input_grads
-from course_lib.errors import require
-from course_lib.model import autocast, lm_loss, precision_dtype
 from course_lib.saved_memory import SavedBytes, SavedTensor
-from course_lib.schedules.ir import Action, Kind
+from course_lib.shelf.errors import require
+from course_lib.shelf.model import autocast, lm_loss, precision_dtype
+from course_lib.shelf.schedule import Action, Kind
 
 CHECKPOINT_MODES = ("never", "except_last", "always")
 

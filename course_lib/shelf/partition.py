@@ -1,6 +1,6 @@
 """Partitions: where to cut the model's flat layer list into pipeline stages.
 
-    from course_lib.partition import uniform, Partition
+    from course_lib.shelf.partition import uniform, Partition
     uniform(82, 4).sizes            # (21, 21, 20, 20): embedding + 80 blocks + head over 4 stages
     Partition.from_sizes([22, 20, 20, 20])
     optimal([5, 1, 1, 1, 1, 5], 3).sizes     # (1, 4, 1): the smallest possible largest stage
@@ -19,8 +19,8 @@ from itertools import accumulate
 
 from torch import nn
 
-from course_lib.checks import whole, wholes
-from course_lib.errors import CourseError, require
+from course_lib.shelf.checks import whole, wholes
+from course_lib.shelf.errors import CourseError, require
 
 
 @dataclass(frozen=True)

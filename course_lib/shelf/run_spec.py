@@ -22,20 +22,20 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from course_lib.errors import require
-from course_lib.links import Link
-from course_lib.partition import Partition
-from course_lib.reference import TrainConfig
-from course_lib.schedules.builders import SCHEDULES
-from course_lib.schedules.ir import Schedule
 from course_lib.schedules.torch_csv import to_csv_text
-from course_lib.timeline import MEASURED, Span, Timeline, Transfer
+from course_lib.shelf.errors import require
+from course_lib.shelf.links import Link
+from course_lib.shelf.partition import Partition
+from course_lib.shelf.reference import TrainConfig
+from course_lib.shelf.registry import SCHEDULES
+from course_lib.shelf.schedule import Schedule
+from course_lib.shelf.timeline import MEASURED, Span, Timeline, Transfer
 from course_lib.tp.mesh import Mesh
 from course_lib.tp.shard import assemble_gradients
 
 if TYPE_CHECKING:  # comm.py needs torch.distributed; the records only carry its events
-    from course_lib.engines.comm import RecvEvent, SendEvent
-    from course_lib.schedules.ir import Action
+    from course_lib.shelf.p2p import RecvEvent, SendEvent
+    from course_lib.shelf.schedule import Action
 
 FAULT_KINDS = ("raise", "exit", "kill", "hang")
 # who executes the schedule: our engine (dist_worker.py), torch's own class for it, or torch's runtime fed

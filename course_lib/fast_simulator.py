@@ -24,8 +24,8 @@ import gc
 from collections.abc import Iterator
 from itertools import repeat
 
-from course_lib.schedules.ir import Action
-from course_lib.timeline import Span, Transfer
+from course_lib.shelf.schedule import Action
+from course_lib.shelf.timeline import Span, Transfer
 
 Route = tuple[int, int, float, float]  # (destination device, bytes, seconds on the wire, latency)
 

@@ -19,11 +19,11 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from course_lib.checks import real
-from course_lib.errors import require
-from course_lib.schedules.basic import LIMITS
-from course_lib.schedules.ir import Kind
-from course_lib.timeline import Timeline
+from course_lib.shelf.basic_schedules import LIMITS
+from course_lib.shelf.checks import real
+from course_lib.shelf.errors import require
+from course_lib.shelf.schedule import Kind
+from course_lib.shelf.timeline import Timeline
 
 Cost = float | int | Sequence[float | int]  # one number for every stage, or one per stage
 

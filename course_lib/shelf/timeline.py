@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from course_lib.errors import require
-from course_lib.schedules.ir import Action, Kind
+from course_lib.shelf.errors import require
+from course_lib.shelf.schedule import Action, Kind
 
 SIMULATED = "simulated"
 MEASURED_COMPUTE = "measured compute + simulated links"

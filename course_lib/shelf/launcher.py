@@ -1,7 +1,7 @@
 """The one launcher for every multi-process run: the distributed engine, torch.distributed.pipelining,
 tensor parallelism and the benchmarks.
 
-    from course_lib.launch import spawn
+    from course_lib.shelf.launcher import spawn
     values = spawn(my_target, world=2, args=(job,), timeout_s=60)   # [rank 0's value, rank 1's]
 
 ``spawn`` starts `world` processes here, each forked from a server that imported torch once (the
@@ -45,15 +45,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from course_lib.checks import check_timeout, whole
-from course_lib.errors import require
-from course_lib.launch_diagnosis import Failure, diagnose  # noqa: F401 (diagnose: part of this API)
+from course_lib.shelf.checks import check_timeout, whole
+from course_lib.shelf.errors import require
+from course_lib.shelf.launch_diagnosis import Failure, diagnose  # noqa: F401 (diagnose: part of this API)
 
 _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")  # gloo: a peer went
 # what each rank would import on its own (the optimizer's first construction imports torch._dynamo): the
 # forkserver imports them once and never runs a torch op, so it stays single-threaded and safe to fork
-PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "course_lib.launch",
-           "course_lib.engines.dist_worker", "course_lib.tp.distributed"]  # fmt: skip
+PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "course_lib.shelf.launcher",
+           "course_lib.shelf.rank_loop", "course_lib.tp.distributed"]  # fmt: skip
 STALL_S = 10.0  # a rank silent this long (no heartbeat: its process is stopped or frozen) has failed
 GRACE_S = 5.0  # after the first failure, the others' time to stop by themselves (peers notice in < 1 s)
 

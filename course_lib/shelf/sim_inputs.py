@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from course_lib.checks import real, shown
-from course_lib.costs import StageCosts
-from course_lib.errors import CourseError, require
-from course_lib.links import Link
-from course_lib.schedules.ir import Schedule
+from course_lib.shelf.checks import real, shown
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.errors import CourseError, require
+from course_lib.shelf.links import Link
+from course_lib.shelf.schedule import Schedule
 
 # What a device does after handing a message over. "overlapped": it moves on at once (isend; the
 # default, and every lesson's figure unless it says otherwise). "blocking": it waits until the last

@@ -1,13 +1,13 @@
 """The three schedules everything else builds on (naive, GPipe, 1F1B) and the sizes any schedule accepts.
 
-Each builder returns a :class:`~course_lib.schedules.ir.Schedule`: for every device, the list of
+Each builder returns a :class:`~course_lib.shelf.schedule.Schedule`: for every device, the list of
 actions it runs, in order. A builder only decides the *order*; when each action actually starts is
 the simulator's (or an engine's) business, because a device waits for its inputs. The registry of
-every schedule, with what derives from it, is ``course_lib/schedules/builders.py``.
+every schedule, with what derives from it, is ``course_lib/shelf/registry.py``.
 
 Try it::
 
-    from course_lib.schedules.basic import one_f_one_b
+    from course_lib.shelf.basic_schedules import one_f_one_b
     print(one_f_one_b(4, 8))
 """
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from course_lib.checks import TIMEOUT_LIMIT_S, shown, whole
-from course_lib.errors import require
-from course_lib.schedules.ir import Action, Kind, Schedule
+from course_lib.shelf.checks import TIMEOUT_LIMIT_S, shown, whole
+from course_lib.shelf.errors import require
+from course_lib.shelf.schedule import Action, Kind, Schedule
 
 
 def F(stage: int, mb: int) -> Action:
@@ -45,7 +45,7 @@ LIMITS = {
 
 def within_limit(name: str, value: int, what: str) -> None:
     """Refuse `value` (what it counts: `what`) above LIMITS[name], naming the limit."""
-    limit = f"the limit of {LIMITS[name]:,} {name} (course_lib.schedules.builders.LIMITS)"
+    limit = f"the limit of {LIMITS[name]:,} {name} (course_lib.shelf.registry.LIMITS)"
     require(value <= LIMITS[name], f"{what} is {value:,}, over {limit}")
 
 
@@ -58,7 +58,7 @@ def check_sizes(n_devices: int, n_microbatches: int, virtual: int = 1) -> tuple[
     for label, value in (("n_devices", p), ("n_microbatches", m), ("virtual", v)):
         # 10**5000 cannot even be printed in full: say so before 3*p*m*v is
         require(value < 2**64, f"{label} is {shown(value)}, alone over the limit of {LIMITS['actions']:,} "
-                "actions (course_lib.schedules.builders.LIMITS)")  # fmt: skip
+                "actions (course_lib.shelf.registry.LIMITS)")  # fmt: skip
     within_limit("actions", 3 * p * m * v, f"3*p*m*v = 3*{p}*{m}*{v}")
     return p, m, v
 

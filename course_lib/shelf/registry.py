@@ -7,7 +7,7 @@ PyTorch class.
 
 Try it::
 
-    from course_lib.schedules.builders import build_schedule, SCHEDULES
+    from course_lib.shelf.registry import build_schedule, SCHEDULES
     print(build_schedule("1f1b", n_devices=4, n_microbatches=8))
     for name, info in SCHEDULES.items():
         print(name, "-", info.description, "- bubble", info.bubble.text, "for", info.bubble.where)
@@ -22,15 +22,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from course_lib.errors import require
 from course_lib.schedules import closed_forms, controllable_memory, v_shape, zero_bubble
-from course_lib.schedules.basic import LIMITS, check_sizes, gpipe, naive, one_f_one_b, within_limit
 from course_lib.schedules.closed_forms import ClosedForm
 from course_lib.schedules.interleaved import interleaved_1f1b
-from course_lib.schedules.ir import Schedule
 from course_lib.schedules.latency_aware import latency_aware_1f1b
 from course_lib.schedules.looped import looped_bfs
 from course_lib.schedules.zero_bubble import interleaved_zero_bubble, zb_h1, zb_h2
+from course_lib.shelf.basic_schedules import LIMITS, check_sizes, gpipe, naive, one_f_one_b, within_limit
+from course_lib.shelf.errors import require
+from course_lib.shelf.schedule import Schedule
 
 # the basic builders and the size limits, importable from here too (lessons and tests do)
 __all__ = ["LIMITS", "SCHEDULES", "ScheduleInfo", "build_schedule", "check_sizes", "gpipe", "naive",

@@ -1,6 +1,6 @@
 """The toy transformer: a GPT-style decoder built as a flat list of layers.
 
-    from course_lib.model import ModelConfig, build_model
+    from course_lib.shelf.model import ModelConfig, build_model
     model = build_model(ModelConfig(n_layers=80), seed=0)   # 80 blocks, about 1M parameters
     model.layers        # [Embedding, Block x 80, Head]: a pipeline stage is a slice of this list
 
@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.checks import shown
-from course_lib.errors import require
+from course_lib.shelf.checks import shown
+from course_lib.shelf.errors import require
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import math
 import numbers
 import os
 
-from course_lib.errors import CourseError, require
+from course_lib.shelf.errors import CourseError, require
 
 
 def whole(name: str, value: object, low: int | None = 1, high: int | None = None) -> int:

@@ -33,10 +33,14 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from course_lib.data import Corpus, split_microbatches
 from course_lib.engines import torch_pipelining
-from course_lib.engines.comm import RankComm, direction_groups
-from course_lib.engines.dist_result import (
+from course_lib.shelf.data import Corpus, split_microbatches
+from course_lib.shelf.launcher import RankContext
+from course_lib.shelf.messages import input_message, local_producer, message_of
+from course_lib.shelf.p2p import RankComm, direction_groups
+from course_lib.shelf.partition import stage_modules
+from course_lib.shelf.reference import make_optimizer, setup, train_batches
+from course_lib.shelf.run_spec import (
     DistributedResult,
     Fault,
     RankRecord,
@@ -44,12 +48,8 @@ from course_lib.engines.dist_result import (
     StepRecord,
     build_result,
 )
-from course_lib.engines.runtime import StageRuntime
-from course_lib.launch import RankContext
-from course_lib.partition import stage_modules
-from course_lib.reference import make_optimizer, setup, train_batches
-from course_lib.schedules.ir import Action, Kind, Schedule
-from course_lib.schedules.messages import input_message, local_producer, message_of
+from course_lib.shelf.schedule import Action, Kind, Schedule
+from course_lib.shelf.stage import StageRuntime
 from course_lib.tp.comm import CommLog, DistComm
 from course_lib.tp.distributed import tp_layers
 from course_lib.tp.mesh import MeshGroups, average_gradients, average_loss, build_groups, replica_share

@@ -13,8 +13,8 @@ and p both live on device p-1.
 
 Try it::
 
-    from course_lib.schedules.builders import build_schedule
-    from course_lib.schedules.messages import messages, incoming_messages
+    from course_lib.shelf.registry import build_schedule
+    from course_lib.shelf.messages import messages, incoming_messages
     s = build_schedule("1f1b", 2, 4)
     len(messages(s))                 # 8: 4 activations up, 4 gradients down
     incoming_messages(s, device=1)   # what device 1 receives, in the sender's order
@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from course_lib.schedules import ir
-from course_lib.schedules.ir import Action, Kind, Schedule
+from course_lib.shelf import schedule as ir
+from course_lib.shelf.schedule import Action, Kind, Schedule
 
 FORWARD, BACKWARD = 0, 1  # direction of a message: activation going up, gradient going down
 

@@ -1,12 +1,12 @@
 """The local engine: one process runs every pipeline stage, in the order a schedule says, and really trains.
 
-    from course_lib.reference import TrainConfig
-    from course_lib.engines.local import LocalPipelineTrainer
+    from course_lib.shelf.reference import TrainConfig
+    from course_lib.shelf.local_engine import LocalPipelineTrainer
     trainer = LocalPipelineTrainer(TrainConfig(n_layers=8, steps=5), schedule="1f1b", stages=4)
     result = trainer.train()
     result.losses, result.timeline.bubble_fraction, result.peak_saved_bytes
 
-Stages go on ``stage_devices`` (one GPU each, or simulated devices: see ``course_lib/devices.py``).
+Stages go on ``stage_devices`` (one GPU each, or simulated devices: see ``course_lib/shelf/devices.py``).
 The engine runs the schedule's actions one at a time, in a valid global order (``execution_order``),
 and times each one. One process cannot run stages side by side, so the Timeline is made by giving
 the *measured* per-stage F / B / W times (median per stage and kind) and the chosen links to the
@@ -29,16 +29,16 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from course_lib.costs import StageCosts, costs_from_durations
-from course_lib.data import Corpus, split_microbatches
-from course_lib.devices import synchronize
 from course_lib.engines.plan import PipelinePlan, make_plan
-from course_lib.engines.runtime import StageRuntime
 from course_lib.engines.stale import StaleWeights, check_delays
-from course_lib.links import Link
-from course_lib.model import count_parameters
-from course_lib.partition import Partition, stage_modules
-from course_lib.reference import (
+from course_lib.shelf.costs import StageCosts, costs_from_durations
+from course_lib.shelf.data import Corpus, split_microbatches
+from course_lib.shelf.devices import synchronize
+from course_lib.shelf.links import Link
+from course_lib.shelf.messages import producer_of
+from course_lib.shelf.model import count_parameters
+from course_lib.shelf.partition import Partition, stage_modules
+from course_lib.shelf.reference import (
     TrainConfig,
     TrainResult,
     first_batch,
@@ -48,12 +48,12 @@ from course_lib.reference import (
     setup,
     train_batches,
 )
-from course_lib.reference import evaluate as held_out_loss
-from course_lib.schedules.ir import Action, Kind, Schedule
-from course_lib.schedules.messages import producer_of
-from course_lib.schedules.validate import execution_order
-from course_lib.simulator import simulate
-from course_lib.timeline import MEASURED_COMPUTE, Timeline
+from course_lib.shelf.reference import evaluate as held_out_loss
+from course_lib.shelf.schedule import Action, Kind, Schedule
+from course_lib.shelf.simulator import simulate
+from course_lib.shelf.stage import StageRuntime
+from course_lib.shelf.timeline import MEASURED_COMPUTE, Timeline
+from course_lib.shelf.validate import execution_order
 
 
 class TrainingStopped(KeyboardInterrupt):

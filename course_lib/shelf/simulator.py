@@ -15,9 +15,9 @@ Rules, the same ones a real pipeline obeys:
 
 Try it (``simulate_named("1f1b", 4, 8)`` builds and simulates a registered schedule in one call)::
 
-    from course_lib.schedules.builders import build_schedule
-    from course_lib.simulator import StageCosts, simulate
-    from course_lib.links import Link
+    from course_lib.shelf.registry import build_schedule
+    from course_lib.shelf.simulator import StageCosts, simulate
+    from course_lib.shelf.links import Link
     tl = simulate(build_schedule("1f1b", 4, 8), StageCosts(f=1e-3, i=1e-3, w=1e-3),
                   boundary_bytes=64 * 2**20, links=Link(latency_s=1e-4, bandwidth_Bps=50e9))
     print(tl.makespan, tl.bubble_fraction)
@@ -30,18 +30,18 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple, NoReturn
 
-from course_lib import simulator_fast
-from course_lib.costs import StageCosts
-from course_lib.errors import require
-from course_lib.links import FREE, Link, per_boundary
-from course_lib.schedules.builders import build_schedule
-from course_lib.schedules.ir import Action, Kind, Schedule
-from course_lib.schedules.messages import message_of
-from course_lib.schedules.validate import ScheduleError, check
-from course_lib.sim_inputs import SENDS as SENDS  # re-exported: simulate(sends=...) takes one of them
-from course_lib.sim_inputs import check_costs, check_inputs, check_sends
-from course_lib.simulator_fast import Route
-from course_lib.timeline import SIMULATED, Span, Timeline, Transfer
+from course_lib import fast_simulator as simulator_fast
+from course_lib.fast_simulator import Route
+from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.errors import require
+from course_lib.shelf.links import FREE, Link, per_boundary
+from course_lib.shelf.messages import message_of
+from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.schedule import Action, Kind, Schedule
+from course_lib.shelf.sim_inputs import SENDS as SENDS  # re-exported: simulate(sends=...) takes one of them
+from course_lib.shelf.sim_inputs import check_costs, check_inputs, check_sends
+from course_lib.shelf.timeline import SIMULATED, Span, Timeline, Transfer
+from course_lib.shelf.validate import ScheduleError, check
 
 # The event loop works on plain lists of numbers: hashing Action objects 100k times would dominate the
 # run time. An action's key is (micro-batch * n_stages + stage) * 4 + kind code; key % (4 * n_stages)

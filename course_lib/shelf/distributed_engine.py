@@ -2,9 +2,9 @@
 
 From a notebook or Python (spawns p processes on this machine, returns the result to the caller)::
 
-    from course_lib.reference import TrainConfig
-    from course_lib.engines.distributed import run_distributed
-    from course_lib.links import Link
+    from course_lib.shelf.reference import TrainConfig
+    from course_lib.shelf.distributed_engine import run_distributed
+    from course_lib.shelf.links import Link
     r = run_distributed(TrainConfig(n_layers=8, steps=5), "1f1b", stages=2)
     r.losses, r.step_time_s, r.timeline.bubble_fraction        # measured
     r = run_distributed(TrainConfig(n_layers=8, steps=5), "1f1b", stages=2,
@@ -41,7 +41,7 @@ command on every node but for --node-rank::
 (torchrun's launch with torchrun's arguments; a node whose rendezvous fails ends with one line.)
 
 Backend: gloo on CPUs, NCCL when the ranks run on GPUs (``--device cuda``: rank r uses its local
-GPU). A failed rank stops the others and is named (``course_lib/launch.py`` says how); under torchrun,
+GPU). A failed rank stops the others and is named (``course_lib/shelf/launcher.py`` says how); under torchrun,
 torchrun itself tears the group down and names the failed rank.
 
 This module is the parent's side: check a run (``make_spec``) and spawn its ranks (``launch``). What
@@ -58,18 +58,18 @@ from dataclasses import replace
 import torch
 from tqdm.auto import tqdm
 
-from course_lib.checks import check_threads, check_timeout, divisors
-from course_lib.data import load_corpus
-from course_lib.devices import gpu_count
-from course_lib.engines.dist_result import FAULT_KINDS, DistributedResult, Fault, RunSpec
-from course_lib.engines.dist_worker import run_specs
 from course_lib.engines.plan import make_plan
 from course_lib.engines.torch_pipelining import check_runner
-from course_lib.errors import require
-from course_lib.launch import DistributedError, spawn
-from course_lib.links import Link
-from course_lib.reference import TrainConfig
-from course_lib.schedules.ir import Schedule
+from course_lib.shelf.checks import check_threads, check_timeout, divisors
+from course_lib.shelf.data import load_corpus
+from course_lib.shelf.devices import gpu_count
+from course_lib.shelf.errors import require
+from course_lib.shelf.launcher import DistributedError, spawn
+from course_lib.shelf.links import Link
+from course_lib.shelf.rank_loop import run_specs
+from course_lib.shelf.reference import TrainConfig
+from course_lib.shelf.run_spec import FAULT_KINDS, DistributedResult, Fault, RunSpec
+from course_lib.shelf.schedule import Schedule
 from course_lib.tp.mesh import Mesh
 from course_lib.tp.shard import check_divisible
 
@@ -168,7 +168,7 @@ def _check_mesh(cfg: TrainConfig, mesh: Mesh, local_ranks: int) -> None:
         local_ranks <= MAX_LOCAL_RANKS,
         f"t x p x d = {mesh.t} x {mesh.p} x {mesh.d} = {mesh.world} ranks would start {local_ranks} "
         f"processes on this machine, over the limit of {MAX_LOCAL_RANKS} "
-        "(course_lib.engines.distributed.MAX_LOCAL_RANKS)",
+        "(course_lib.shelf.distributed_engine.MAX_LOCAL_RANKS)",
     )
 
 
@@ -276,7 +276,7 @@ def run_distributed(
     return launch([make_spec(cfg, schedule, stages, **options)], progress, stop)[0]
 
 
-if __name__ == "__main__":  # the old `torchrun ... -m course_lib.engines.distributed` still works: it runs
+if __name__ == "__main__":  # `torchrun ... -m course_lib.shelf.distributed_engine` works: it runs
     import runpy  # the CLI's entry point by name, so that the engines import nothing from the floor above
 
     runpy.run_module("course_lib.cli.torchrun", run_name="__main__", alter_sys=True)

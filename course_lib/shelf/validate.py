@@ -17,8 +17,8 @@ quadratic in p (115 s at p=10,000).
 
 Try it::
 
-    from course_lib.schedules.builders import build_schedule
-    from course_lib.schedules.validate import check, validate, execution_order
+    from course_lib.shelf.registry import build_schedule
+    from course_lib.shelf.validate import check, validate, execution_order
     s = build_schedule("1f1b", 4, 8)
     validate(s)                       # silent: the schedule is fine
     s.orders[1][1], s.orders[1][3] = s.orders[1][3], s.orders[1][1]   # 1B0 before 1F1: 2F1 waits for it
@@ -31,8 +31,8 @@ import heapq
 import itertools
 from collections import defaultdict
 
-from course_lib.errors import CourseError, capped
-from course_lib.schedules.ir import Action, Kind, Schedule, dependencies
+from course_lib.shelf.errors import CourseError, capped
+from course_lib.shelf.schedule import Action, Kind, Schedule, dependencies
 
 
 class ScheduleError(CourseError):

@@ -1,6 +1,6 @@
 """Training text, a character tokenizer, batches, and the split of a batch into m micro-batches.
 
-    from course_lib.data import load_corpus
+    from course_lib.shelf.data import load_corpus
     corpus = load_corpus()                       # data/corpus.txt, 90% train / 10% held out
     x, y = corpus.batch("train", batch_size=16, seq_len=64, generator=torch.Generator().manual_seed(0))
     micro = split_microbatches(x, y, m=4)        # 4 pairs of (4, 64) tensors
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
-from course_lib.checks import divisors
-from course_lib.errors import CourseError, require
+from course_lib.shelf.checks import divisors
+from course_lib.shelf.errors import CourseError, require
 
-DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus.txt"
+DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus.txt"
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ import math
 import numbers
 from dataclasses import dataclass
 
-from course_lib.checks import real
-from course_lib.errors import require
-from course_lib.schedules.basic import LIMITS
+from course_lib.shelf.basic_schedules import LIMITS
+from course_lib.shelf.checks import real
+from course_lib.shelf.errors import require
 
 
 @dataclass(frozen=True)

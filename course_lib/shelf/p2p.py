@@ -31,11 +31,11 @@ import torch
 import torch.distributed as dist
 
 from course_lib.engines.links_injected import InjectedLinks
-from course_lib.errors import require
-from course_lib.launch import PeerFailure
-from course_lib.links import Link
-from course_lib.schedules.ir import Action, Schedule
-from course_lib.schedules.messages import Message, incoming_messages, messages
+from course_lib.shelf.errors import require
+from course_lib.shelf.launcher import PeerFailure
+from course_lib.shelf.links import Link
+from course_lib.shelf.messages import Message, incoming_messages, messages
+from course_lib.shelf.schedule import Action, Schedule
 
 WAITED_S = 1e-4  # a receive that waited longer than this found its message not there yet
 

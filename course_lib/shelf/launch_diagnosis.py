@@ -1,5 +1,5 @@
-"""Which rank caused a failed run (``course_lib/launch.py``'s diagnosis, kept apart so it can be read and
-tested without processes)."""
+"""Which rank caused a failed run (``course_lib/shelf/launcher.py``'s diagnosis, kept apart so it can be
+read and tested without processes)."""
 
 from __future__ import annotations
 

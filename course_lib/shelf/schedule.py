@@ -10,7 +10,7 @@ schedule splits backward into the input gradient and the weight gradient (see :c
 
 Try it::
 
-    from course_lib.schedules.ir import Action
+    from course_lib.shelf.schedule import Action
     Action.parse("2F0")   # Action(stage=2, kind=Kind.F, microbatch=0)
 """
 

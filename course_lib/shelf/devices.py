@@ -1,6 +1,6 @@
 """Which devices the course runs on: one GPU per stage, one accelerator shared by every stage, or the CPU.
 
-    from course_lib.devices import describe_devices, stage_devices
+    from course_lib.shelf.devices import describe_devices, stage_devices
     print(describe_devices())          # "1 GPU (NVIDIA L4): all p stages share it as simulated devices"
     stage_devices(4)                   # one torch.device per pipeline stage
 
@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 import torch
 
-from course_lib.errors import CourseError, require
+from course_lib.shelf.errors import CourseError, require
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
 

@@ -3,7 +3,7 @@
 This is the ground truth. Every pipeline engine and every schedule must give the same loss and the
 same gradients as ``accumulate_gradients`` here (the tests check it).
 
-    from course_lib.reference import TrainConfig, train
+    from course_lib.shelf.reference import TrainConfig, train
     result = train(TrainConfig(steps=50))       # result.losses, result.val_loss_start, ...
 
 The toolkit every engine, the CLI and the tests use to compare themselves with it:
@@ -30,12 +30,20 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from course_lib.checks import is_number, memory_bytes, require_fits, shown, whole
-from course_lib.data import Corpus, check_microbatches, load_corpus, split_microbatches
-from course_lib.devices import resolve_device
-from course_lib.errors import require
-from course_lib.model import ModelConfig, ToyGPT, autocast, build_model, check_amp, count_parameters, lm_loss
-from course_lib.schedules.basic import LIMITS, within_limit
+from course_lib.shelf.basic_schedules import LIMITS, within_limit
+from course_lib.shelf.checks import is_number, memory_bytes, require_fits, shown, whole
+from course_lib.shelf.data import Corpus, check_microbatches, load_corpus, split_microbatches
+from course_lib.shelf.devices import resolve_device
+from course_lib.shelf.errors import require
+from course_lib.shelf.model import (
+    ModelConfig,
+    ToyGPT,
+    autocast,
+    build_model,
+    check_amp,
+    count_parameters,
+    lm_loss,
+)
 
 
 @dataclass
@@ -52,7 +60,7 @@ class TrainConfig:
     seed: int = 0
     eval_batches: int = 4  # held-out batches averaged for val loss
     data_path: str | None = None  # None: the corpus shipped in data/
-    device: str = "cpu"  # cpu, cuda, cuda:N or auto (see course_lib/devices.py)
+    device: str = "cpu"  # cpu, cuda, cuda:N or auto (see course_lib/shelf/devices.py)
     precision: str = "float32"  # of the forward: float32, or autocast on a CUDA GPU (PRECISIONS)
 
     def __post_init__(self) -> None:
