@@ -27,8 +27,7 @@ import statistics
 import time
 
 from course_lib.autoschedule.zero_bubble import auto_zero_bubble, heuristic_plans, problem
-from course_lib.shelf.costs import StageCosts
-from course_lib.shelf.links import Link
+from course_lib.shelf.costs import Link, StageCosts
 from course_lib.shelf.simulator import simulate
 
 COSTS = StageCosts(18.522, 18.086, 9.337)  # ms, arXiv 2401.10241 Table 9, 1.5B

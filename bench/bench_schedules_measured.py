@@ -25,8 +25,8 @@ import statistics
 from course_lib.shelf.costs import costs_from
 from course_lib.shelf.distributed_engine import launch, make_spec
 from course_lib.shelf.errors import CourseError
+from course_lib.shelf.first_schedules import SCHEDULES
 from course_lib.shelf.reference import TrainConfig
-from course_lib.shelf.registry import SCHEDULES
 from course_lib.shelf.simulator import simulate
 
 RANKS = 2

@@ -34,10 +34,10 @@ import torch
 
 from course_lib.shelf.costs import StageCosts
 from course_lib.shelf.data import split_microbatches
+from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.local_engine import LocalPipelineTrainer
 from course_lib.shelf.partition import stage_modules, uniform
 from course_lib.shelf.reference import TrainConfig, first_batch, setup, train_batches
-from course_lib.shelf.registry import build_schedule
 from course_lib.shelf.schedule import Kind
 from course_lib.shelf.simulator import simulate
 from course_lib.shelf.stage import StageRuntime

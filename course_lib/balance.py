@@ -30,11 +30,12 @@ from itertools import accumulate
 
 import torch
 
+import course_lib.schedules  # noqa: F401  (registers every schedule by name in the shelf's registry)
 from course_lib.saved_memory import SavedBytes
 from course_lib.shelf.errors import CourseError, require
+from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.model import ToyGPT, count_parameters, layer_names, lm_loss
 from course_lib.shelf.partition import Partition, optimal, stage_totals, uniform
-from course_lib.shelf.registry import build_schedule
 from course_lib.shelf.schedule import Kind, Schedule
 from course_lib.shelf.timeline import format_bytes
 

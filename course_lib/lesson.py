@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 import course_lib
+import course_lib.schedules  # noqa: F401  (registers every schedule by name in the shelf's registry)
 from course_lib.plots import SERIES_COLORS
 from course_lib.shelf.devices import accelerator, describe_devices
 from course_lib.shelf.reference import TrainConfig, accelerator_config

@@ -6,7 +6,7 @@
     fiber_latency_s(5570)                         # 0.0273 s one way: New York-London, great circle
     site_link("Ashburn VA", "Frankfurt", route_factor=1.5)   # a Link between two data/sites.csv sites
 
-Every preset is a :class:`~course_lib.shelf.links.Link` (latency + bandwidth, one direction) plus a source
+Every preset is a :class:`~course_lib.shelf.costs.Link` (latency + bandwidth, one direction) plus a source
 string naming where its numbers come from (the full list: REFERENCES.md at the repository root);
 where a number is an assumption (no measurement is quoted), the source says "assumed". Bandwidths
 are per direction: NVLink's datasheet figures are bidirectional, so they are halved here.
@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from course_lib.geo import distance_km, site
+from course_lib.shelf.costs import Link
 from course_lib.shelf.errors import require
-from course_lib.shelf.links import Link
 
 FIBER_S_PER_KM = 1.0 / 204_000.0  # light in fiber: c / 1.468 (silica's group index), about 4.9 us per km
 

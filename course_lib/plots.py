@@ -8,7 +8,7 @@ stages, as in Megatron-LM's interleaving figure (Narayanan et al. 2021, arXiv 21
 
 Try it::
 
-    from course_lib.shelf.registry import build_schedule
+    from course_lib.shelf.first_schedules import build_schedule
     from course_lib.shelf.simulator import simulate
     from course_lib.plots import plot_timeline, plot_bubble_vs_m, plot_memory, save_timeline_png
     tl = simulate(build_schedule("1f1b", 4, 8))
@@ -52,7 +52,7 @@ def plot_bubble_vs_m(
     time relative to ideal compute, (p-1)/m. The same simulations, two ways of dividing. `costs`: a
     device's share of the model, as everywhere (``simulator.simulate_named``)."""
     from course_lib.shelf.costs import StageCosts
-    from course_lib.shelf.registry import SCHEDULES, resolve_name
+    from course_lib.shelf.first_schedules import SCHEDULES, resolve_name
     from course_lib.shelf.simulator import simulate_named
 
     require(

@@ -6,7 +6,7 @@ import pytest
 
 from course_lib.shelf.costs import StageCosts, costs_from, costs_from_durations
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.schedule import Kind
 from course_lib.shelf.simulator import simulate
 from course_lib.shelf.timeline import MEASURED, Timeline

@@ -17,9 +17,9 @@ from course_lib.schedules.latency_aware import (
     plain_1f1b_step,
     warmup_forwards,
 )
+from course_lib.shelf.costs import Link
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.links import Link
-from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.simulator import StageCosts, simulate
 from course_lib.shelf.validate import check
 

@@ -19,9 +19,11 @@ from course_lib.plots import (  # noqa: E402
     save_timeline_png,
     time_scale,
 )
-from course_lib.shelf.costs import StageCosts  # noqa: E402
-from course_lib.shelf.links import Link  # noqa: E402
-from course_lib.shelf.registry import build_schedule  # noqa: E402
+from course_lib.shelf.costs import (
+    Link,  # noqa: E402
+    StageCosts,  # noqa: E402
+)
+from course_lib.shelf.first_schedules import build_schedule  # noqa: E402
 from course_lib.shelf.schedule import Kind  # noqa: E402
 from course_lib.shelf.simulator import simulate  # noqa: E402
 from course_lib.shelf.timeline import MEASURED, Timeline  # noqa: E402

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from course_lib.shelf.errors import CourseError
+from course_lib.shelf.errors import LIMITS, CourseError
 from course_lib.shelf.model import ModelConfig, build_model, lm_loss
 from course_lib.shelf.reference import (
     TrainConfig,
@@ -17,7 +17,6 @@ from course_lib.shelf.reference import (
     train,
     train_batches,
 )
-from course_lib.shelf.registry import LIMITS
 
 
 def _grads(model):

@@ -7,13 +7,21 @@ from __future__ import annotations
 
 import pytest
 
-from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.costs import Link, StageCosts
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.links import Link
-from course_lib.shelf.messages import messages
-from course_lib.shelf.registry import build_schedule
-from course_lib.shelf.schedule import Action, Kind, Schedule, dependencies
-from course_lib.shelf.simulator import _dependency_keys, simulate
+from course_lib.shelf.first_schedules import build_schedule
+from course_lib.shelf.schedule import (
+    Action,
+    Kind,
+    Schedule,
+    consumer_of,
+    dependencies,
+    inputs_of,
+    key_of,
+    messages,
+    producer_of,
+)
+from course_lib.shelf.simulator import simulate
 from course_lib.shelf.timeline import MEASURED_COMPUTE, SIMULATED
 
 PS = [1, 2, 3, 4, 5, 8, 11, 16]
@@ -195,17 +203,16 @@ def test_bad_inputs_say_what_is_wrong():
         simulate(s, source="guessed")
 
 
-def test_integer_dependencies_match_ir():
+def test_dependencies_producers_and_consumers_are_one_rule():
+    # dependencies() is inputs_of() on Actions; consumer_of() is producer_of() read backwards
     for name, p, m, v in [("1f1b", 3, 4, 1), ("zb-h1", 3, 4, 1), ("interleaved-1f1b", 2, 4, 2)]:
         s = build_schedule(name, p, m, virtual=v)
         for a in s.actions():
-            k = (a.microbatch * s.n_stages + a.stage) * 4 + "FBIW".index(a.kind.value)
-            decoded = [
-                divmod(key >> 2, s.n_stages) + (key & 3,)
-                for key in _dependency_keys(k, s.n_stages, s.split_backward)
-            ]
-            ours = [Action(stage, Kind("FBIW"[kind]), mb) for mb, stage, kind in decoded]
-            assert ours == dependencies(a, s.n_stages, s.split_backward), (name, a)
+            rule = inputs_of(a.stage, a.kind.value, a.microbatch, s.n_stages, s.split_backward)
+            assert [key_of(d) for d in dependencies(a, s)] == [k for k in rule if k is not None], (name, a)
+            if (producer := producer_of(a, s)) is not None:
+                assert consumer_of(producer, s) == a, (name, a)
+        assert sum(consumer_of(a, s) is not None for a in s.actions()) == 2 * (s.n_stages - 1) * m
 
 
 @pytest.mark.parametrize(

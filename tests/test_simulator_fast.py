@@ -1,20 +1,22 @@
-"""The simulator's fast path (``simulator_fast.play``) against its readable event loop (``_play``).
+"""The simulator's fast path (``course_lib.fast_simulator``) against the shelf's loop (``simulator.play``).
 
 Every registered schedule, on a grid of sizes, under costs and links that make messages queue for
 bandwidth, overlap latency, and tie (zero-cost W), with every value of the `sends` option: the two
-must give exactly the same spans and transfers, and agree on which schedules deadlock.
+must give exactly the same spans and transfers, and refuse the same schedules with the same words.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from course_lib.shelf.costs import StageCosts
+import course_lib.schedules  # noqa: F401  (every schedule in the registry)
+from course_lib.fast_simulator import _offsets, fast_play
+from course_lib.shelf.costs import FREE, Link, StageCosts, per_boundary
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.links import FREE, Link, per_boundary
-from course_lib.shelf.registry import SCHEDULES, build_schedule
-from course_lib.shelf.schedule import Action, Kind, Schedule
-from course_lib.shelf.simulator import SENDS, _play_fast, _play_reference, _tables, simulate
+from course_lib.shelf.first_schedules import SCHEDULES, build_schedule
+from course_lib.shelf.schedule import Action, Kind, Schedule, inputs_of
+from course_lib.shelf.simulator import SENDS, play, simulate
+from course_lib.shelf.validate import ScheduleError, check
 
 SIZES = [(1, 1), (1, 4), (2, 2), (2, 5), (3, 6), (4, 8), (8, 16)]
 COSTS = [StageCosts(1.0, 1.0, 1.0), StageCosts(f=0.5, i=1.25, w=0.0)]
@@ -26,9 +28,8 @@ def _both(schedule: Schedule, costs: StageCosts, links: Link | None, sends: str 
     nbytes = per_boundary(2, n_bounds, "boundary_bytes", 0)
     wires = per_boundary(links, n_bounds, "links", FREE)
     share = costs.per_virtual_stage(schedule.stages_per_device)
-    tables = _tables(schedule, share, nbytes, wires)
     blocking = sends == "blocking"
-    return _play_reference(schedule, tables, blocking), _play_fast(schedule, tables, blocking)
+    return play(schedule, share, nbytes, wires, blocking), fast_play(schedule, share, nbytes, wires, blocking)
 
 
 def _sorted(records: list) -> list:
@@ -46,8 +47,7 @@ def test_fast_path_equals_event_loop(name, sends):
             continue
         for costs in COSTS:
             for links in LINKS:
-                (ref_spans, ref_sent, ref_done), (spans, sent, done) = _both(schedule, costs, links, sends)
-                assert ref_done and done, (name, p, m)
+                (ref_spans, ref_sent), (spans, sent) = _both(schedule, costs, links, sends)
                 assert len(spans) == len(ref_spans) == len(schedule.actions())
                 assert _sorted(spans) == _sorted(ref_spans), (name, p, m, costs, links)
                 assert _sorted(sent) == _sorted(ref_sent), (name, p, m, costs, links)
@@ -58,7 +58,7 @@ def test_fast_path_equals_event_loop(name, sends):
 def test_bandwidth_queue_is_the_same_in_both():
     # 1F1B p=2 m=4 with a slow wire: the activations queue behind each other on device 0's wire
     schedule = build_schedule("1f1b", 2, 4)
-    (ref, ref_sent, _), (fast, sent, _) = _both(schedule, StageCosts(0.1, 0.1, 0.1), Link(0.0, 1.0))
+    (ref, ref_sent), (fast, sent) = _both(schedule, StageCosts(0.1, 0.1, 0.1), Link(0.0, 1.0))
     ups = sorted((t.start, t.end) for t in sent if t.src_device == 0)
     assert ups == sorted((t.start, t.end) for t in ref_sent if t.src_device == 0)
     assert all(b[0] >= a[0] + 2.0 for a, b in zip(ups, ups[1:], strict=False))  # 2 bytes at 1 B/s
@@ -70,10 +70,47 @@ def test_both_see_the_same_deadlock():
         [Action(1, Kind.F, 1), Action(1, Kind.B, 1), Action(1, Kind.F, 0), Action(1, Kind.B, 0)],
     ]
     crossed = Schedule("crossed", 2, 2, orders, [0, 1])
-    (_, _, ref_done), (_, _, done) = _both(crossed, StageCosts(), None)
-    assert not ref_done and not done
-    with pytest.raises(CourseError, match="device 0"):
-        simulate(crossed)
+    for fast in (False, True):
+        with pytest.raises(ScheduleError, match="device 0") as refused:
+            simulate(crossed, fast=fast)
+        assert refused.value.problems == check(crossed)
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_simulate_refuses_what_the_validator_refuses_in_its_words(fast):
+    # a missing W holds nobody up, so only the bookkeeping can see it: both paths must still refuse it
+    schedule = build_schedule("zb-h1", 3, 4)
+    schedule.orders[2].remove(Action(2, Kind.W, 3))
+    problems = check(schedule)
+    assert problems == ["2W3 (stage 2's weight gradient for micro-batch 3) is missing: device 2 holds "
+                        "stage 2 and must run it once"]  # fmt: skip
+    with pytest.raises(ScheduleError) as refused:
+        simulate(schedule, fast=fast)
+    assert refused.value.problems == problems
+    wrong_kind = build_schedule("1f1b", 2, 2)
+    wrong_kind.orders[1][1] = Action(1, Kind.I, 0)
+    with pytest.raises(ScheduleError) as refused:
+        simulate(wrong_kind, fast=fast)
+    assert refused.value.problems == check(wrong_kind) != []
+
+
+def test_lesson_sizes_run_the_loop_and_larger_ones_the_fast_path_once_imported(monkeypatch):
+    import course_lib.shelf.simulator as simulator
+
+    calls = []
+    monkeypatch.setattr(simulator, "_FAST_PATHS", [lambda *args: calls.append(args) or fast_play(*args)])
+    simulate(build_schedule("1f1b", 16, 64))
+    assert calls == []
+    simulate(build_schedule("1f1b", 17, 4))
+    simulate(build_schedule("1f1b", 2, 65))
+    simulate(build_schedule("1f1b", 2, 2), fast=True)
+    assert len(calls) == 3
+    simulate(build_schedule("1f1b", 17, 4), fast=False)
+    assert len(calls) == 3
+    monkeypatch.setattr(simulator, "_FAST_PATHS", [])  # as if course_lib.fast_simulator were absent
+    assert simulate(build_schedule("1f1b", 17, 4)).makespan == pytest.approx((4 + 16) * 3.0)
+    with pytest.raises(CourseError, match="import course_lib.fast_simulator"):
+        simulate(build_schedule("1f1b", 2, 2), fast=True)
 
 
 def test_memory_grows_with_the_actions_not_with_devices_squared():
@@ -85,7 +122,7 @@ def test_memory_grows_with_the_actions_not_with_devices_squared():
     schedule = build_schedule("1f1b", 5000, 1)
     tracemalloc.start()
     try:
-        simulate(schedule)
+        simulate(schedule, fast=True)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -93,14 +130,20 @@ def test_memory_grows_with_the_actions_not_with_devices_squared():
 
 
 @pytest.mark.parametrize("split_backward", [False, True])
-def test_dependency_offsets_are_the_dependency_keys(split_backward):
-    """The fast path reads a key's inputs as offsets per (stage, kind); they must name the same keys
-    as ``simulator._dependency_keys`` (own input first, then the neighbouring stage's)."""
-    from course_lib.fast_simulator import _offsets
-    from course_lib.shelf.simulator import _dependency_keys
-
-    n_st = 3
+def test_dependency_offsets_are_the_one_rule(split_backward):
+    """The fast path reads a key's inputs as offsets per (stage, kind); they must name the actions
+    ``schedule.inputs_of`` names (own input first, then the neighbouring stage's)."""
+    n_st, mb = 3, 2
     own, other = _offsets(n_st, split_backward)
-    for k in range(2 * n_st * 4, 3 * n_st * 4):  # every stage and kind of micro-batch 2
-        offsets = (own[k % (4 * n_st)], other[k % (4 * n_st)])
-        assert [k + o for o in offsets if o] == _dependency_keys(k, n_st, split_backward), k
+
+    def decode(key: int) -> tuple[int, str, int]:
+        rest, code = divmod(key, 4)
+        micro, stage = divmod(rest, n_st)
+        return stage, "FBIW"[code], micro
+
+    for stage in range(n_st):
+        for code, kind in enumerate("FBIW"):
+            k = (mb * n_st + stage) * 4 + code
+            named = [decode(k + o) for o in (own[k % (4 * n_st)], other[k % (4 * n_st)]) if o]
+            rule = [x for x in inputs_of(stage, kind, mb, n_st, split_backward) if x is not None]
+            assert named == rule, (stage, kind)

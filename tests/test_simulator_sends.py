@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 
 from course_lib.schedules.latency_aware import latency_aware_1f1b
-from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.costs import Link, StageCosts
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.links import Link
-from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.schedule import Kind
 from course_lib.shelf.simulator import simulate, simulate_named
 

@@ -53,7 +53,7 @@ def best_order(
     comm: float | Sequence[float] = 0.0,
 ) -> tuple[Schedule, float]:  # fmt: skip
     """The order with the shortest simulated step (the first found of equals) and that step."""
-    from course_lib.shelf.links import Link  # noqa: PLC0415  the simulator sits a floor above the schedules
+    from course_lib.shelf.costs import Link  # noqa: PLC0415  the simulator sits a floor above the schedules
     from course_lib.shelf.simulator import simulate  # noqa: PLC0415
 
     p, m = n_devices, n_microbatches

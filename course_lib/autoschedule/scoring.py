@@ -41,7 +41,7 @@ def simulated_score(
 ) -> tuple[float, float]:
     """`schedule`'s simulated step and largest stage span (the objective first), with `comm` seconds on
     each link (one per boundary)."""
-    from course_lib.shelf.links import Link  # noqa: PLC0415
+    from course_lib.shelf.costs import Link  # noqa: PLC0415
     from course_lib.shelf.simulator import simulate  # noqa: PLC0415
 
     tl = simulate(schedule, costs, links=[Link(latency_s=c) for c in comm] or None)

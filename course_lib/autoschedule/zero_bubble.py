@@ -54,10 +54,9 @@ from course_lib.autoschedule.scoring import OBJECTIVES, simulated_score
 from course_lib.schedules.controllable_memory import v_half, v_half_memory, v_min, v_min_memory
 from course_lib.schedules.v_shape import v_placement, zb_v
 from course_lib.schedules.zero_bubble import zb_h1, zb_h2
-from course_lib.shelf.basic_schedules import check_sizes
-from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.costs import StageCosts, per_boundary
 from course_lib.shelf.errors import require
-from course_lib.shelf.links import per_boundary
+from course_lib.shelf.first_schedules import check_sizes
 from course_lib.shelf.schedule import Schedule
 
 # the heuristic's engine lives in heuristic.py; these names are importable from here too

@@ -18,6 +18,7 @@ import sys
 import threading
 from collections.abc import Callable
 
+import course_lib.schedules  # noqa: F401  (registers every schedule by name in the shelf's registry)
 from course_lib.shelf.errors import CourseError
 
 # command name -> (module, one-line help)

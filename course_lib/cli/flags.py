@@ -13,9 +13,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_lib.shelf.basic_schedules import LIMITS
-from course_lib.shelf.errors import CourseError, require
-from course_lib.shelf.links import Link
+from course_lib.shelf.costs import Link
+from course_lib.shelf.errors import LIMITS, CourseError, require
 from course_lib.shelf.model import PRECISIONS
 from course_lib.shelf.reference import TrainConfig
 from course_lib.shelf.run_spec import RUNNERS, torch_class

@@ -16,7 +16,7 @@ import sys
 
 from course_lib.schedules.torch_csv import read_csv, to_csv_text
 from course_lib.shelf.errors import require
-from course_lib.shelf.registry import SCHEDULES, build_schedule, resolve_name
+from course_lib.shelf.first_schedules import SCHEDULES, build_schedule, resolve_name
 from course_lib.shelf.validate import validate
 
 

@@ -20,8 +20,8 @@ import math
 
 from course_lib.cli.flags import BANDWIDTH, COUNT, SECONDS, WHOLE, figure_path, print_json, save_chart
 from course_lib.schedules.closed_forms import Case, ClosedForm
-from course_lib.shelf.links import Link
-from course_lib.shelf.registry import SCHEDULES, ScheduleInfo, resolve_name
+from course_lib.shelf.costs import Link
+from course_lib.shelf.first_schedules import SCHEDULES, ScheduleInfo, resolve_name
 from course_lib.shelf.simulator import StageCosts, simulate_named
 from course_lib.shelf.timeline import Timeline
 

@@ -53,8 +53,8 @@ def _counts(args: argparse.Namespace) -> None:
 
 
 def _measure(args: argparse.Namespace) -> None:
+    from course_lib.shelf.costs import Link
     from course_lib.shelf.distributed_engine import launch, make_spec
-    from course_lib.shelf.links import Link
     from course_lib.shelf.reference import TrainConfig
     from course_lib.tp.distributed import run_tensor_parallel
 

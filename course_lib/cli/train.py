@@ -54,8 +54,7 @@ import torch
 
 from course_lib.cli import flags
 from course_lib.cli.flags import PipelineFlags
-from course_lib.shelf.checks import check_threads
-from course_lib.shelf.errors import require
+from course_lib.shelf.errors import check_threads, require
 from course_lib.shelf.reference import TrainConfig, max_grad_diff, reference_gradients, train
 
 ENGINES = ("reference", "local", "distributed")

@@ -9,7 +9,7 @@ module does the same with one sender thread per destination rank (one wire per d
                                                            time, then isend it
 
 The delivery time is worked out when the message is enqueued, with the alpha-beta model of
-``course_lib.shelf.links.Link`` and a wire that is busy for ``bytes / bandwidth`` per message:
+``course_lib.shelf.costs.Link`` and a wire that is busy for ``bytes / bandwidth`` per message:
 
     on_wire_end = max(wire_free, now) + bytes / bandwidth;  wire_free = on_wire_end
     deliver_at  = on_wire_end + latency
@@ -29,7 +29,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from course_lib.shelf.links import Link
+from course_lib.shelf.costs import Link
 
 
 class _Wire(threading.Thread):

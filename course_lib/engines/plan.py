@@ -16,14 +16,14 @@ from dataclasses import dataclass
 
 import torch
 
+import course_lib.schedules  # noqa: F401  (registers every schedule by name in the shelf's registry)
 from course_lib.balance import inflight_per_stage
-from course_lib.shelf.checks import whole
+from course_lib.shelf.costs import Link, per_boundary
 from course_lib.shelf.devices import stage_devices
-from course_lib.shelf.errors import require
-from course_lib.shelf.links import Link, per_boundary
+from course_lib.shelf.errors import require, whole
+from course_lib.shelf.first_schedules import SCHEDULES, build_schedule, resolve_name
 from course_lib.shelf.partition import Partition, uniform
 from course_lib.shelf.reference import TrainConfig
-from course_lib.shelf.registry import SCHEDULES, build_schedule, resolve_name
 from course_lib.shelf.schedule import Schedule
 from course_lib.shelf.stage import check_checkpoint
 from course_lib.shelf.validate import validate

@@ -6,7 +6,7 @@ student's function runs, the library function answers with an AssertionError tha
 name the student imported it under (the function object's code is swapped, so every reference to it
 sees the swap), and it is restored at once afterwards.
 
-    from course_lib.shelf import registry as builders
+    from course_lib.shelf import first_schedules as builders
     with without(builders.one_f_one_b, why="write 1F1B yourself"):
         schedule = my_1f1b(4, 8)        # a call to one_f_one_b in there fails with `why`
 """

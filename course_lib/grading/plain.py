@@ -32,7 +32,7 @@ def _registry() -> dict[str, type]:
     from course_lib.balance import LayerProfile
     from course_lib.lessons.wan_plan import WanPlan, WanProblem
     from course_lib.planner.layout import Layout
-    from course_lib.shelf.links import Link
+    from course_lib.shelf.costs import Link
     from course_lib.shelf.schedule import Action, Kind, Schedule
 
     return {t.__name__: t for t in (Action, Kind, Schedule, WanPlan, WanProblem, Layout, Link, LayerProfile)}

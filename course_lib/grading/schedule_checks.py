@@ -19,7 +19,7 @@ from course_lib import grading
 from course_lib.balance import inflight_per_stage
 from course_lib.grading.guard import without
 from course_lib.schedules import closed_forms
-from course_lib.shelf import registry as builders
+from course_lib.shelf import first_schedules as builders
 from course_lib.shelf.simulator import StageCosts, simulate
 
 Case = tuple[int, int]  # (p, m)

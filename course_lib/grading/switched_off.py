@@ -30,8 +30,8 @@ _A6_COUNTS = {
     "course_lib.tp.accounting:tp_allreduces": OWN_COUNT,
     "course_lib.tp.accounting:pp_sends": OWN_COUNT,
     "course_lib.tp.accounting:pp_log_from_schedule": OWN_COUNT,
-    "course_lib.shelf.messages:messages": OWN_COUNT,
-    "course_lib.shelf.registry:build_schedule": OWN_COUNT,
+    "course_lib.shelf.schedule:messages": OWN_COUNT,
+    "course_lib.shelf.first_schedules:build_schedule": OWN_COUNT,
     "course_lib.tp.simulated:SimulatedTP.from_seed": OWN_COUNT,
     "__main__:measured_tp_allreduces": OWN_COUNT,
     "__main__:counted_pp_messages": OWN_COUNT,
@@ -56,10 +56,10 @@ SWITCHED_OFF: dict[str, dict[str, dict[str, str]]] = {
         "idle_fraction": _A1_FORMULA,
         "bubble_over_ideal": _A1_FORMULA,
         "smallest_m": _A1_FORMULA,
-        "my_gpipe": {"course_lib.shelf.registry:gpipe": OWN_SCHEDULE + ", in my_gpipe"},
+        "my_gpipe": {"course_lib.shelf.first_schedules:gpipe": OWN_SCHEDULE + ", in my_gpipe"},
     },
     "a04_one_f_one_b": {
-        "my_1f1b": {"course_lib.shelf.registry:one_f_one_b": OWN_SCHEDULE + ", in my_1f1b"},
+        "my_1f1b": {"course_lib.shelf.first_schedules:one_f_one_b": OWN_SCHEDULE + ", in my_1f1b"},
     },
     "a05_memory_budget": {
         "stage_bytes": {"course_lib.balance:stage_memory": "add up the profile's bytes yourself"},

@@ -26,10 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from course_lib.schedules.closed_forms import Case
-from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.costs import Link, StageCosts
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.links import Link
-from course_lib.shelf.registry import SCHEDULES, resolve_name
+from course_lib.shelf.first_schedules import SCHEDULES, resolve_name
 from course_lib.shelf.simulator import simulate_named
 from course_lib.shelf.timeline import Timeline
 

@@ -31,8 +31,8 @@ from course_lib.planner import plan
 from course_lib.planner.clusters import cluster
 from course_lib.planner.cost import boundary_bytes
 from course_lib.planner.shapes import model
+from course_lib.shelf.costs import ring_all_reduce_s
 from course_lib.shelf.errors import require
-from course_lib.shelf.links import ring_all_reduce_s
 
 WAYS = ("pipeline", "DP", "DiLoCo")
 DILOCO_H = 500  # inner steps between two synchronisations (Douillard et al. 2023, arXiv 2311.08105)

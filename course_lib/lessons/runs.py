@@ -16,8 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from course_lib.shelf.costs import costs_from
-from course_lib.shelf.links import Link
+from course_lib.shelf.costs import Link, costs_from
 from course_lib.shelf.local_engine import LocalPipelineTrainer, PipelineResult
 from course_lib.shelf.reference import TrainConfig
 from course_lib.shelf.simulator import simulate

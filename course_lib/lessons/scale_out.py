@@ -21,9 +21,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from course_lib.shelf.costs import costs_from
+from course_lib.shelf.costs import Link, costs_from
 from course_lib.shelf.errors import require
-from course_lib.shelf.links import Link
 from course_lib.shelf.schedule import Schedule
 from course_lib.shelf.simulator import simulate
 from course_lib.shelf.timeline import MEASURED_COMPUTE, Timeline

@@ -40,11 +40,10 @@ from course_lib.schedules.latency_aware import (
     latency_aware_1f1b,
     plain_1f1b_step,
 )
-from course_lib.shelf.costs import StageCosts, costs_from
+from course_lib.shelf.costs import Link, StageCosts, costs_from
 from course_lib.shelf.errors import require
-from course_lib.shelf.links import Link
+from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.reference import TrainConfig
-from course_lib.shelf.registry import build_schedule
 from course_lib.shelf.schedule import Schedule
 from course_lib.shelf.timeline import Timeline
 

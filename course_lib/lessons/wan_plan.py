@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from course_lib.balance import inflight_per_stage
 from course_lib.network import Gbit, site_link
 from course_lib.schedules.latency_aware import latency_aware_1f1b
+from course_lib.shelf.costs import Link
 from course_lib.shelf.errors import require
-from course_lib.shelf.links import Link
+from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.partition import uniform
-from course_lib.shelf.registry import build_schedule
 from course_lib.shelf.schedule import Schedule
 from course_lib.shelf.simulator import StageCosts, simulate
 from course_lib.shelf.timeline import Timeline

@@ -25,10 +25,8 @@ from dataclasses import dataclass
 from course_lib.autoschedule.scoring import stage_span
 from course_lib.autoschedule.zero_bubble import auto_zero_bubble
 from course_lib.schedules.controllable_memory import v_half_memory, v_min_memory  # noqa: F401 (lesson 10)
-from course_lib.shelf.basic_schedules import one_f_one_b
-from course_lib.shelf.costs import StageCosts
-from course_lib.shelf.links import Link
-from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.costs import Link, StageCosts
+from course_lib.shelf.first_schedules import build_schedule, one_f_one_b
 from course_lib.shelf.schedule import Schedule
 from course_lib.shelf.simulator import simulate
 from course_lib.shelf.timeline import Timeline

@@ -4,7 +4,7 @@
     selene = cluster("a100-selene")
     selene.tp_link(8), selene.tp_link(16)   # NVLink inside a node; across nodes, the InfiniBand link
 
-Links are :class:`~course_lib.shelf.links.Link`s taken from ``course_lib.network.PRESETS`` where a preset
+Links are :class:`~course_lib.shelf.costs.Link`s taken from ``course_lib.network.PRESETS`` where a preset
 exists (H100: NVLink 4, 400 Gb/s per GPU); the A100's NVLink 3 and HDR InfiniBand are not presets
 there, so they are defined here with their sources. Inter-node bandwidth is per GPU: a node has one
 network port per GPU (8 x 200 Gb/s HDR on Selene, 8 x 400 Gb/s on Llama 3's cluster).
@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass, replace
 
 from course_lib.network import PRESETS, Gbit
+from course_lib.shelf.costs import Link
 from course_lib.shelf.errors import require
-from course_lib.shelf.links import Link
 
 GiB = 2**30
 NVLINK3 = Link(latency_s=10e-6, bandwidth_Bps=300e9, name="NVLink 3")  # 600 GB/s bidirectional per A100

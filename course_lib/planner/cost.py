@@ -44,9 +44,9 @@ from course_lib.planner.layout import Layout
 from course_lib.planner.memory import GRAD_BYTES, layers_per_stage, parameters_per_gpu
 from course_lib.planner.shapes import ModelShape
 from course_lib.schedules.closed_forms import Case
+from course_lib.shelf.costs import Link, ring_all_reduce_s
 from course_lib.shelf.errors import require
-from course_lib.shelf.links import Link, ring_all_reduce_s
-from course_lib.shelf.registry import SCHEDULES
+from course_lib.shelf.first_schedules import SCHEDULES
 from course_lib.shelf.simulator import StageCosts, simulate_named
 from course_lib.shelf.timeline import Timeline
 from course_lib.tp.cost import TP_OVERLAPS

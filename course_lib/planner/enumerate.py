@@ -26,9 +26,8 @@ from course_lib.planner.cost import (
 from course_lib.planner.layout import Layout
 from course_lib.planner.memory import USABLE_SHARE, Memory, memory_per_gpu
 from course_lib.planner.shapes import ModelShape, model
-from course_lib.shelf.checks import divisors, whole
-from course_lib.shelf.errors import require
-from course_lib.shelf.registry import resolve_name
+from course_lib.shelf.errors import divisors, require, whole
+from course_lib.shelf.first_schedules import resolve_name
 from course_lib.shelf.timeline import Timeline
 
 SCHEDULE_CHOICES = ("gpipe", "1f1b", "interleaved-1f1b")  # the ones whose memory and bubble it models

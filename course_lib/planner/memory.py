@@ -25,7 +25,7 @@ from course_lib.planner.layout import Layout
 from course_lib.planner.shapes import ModelShape
 from course_lib.schedules.closed_forms import Case
 from course_lib.shelf.errors import require
-from course_lib.shelf.registry import SCHEDULES
+from course_lib.shelf.first_schedules import SCHEDULES
 
 WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = 2, 2, 12  # per parameter, mixed-precision Adam
 # share of a GPU's memory a plan may fill: the rest goes to the framework's communication buffers,

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from course_lib.planner.clusters import Cluster
 from course_lib.planner.shapes import ModelShape
+from course_lib.shelf.costs import Link
 from course_lib.shelf.errors import require
-from course_lib.shelf.links import Link
 from course_lib.shelf.reference import TrainConfig
 
 LOOPBACK = Link(latency_s=200e-6, bandwidth_Bps=2e9, name="gloo loopback (assumed)")

@@ -13,7 +13,7 @@ rounding error. Outside that range, trust the simulator.
 
 Try it::
 
-    from course_lib.shelf.registry import SCHEDULES
+    from course_lib.shelf.first_schedules import SCHEDULES
     from course_lib.schedules.closed_forms import Case
     form = SCHEDULES["interleaved-1f1b"].bubble
     form.text, form.where              # '(p-1)/(v*m+p-1)', 'm >= p (or v = 1); equal stage costs, free links'

@@ -36,8 +36,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from course_lib.schedules.closed_forms import LinkLike
-from course_lib.shelf.basic_schedules import check_sizes, one_f_one_b
 from course_lib.shelf.errors import require
+from course_lib.shelf.first_schedules import check_sizes, one_f_one_b
 from course_lib.shelf.schedule import Schedule
 
 

@@ -7,7 +7,7 @@ built here loads in PyTorch (``schedule._load_csv(path)``) and a schedule dumped
 
 Try it::
 
-    from course_lib.shelf.registry import build_schedule
+    from course_lib.shelf.first_schedules import build_schedule
     from course_lib.schedules.torch_csv import to_csv_text, from_csv_text
     text = to_csv_text(build_schedule("gpipe", 2, 3))
     print(text)                       # 0F0,0F1,0F2,0B0,0B1,0B2  /  1F0,...

@@ -31,7 +31,7 @@ import torch
 
 from course_lib.schedules.v_shape import split_full_backwards
 from course_lib.shelf.errors import CourseError, require
-from course_lib.shelf.registry import SCHEDULES, resolve_name
+from course_lib.shelf.first_schedules import SCHEDULES, resolve_name
 from course_lib.shelf.schedule import Action, Kind, Schedule
 
 

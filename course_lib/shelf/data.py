@@ -16,8 +16,7 @@ from pathlib import Path
 
 import torch
 
-from course_lib.shelf.checks import divisors
-from course_lib.shelf.errors import CourseError, require
+from course_lib.shelf.errors import CourseError, divisors, require
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus.txt"
 

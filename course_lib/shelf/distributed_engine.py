@@ -4,7 +4,7 @@ From a notebook or Python (spawns p processes on this machine, returns the resul
 
     from course_lib.shelf.reference import TrainConfig
     from course_lib.shelf.distributed_engine import run_distributed
-    from course_lib.shelf.links import Link
+    from course_lib.shelf.costs import Link
     r = run_distributed(TrainConfig(n_layers=8, steps=5), "1f1b", stages=2)
     r.losses, r.step_time_s, r.timeline.bubble_fraction        # measured
     r = run_distributed(TrainConfig(n_layers=8, steps=5), "1f1b", stages=2,
@@ -60,12 +60,11 @@ from tqdm.auto import tqdm
 
 from course_lib.engines.plan import make_plan
 from course_lib.engines.torch_pipelining import check_runner
-from course_lib.shelf.checks import check_threads, check_timeout, divisors
+from course_lib.shelf.costs import Link
 from course_lib.shelf.data import load_corpus
 from course_lib.shelf.devices import gpu_count
-from course_lib.shelf.errors import require
+from course_lib.shelf.errors import check_threads, check_timeout, divisors, require
 from course_lib.shelf.launcher import DistributedError, spawn
-from course_lib.shelf.links import Link
 from course_lib.shelf.rank_loop import run_specs
 from course_lib.shelf.reference import TrainConfig
 from course_lib.shelf.run_spec import FAULT_KINDS, DistributedResult, Fault, RunSpec

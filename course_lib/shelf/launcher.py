@@ -45,8 +45,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from course_lib.shelf.checks import check_timeout, whole
-from course_lib.shelf.errors import require
+from course_lib.shelf.errors import check_timeout, require, whole
 from course_lib.shelf.launch_diagnosis import Failure, diagnose  # noqa: F401 (diagnose: part of this API)
 
 _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")  # gloo: a peer went

@@ -31,11 +31,9 @@ import torch
 
 from course_lib.engines.plan import PipelinePlan, make_plan
 from course_lib.engines.stale import StaleWeights, check_delays
-from course_lib.shelf.costs import StageCosts, costs_from_durations
+from course_lib.shelf.costs import Link, StageCosts, costs_from_durations
 from course_lib.shelf.data import Corpus, split_microbatches
 from course_lib.shelf.devices import synchronize
-from course_lib.shelf.links import Link
-from course_lib.shelf.messages import producer_of
 from course_lib.shelf.model import count_parameters
 from course_lib.shelf.partition import Partition, stage_modules
 from course_lib.shelf.reference import (
@@ -49,7 +47,7 @@ from course_lib.shelf.reference import (
     train_batches,
 )
 from course_lib.shelf.reference import evaluate as held_out_loss
-from course_lib.shelf.schedule import Action, Kind, Schedule
+from course_lib.shelf.schedule import Action, Kind, Schedule, producer_of
 from course_lib.shelf.simulator import simulate
 from course_lib.shelf.stage import StageRuntime
 from course_lib.shelf.timeline import MEASURED_COMPUTE, Timeline

@@ -23,8 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.shelf.checks import shown
-from course_lib.shelf.errors import require
+from course_lib.shelf.errors import require, shown
 
 
 @dataclass(frozen=True)

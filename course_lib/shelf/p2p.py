@@ -31,11 +31,10 @@ import torch
 import torch.distributed as dist
 
 from course_lib.engines.links_injected import InjectedLinks
+from course_lib.shelf.costs import Link
 from course_lib.shelf.errors import require
 from course_lib.shelf.launcher import PeerFailure
-from course_lib.shelf.links import Link
-from course_lib.shelf.messages import Message, incoming_messages, messages
-from course_lib.shelf.schedule import Action, Schedule
+from course_lib.shelf.schedule import Action, Message, Schedule, incoming_messages, messages
 
 WAITED_S = 1e-4  # a receive that waited longer than this found its message not there yet
 

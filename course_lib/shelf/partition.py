@@ -19,8 +19,7 @@ from itertools import accumulate
 
 from torch import nn
 
-from course_lib.shelf.checks import whole, wholes
-from course_lib.shelf.errors import CourseError, require
+from course_lib.shelf.errors import CourseError, require, whole, wholes
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,6 @@ from torch import Tensor, nn
 from course_lib.engines import torch_pipelining
 from course_lib.shelf.data import Corpus, split_microbatches
 from course_lib.shelf.launcher import RankContext
-from course_lib.shelf.messages import input_message, local_producer, message_of
 from course_lib.shelf.p2p import RankComm, direction_groups
 from course_lib.shelf.partition import stage_modules
 from course_lib.shelf.reference import make_optimizer, setup, train_batches
@@ -48,7 +47,7 @@ from course_lib.shelf.run_spec import (
     StepRecord,
     build_result,
 )
-from course_lib.shelf.schedule import Action, Kind, Schedule
+from course_lib.shelf.schedule import Action, Kind, Schedule, input_message, local_producer, message_of
 from course_lib.shelf.stage import StageRuntime
 from course_lib.tp.comm import CommLog, DistComm
 from course_lib.tp.distributed import tp_layers

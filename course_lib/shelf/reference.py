@@ -30,11 +30,18 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from course_lib.shelf.basic_schedules import LIMITS, within_limit
-from course_lib.shelf.checks import is_number, memory_bytes, require_fits, shown, whole
 from course_lib.shelf.data import Corpus, check_microbatches, load_corpus, split_microbatches
 from course_lib.shelf.devices import resolve_device
-from course_lib.shelf.errors import require
+from course_lib.shelf.errors import (
+    LIMITS,
+    is_number,
+    memory_bytes,
+    require,
+    require_fits,
+    shown,
+    whole,
+    within_limit,
+)
 from course_lib.shelf.model import (
     ModelConfig,
     ToyGPT,

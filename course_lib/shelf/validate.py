@@ -7,8 +7,8 @@ device, and why. Three kinds of problem are found:
    device that holds the stage; nothing unknown, nothing twice;
 2. wrong kind: B in a schedule that splits backward into I + W, or the other way round;
 3. deadlock: the devices' orders are *executed* (a device runs its next action once what that action
-   needs, per ``ir.dependencies``, has run); if they get stuck, each stuck device is named with the
-   action it can never run and exactly which action it waits for, and where that one is stuck.
+   needs, by the one rule of ``schedule.inputs_of``, has run); if they get stuck, each stuck device is
+   named with the action it can never run and exactly which action it waits for, and where that one is stuck.
 
 Cost: O(A log p) for A actions on p devices (bookkeeping O(A), the execution a heap of at most p turns,
 the circle search O(p)), so any size the action limit accepts is checked in seconds: p=333,333, m=1
@@ -17,7 +17,7 @@ quadratic in p (115 s at p=10,000).
 
 Try it::
 
-    from course_lib.shelf.registry import build_schedule
+    from course_lib.shelf.first_schedules import build_schedule
     from course_lib.shelf.validate import check, validate, execution_order
     s = build_schedule("1f1b", 4, 8)
     validate(s)                       # silent: the schedule is fine
@@ -32,7 +32,7 @@ import itertools
 from collections import defaultdict
 
 from course_lib.shelf.errors import CourseError, capped
-from course_lib.shelf.schedule import Action, Kind, Schedule, dependencies
+from course_lib.shelf.schedule import Action, Key, Kind, Schedule, dependencies, inputs_of, key_of
 
 
 class ScheduleError(CourseError):
@@ -57,29 +57,10 @@ def _expected_kinds(schedule: Schedule) -> tuple[Kind, ...]:
     return (Kind.F, Kind.I, Kind.W) if schedule.split_backward else (Kind.F, Kind.B)
 
 
-# The checks below key actions by plain tuples (stage, "F", micro-batch): hashing those is several
-# times faster than hashing Action objects, which matters at p=64, m=1024 (131,072 actions).
-Key = tuple[int, str, int]
-
-
-def _key(action: Action) -> Key:
-    return (action.stage, action.kind._value_, action.microbatch)  # _value_: Enum's plain attribute
-
-
+# The checks below key actions by plain tuples (stage, "F", micro-batch), the schedule module's Key:
+# hashing those is several times faster than hashing Action objects, which matters at p=64, m=1024.
 def _keyed(schedule: Schedule) -> list[list[Key]]:
-    return [[_key(a) for a in order] for order in schedule.orders]
-
-
-def _needs(key: Key, n_stages: int, split_backward: bool) -> tuple[Key, ...]:
-    """``ir.dependencies`` on tuple keys (tests check the two agree)."""
-    stage, kind, mb = key
-    if kind == "F":
-        return ((stage - 1, "F", mb),) if stage > 0 else ()
-    if kind == "W":
-        return ((stage, "I", mb),)
-    if stage < n_stages - 1:  # B or I: own forward, and the gradient coming back from the next stage
-        return ((stage, "F", mb), (stage + 1, "I" if split_backward else "B", mb))
-    return ((stage, "F", mb),)
+    return [[key_of(a) for a in order] for order in schedule.orders]
 
 
 def _action_problems(schedule: Schedule, device: int, action: Action) -> list[str]:
@@ -184,7 +165,9 @@ def _run(schedule: Schedule, orders: list[list[Key]]) -> tuple[list[tuple[int, i
         if i >= len(order):
             return
         turn = last_round[device] + 1
-        for need in _needs(order[i], n_stages, split):
+        for need in inputs_of(*order[i], n_stages, split):  # the one rule (schedule.py)
+            if need is None:
+                continue
             when = done.get(need)
             if when is None:
                 waiting[need].append(device)
@@ -209,8 +192,9 @@ def _run(schedule: Schedule, orders: list[list[Key]]) -> tuple[list[tuple[int, i
     return ran, position
 
 
-def _deadlock(schedule: Schedule, keyed: list[list[Key]]) -> list[str]:
-    ran, position = _run(schedule, keyed)
+def _deadlock(
+    schedule: Schedule, keyed: list[list[Key]], ran: list[tuple[int, int]], position: list[int]
+) -> list[str]:
     done = {keyed[d][i] for d, i in ran}
     stuck = [d for d, order in enumerate(schedule.orders) if position[d] < len(order)]
     if not stuck:
@@ -225,8 +209,8 @@ def _deadlock(schedule: Schedule, keyed: list[list[Key]]) -> list[str]:
         action = schedule.orders[device][position[device]]
         reasons = []
         waits_on[device] = None
-        for need in dependencies(action, schedule.n_stages, schedule.split_backward):
-            if _key(need) in done:
+        for need in dependencies(action, schedule):
+            if key_of(need) in done:
                 continue
             other = runner.get(need)
             if other is None:
@@ -271,17 +255,7 @@ MAX_ACTIONS = 2_000_000  # the most check() reads, about 15 s on a busy laptop: 
 
 def check(schedule: Schedule) -> list[str]:
     """Every problem with `schedule`, as sentences; an empty list means it is valid."""
-    try:  # students' odd input (text for an action, a flat list of actions) gets a message, not a crash
-        n, m = schedule.n_stages, schedule.n_microbatches
-        whole = type(n) is int and type(m) is int and min(n, m) >= 1  # before 3 * n * m: "4" * 10**9 is huge
-        if not (whole and max(3 * n * m, sum(len(order) for order in schedule.orders)) <= MAX_ACTIONS):
-            return [f"n_stages={n!r}, n_microbatches={m!r}: whole numbers >= 1 are needed, and at most "
-                    f"{MAX_ACTIONS:,} actions (3 x n_stages x n_microbatches, and in the orders)"]
-        keyed = _keyed(schedule)
-        return _bookkeeping(schedule, keyed) + _deadlock(schedule, keyed)
-    except (AttributeError, LookupError, TypeError) as err:
-        return [f"cannot read this schedule ({type(err).__name__}: {err}): it needs one list of actions per "
-                "device, each Action(0, Kind.F, 0) or Action.parse('0F0'), and a device number per stage"]
+    return _checked(schedule)[0]
 
 
 def validate(schedule: Schedule) -> None:
@@ -291,8 +265,30 @@ def validate(schedule: Schedule) -> None:
 
 
 def execution_order(schedule: Schedule) -> list[Action]:
-    """One valid global order of all actions (the devices' turns of ``_run``), for an engine that runs
-    them one at a time. The schedule is validated first."""
-    validate(schedule)
-    ran, _ = _run(schedule, _keyed(schedule))
+    """Every action of a valid `schedule`, in one order that respects what each needs: the devices'
+    turns of ``_run``. The validator, the simulator and the local engine all run a schedule in this
+    order (a ScheduleError, with every problem, if it cannot run)."""
+    problems, ran = _checked(schedule)
+    if problems:
+        raise ScheduleError(getattr(schedule, "name", "?"), problems)
     return [schedule.orders[d][i] for d, i in ran]
+
+
+def _checked(schedule: Schedule) -> tuple[list[str], list[tuple[int, int]]]:
+    """(every problem, the (device, position) of each action in the order it ran)."""
+    try:  # students' odd input (text for an action, a flat list of actions) gets a message, not a crash
+        n, m = schedule.n_stages, schedule.n_microbatches
+        whole = type(n) is int and type(m) is int and min(n, m) >= 1  # before 3 * n * m: "4" * 10**9 is huge
+        if not (whole and max(3 * n * m, sum(len(order) for order in schedule.orders)) <= MAX_ACTIONS):
+            return [
+                f"n_stages={n!r}, n_microbatches={m!r}: whole numbers >= 1 are needed, and at most "
+                f"{MAX_ACTIONS:,} actions (3 x n_stages x n_microbatches, and in the orders)"
+            ], []
+        keyed = _keyed(schedule)
+        ran, position = _run(schedule, keyed)
+        return _bookkeeping(schedule, keyed) + _deadlock(schedule, keyed, ran, position), ran
+    except (AttributeError, LookupError, TypeError) as err:
+        return [
+            f"cannot read this schedule ({type(err).__name__}: {err}): it needs one list of actions per "
+            "device, each Action(0, Kind.F, 0) or Action.parse('0F0'), and a device number per stage"
+        ], []

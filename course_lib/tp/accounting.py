@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import course_lib.schedules  # noqa: F401  (registers every schedule by name in the shelf's registry)
+from course_lib.shelf.costs import ring_all_reduce_bytes
 from course_lib.shelf.errors import require
-from course_lib.shelf.links import ring_all_reduce_bytes
-from course_lib.shelf.messages import FORWARD, messages
-from course_lib.shelf.registry import build_schedule
-from course_lib.shelf.schedule import Schedule
+from course_lib.shelf.first_schedules import build_schedule
+from course_lib.shelf.schedule import FORWARD, Schedule, messages
 from course_lib.shelf.timeline import format_bytes
 from course_lib.tp.comm import CommLog
 

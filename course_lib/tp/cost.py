@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from course_lib.shelf.costs import Link, ring_all_reduce_s
 from course_lib.shelf.errors import require
-from course_lib.shelf.links import Link, ring_all_reduce_s
 
 TP_OVERLAPS = False  # the model's assumption: every TP all-reduce blocks the next matmul (module docstring)
 

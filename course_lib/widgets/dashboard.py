@@ -40,11 +40,9 @@ import ipywidgets as widgets
 from course_lib.network import PRESETS
 from course_lib.plots import format_bytes
 from course_lib.schedules.closed_forms import Case
-from course_lib.shelf.checks import whole
-from course_lib.shelf.errors import require
-from course_lib.shelf.links import FREE, Link
-from course_lib.shelf.registry import SCHEDULES, resolve_name
-from course_lib.shelf.sim_inputs import check_costs
+from course_lib.shelf.costs import FREE, Link, check_costs
+from course_lib.shelf.errors import require, whole
+from course_lib.shelf.first_schedules import SCHEDULES, resolve_name
 from course_lib.shelf.simulator import StageCosts, simulate_named
 from course_lib.shelf.timeline import Timeline
 from course_lib.widgets.controls import WRAP_AT_SPACES, Shown, wide_slider

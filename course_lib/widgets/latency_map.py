@@ -37,9 +37,9 @@ from course_lib.geo import distance_km, load_sites, site
 from course_lib.network import Gbit, site_link
 from course_lib.plots import plot_timeline
 from course_lib.schedules.latency_aware import extra_in_flight, flush_bound, latency_aware_1f1b
+from course_lib.shelf.costs import Link
 from course_lib.shelf.errors import CourseError, require
-from course_lib.shelf.links import Link
-from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.simulator import StageCosts, simulate
 from course_lib.shelf.timeline import Timeline
 from course_lib.widgets.controls import Shown, slider_size

@@ -26,8 +26,7 @@ import ipywidgets as widgets
 from course_lib.planner import MODELS, cluster, plan
 from course_lib.planner.cost import pipeline_timeline, played_microbatches
 from course_lib.planner.enumerate import Plan, Planned
-from course_lib.shelf.checks import whole
-from course_lib.shelf.errors import require
+from course_lib.shelf.errors import require, whole
 from course_lib.widgets.controls import WRAP_AT_SPACES, Shown
 from course_lib.widgets.gantt_png import GanttPNG, swatches_html
 

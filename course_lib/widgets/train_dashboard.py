@@ -27,9 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from course_lib.lessons.runs import LessonRun, train_pipeline
-from course_lib.shelf.checks import whole
 from course_lib.shelf.costs import StageCosts, costs_from
-from course_lib.shelf.errors import require
+from course_lib.shelf.errors import require, whole
 from course_lib.widgets.dashboard import DashboardConfig, PipelineDashboard, scaled
 from course_lib.widgets.run_panel import RunControl
 

@@ -13,10 +13,9 @@ from course_lib.schedules.controllable_memory import v_half_memory, v_min_memory
 from course_lib.schedules.torch_csv import read_csv, write_csv
 from course_lib.schedules.torch_orders import torch_schedule
 from course_lib.schedules.v_shape import v_placement
-from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.costs import Link, StageCosts
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.links import Link
-from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.schedule import Schedule
 from course_lib.shelf.simulator import simulate
 from course_lib.shelf.validate import check

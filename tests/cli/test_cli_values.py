@@ -13,8 +13,8 @@ import torch
 
 from course_lib import cli, plots
 from course_lib.cli import flags, main, simulate, torchrun, train
-from course_lib.shelf.errors import CourseError
-from course_lib.shelf.registry import LIMITS, check_sizes
+from course_lib.shelf.errors import LIMITS, CourseError
+from course_lib.shelf.first_schedules import check_sizes
 
 SIM = ["simulate", "--schedule", "1f1b", "--stages", "2", "--microbatches", "2"]
 TINY = ["--layers", "2", "--width", "16", "--heads", "2", "--seq-len", "16", "--batch-size", "4",
@@ -155,7 +155,7 @@ def test_a_schedule_too_large_to_simulate_is_refused_naming_the_limit(sizes, pro
 def test_check_sizes_takes_up_to_the_limit_and_no_more():
     most = LIMITS["actions"] // 3
     check_sizes(1, most)  # exactly at the limit: accepted (nothing is built here)
-    with pytest.raises(CourseError, match="course_lib.shelf.registry.LIMITS"):
+    with pytest.raises(CourseError, match="course_lib.shelf.errors.LIMITS"):
         check_sizes(1, most + 1)
 
 

@@ -7,7 +7,7 @@ import pytest
 from course_lib import cli
 from course_lib.schedules.torch_csv import from_csv_text, read_csv, to_csv_text, write_csv
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.registry import SCHEDULES, build_schedule
+from course_lib.shelf.first_schedules import SCHEDULES, build_schedule
 from course_lib.shelf.validate import check
 
 

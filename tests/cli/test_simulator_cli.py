@@ -7,7 +7,7 @@ import json
 import pytest
 
 from course_lib.cli import main
-from course_lib.shelf.registry import SCHEDULES
+from course_lib.shelf.first_schedules import SCHEDULES
 
 
 def test_json_has_the_promised_fields(capsys):

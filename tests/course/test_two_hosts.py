@@ -30,10 +30,10 @@ from support.two_hosts import (
 
 from course_lib.cli.torchrun import missing_peer_line, rendezvous_timeout
 from course_lib.lessons.scale_out import replay
+from course_lib.shelf.costs import Link
 from course_lib.shelf.distributed_engine import launch, make_spec
-from course_lib.shelf.links import Link
-from course_lib.shelf.messages import messages
 from course_lib.shelf.reference import TrainConfig
+from course_lib.shelf.schedule import messages
 
 
 def on_two_hosts(test):

@@ -13,8 +13,8 @@ from course_lib.cli import main, torchrun
 from course_lib.shelf.data import split_microbatches
 from course_lib.shelf.distributed_engine import MAX_LOCAL_RANKS, Fault, launch, make_spec
 from course_lib.shelf.errors import CourseError
+from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.reference import TrainConfig, reference_run
-from course_lib.shelf.registry import build_schedule
 from course_lib.tp.mesh import Mesh, replica_share
 
 TINY = dict(n_layers=4, d_model=16, n_heads=2, seq_len=16, batch_size=8, steps=2)

@@ -8,8 +8,8 @@ import torch
 
 from course_lib.shelf import p2p as comm
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.messages import incoming_messages, messages
-from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.first_schedules import build_schedule
+from course_lib.shelf.schedule import incoming_messages, messages
 
 SHAPE = (2, 8, 4)  # one micro-batch's activations: samples, tokens, width
 

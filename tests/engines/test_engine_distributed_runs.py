@@ -8,11 +8,11 @@ import tempfile
 import pytest
 from support.distributed_runs import TINY, assert_matches_reference, specs_for
 
+from course_lib.shelf.costs import Link
 from course_lib.shelf.distributed_engine import DistributedError, launch, make_spec, run_distributed
-from course_lib.shelf.links import Link
+from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.rank_loop import Fault
 from course_lib.shelf.reference import TrainConfig
-from course_lib.shelf.registry import build_schedule
 
 pytestmark = pytest.mark.processes
 

@@ -84,7 +84,7 @@ def test_loss_curve_equals_the_reference(corpus):
 
 
 def test_timeline_is_measured_compute_and_follows_the_schedule(corpus):
-    from course_lib.shelf.links import Link
+    from course_lib.shelf.costs import Link
 
     result = LocalPipelineTrainer(small_cfg(steps=2), "gpipe", 4, corpus=corpus).train(progress=False)
     tl = result.timeline

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from course_lib.shelf.costs import Link
 from course_lib.shelf.distributed_engine import launch, make_spec
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.links import Link
 from course_lib.shelf.reference import TrainConfig, train
 
 pytest.importorskip("torch.distributed.pipelining", reason="torch without distributed pipelining")

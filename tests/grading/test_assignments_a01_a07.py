@@ -55,7 +55,7 @@ def run_test_cell(assignment: str, grade_id: str, student_code: str) -> str:
 def test_answers_taken_from_the_library_fail_the_hidden_tests():
     """The hidden tests switch the library's answers off while the student's function runs."""
     borrowed_zb = """
-from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.first_schedules import build_schedule
 def my_zb_h1(p, m):
     return build_schedule("zb-h1", p, m)
 """

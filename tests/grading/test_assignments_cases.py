@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from support.assignments import run_test_cell
 
-from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.first_schedules import build_schedule
 
 
 def test_wrong_gpipe_is_told_which_action_waits_for_which_on_which_device():
@@ -43,7 +43,7 @@ def test_wrong_numbers_get_direction_a_coarse_size_and_hint_not_the_value():
 
 def test_calling_the_library_builder_is_refused_while_graded():
     shortcut = (
-        "from course_lib.shelf.registry import build_schedule\n"
+        "from course_lib.shelf.first_schedules import build_schedule\n"
         "my_1f1b = lambda p, m: build_schedule('1f1b', p, m)"
     )
     message = run_test_cell("a04_one_f_one_b", "a2_test_valid", shortcut)

@@ -9,7 +9,7 @@ from course_lib.balance import LayerProfile
 from course_lib.grading.wan_checks import strongest_throughput
 from course_lib.lessons.wan_plan import WanPlan, WanProblem, check_plan, throughput
 from course_lib.shelf.errors import MAX_CHARS, MAX_LINES
-from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.schedule import Schedule
 
 
@@ -185,7 +185,7 @@ def test_a_long_problem_list_is_capped():
 
 def test_without_switches_a_library_function_off_and_back_on():
     from course_lib.grading.guard import without
-    from course_lib.shelf import registry as builders
+    from course_lib.shelf import first_schedules as builders
 
     alias = builders.one_f_one_b  # a name a student imported before the check ran
     with without(builders.one_f_one_b, why="write it yourself"):

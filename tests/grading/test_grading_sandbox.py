@@ -23,7 +23,7 @@ pytestmark = pytest.mark.processes
 @pytest.fixture(scope="module")
 def box():
     sandbox_or_skip()
-    gates = ("course_lib.shelf.registry:one_f_one_b",)
+    gates = ("course_lib.shelf.first_schedules:one_f_one_b",)
     with sandbox.Sandbox(sandbox.Limits(request_s=4, output_chars=2000), gates=gates) as box:
         output, error, names = box.exec("def double(x):\n    return 2 * x\nprint('ready')")
         assert (output, error, names["double"]) == ("ready\n", None, {"kind": "callable"})
@@ -186,11 +186,11 @@ def test_what_a_cell_prints_comes_back_with_that_cell_and_no_other(box):
 
 def test_a_switched_off_function_stays_off_in_copies_made_before_the_call(box):
     box.exec(
-        "import types\nfrom course_lib.shelf.registry import one_f_one_b\n"
+        "import types\nfrom course_lib.shelf.first_schedules import one_f_one_b\n"
         "copy = types.FunctionType(one_f_one_b.__code__, one_f_one_b.__globals__)\n"
         "def attack(p, m):\n    return copy(p, m)\n"
     )
     assert box.call("attack", (2, 2)).n_devices == 2  # not graded: the library works
-    off = {"course_lib.shelf.registry:one_f_one_b": "write 1F1B yourself"}
+    off = {"course_lib.shelf.first_schedules:one_f_one_b": "write 1F1B yourself"}
     with pytest.raises(sandbox.StudentError, match="one_f_one_b is switched off while your code is graded"):
         box.call("attack", (2, 2), off=off)

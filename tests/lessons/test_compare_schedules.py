@@ -10,7 +10,7 @@ import pytest
 
 from course_lib.lessons.compare_schedules import Candidate, compare, format_table, plot_comparison
 from course_lib.schedules.latency_aware import plain_1f1b_step
-from course_lib.shelf.links import Link
+from course_lib.shelf.costs import Link
 
 
 def by_label(rows):

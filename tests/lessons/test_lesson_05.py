@@ -62,7 +62,7 @@ def test_under_the_lessons_budget_only_the_memory_and_optimal_splits_fit(prof):
 
 # ---- the widget of sec 5 (course_lib/widgets/budget_cuts.py) -----------------------------------------
 def _step_of(prof):
-    from course_lib.shelf.registry import build_schedule
+    from course_lib.shelf.first_schedules import build_schedule
     from course_lib.shelf.simulator import StageCosts, simulate
 
     def step(part, p):  # as the lesson's simulated_step: stage cost = summed layer times, F:B = 1:2

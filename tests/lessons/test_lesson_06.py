@@ -18,8 +18,8 @@ from course_lib.schedules.latency_aware import (
     latency_aware_1f1b,
     plain_1f1b_step,
 )
-from course_lib.shelf.links import Link
-from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.costs import Link
+from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.simulator import StageCosts, simulate
 
 BOUNDARY = 64 * 2**20  # b*s*h bf16 values at h = 8192, s = 4096, b = 1 (Narayanan et al. 2021, sec. 3.2)

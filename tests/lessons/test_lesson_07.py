@@ -9,8 +9,8 @@ import pytest
 from course_lib.lessons.compare_schedules import Candidate, compare
 from course_lib.lessons.runs import train_pipeline
 from course_lib.schedules.closed_forms import Case
-from course_lib.shelf.links import Link
-from course_lib.shelf.registry import SCHEDULES, build_schedule
+from course_lib.shelf.costs import Link
+from course_lib.shelf.first_schedules import SCHEDULES, build_schedule
 from course_lib.shelf.simulator import StageCosts, simulate
 
 ONE_F_ONE_B, ZB_H1 = Candidate("1F1B", "1f1b"), Candidate("ZB-H1", "zb-h1")
@@ -121,7 +121,7 @@ def test_measured_1f1b_and_zb_h1_train_alike_and_only_zb_h1_splits_the_backward(
 # ---- 07b secs 2-3, 07a sec 2, 07c secs 1 and 3: ZB-H2, interleaved ZB, looped BFS, V-shape, the registry
 def test_zb_h2_has_no_idle_inside_any_device_and_wins_the_step_when_w_is_cheaper_than_i():
     from course_lib.lessons.compare_schedules import idle_inside
-    from course_lib.shelf.registry import build_schedule
+    from course_lib.shelf.first_schedules import build_schedule
     from course_lib.shelf.simulator import simulate
 
     steps = {}

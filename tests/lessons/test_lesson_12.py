@@ -11,7 +11,7 @@ from course_lib.lessons.pp_dp import (
     zero_traffic,
 )
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.simulator import StageCosts, simulate
 
 P, M = 4, 8

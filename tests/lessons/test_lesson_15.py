@@ -13,9 +13,8 @@ from course_lib.lessons.inference import (
     pipelined_logits,
     request_latencies,
 )  # fmt: skip
-from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.costs import Link, StageCosts
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.links import Link
 from course_lib.shelf.model import ModelConfig, build_model
 from course_lib.shelf.simulator import simulate
 

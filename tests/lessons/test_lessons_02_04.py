@@ -12,9 +12,9 @@ import torch
 
 from course_lib.shelf.costs import costs_from
 from course_lib.shelf.errors import CourseError
+from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.local_engine import LocalPipelineTrainer, TrainingStopped
 from course_lib.shelf.reference import TrainConfig
-from course_lib.shelf.registry import build_schedule
 from course_lib.shelf.timeline import MEASURED_COMPUTE, SIMULATED
 from course_lib.shelf.validate import check
 from course_lib.widgets.train_dashboard import TrainSettings, training_dashboard

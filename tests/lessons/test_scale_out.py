@@ -8,10 +8,9 @@ import pytest
 from support.committed import output_text, source
 
 from course_lib.lessons.scale_out import replay, torchrun_commands
-from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.costs import Link, StageCosts
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.links import Link
-from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.simulator import simulate
 from course_lib.shelf.timeline import MEASURED_COMPUTE
 

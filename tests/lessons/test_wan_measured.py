@@ -25,11 +25,11 @@ import pytest
 
 from course_lib.lessons.wan_measured import WanExperiment, WanRun, run_wan_experiment
 from course_lib.schedules.latency_aware import latency_aware_1f1b
+from course_lib.shelf.costs import Link
 from course_lib.shelf.distributed_engine import make_spec
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.links import Link
+from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.reference import TrainConfig
-from course_lib.shelf.registry import build_schedule
 from course_lib.shelf.schedule import Action, Kind, Schedule
 from course_lib.shelf.simulator import StageCosts, simulate
 

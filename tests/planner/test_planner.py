@@ -21,8 +21,8 @@ from course_lib.planner.layout import Layout
 from course_lib.planner.memory import memory_per_gpu, parameters_per_gpu
 from course_lib.planner.published import CALIBRATION, ROWS, calibrate, predict, predicted_tflops
 from course_lib.planner.shapes import model
+from course_lib.shelf.costs import Link, ring_all_reduce_s
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.links import Link, ring_all_reduce_s
 
 SELENE = cluster("a100-selene")
 T1 = model("megatron-1t")

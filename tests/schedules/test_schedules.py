@@ -7,7 +7,14 @@ from __future__ import annotations
 import pytest
 
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.registry import SCHEDULES, build_schedule, gpipe, naive, one_f_one_b, resolve_name
+from course_lib.shelf.first_schedules import (
+    SCHEDULES,
+    build_schedule,
+    gpipe,
+    naive,
+    one_f_one_b,
+    resolve_name,
+)
 from course_lib.shelf.schedule import Action
 from course_lib.shelf.validate import check
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 import pytest
 
 from course_lib.schedules.closed_forms import Case, gpipe_bubble, megatron
-from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.costs import Link, StageCosts
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.links import Link
-from course_lib.shelf.registry import SCHEDULES, build_schedule
+from course_lib.shelf.first_schedules import SCHEDULES, build_schedule
 from course_lib.shelf.simulator import simulate
 
 # one stage's (F, I, W): uniform, and ratios either side of the zero-bubble condition W <= min(F, I)

@@ -23,13 +23,12 @@ from course_lib.lessons.compare_schedules import idle_inside
 from course_lib.schedules.closed_forms import Case
 from course_lib.schedules.torch_csv import from_csv_text, read_csv, to_csv_text, write_csv
 from course_lib.schedules.torch_orders import torch_order, torch_schedule
-from course_lib.shelf.costs import StageCosts
+from course_lib.shelf.costs import Link, StageCosts
 from course_lib.shelf.distributed_engine import launch
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.links import Link
+from course_lib.shelf.first_schedules import SCHEDULES, build_schedule, resolve_name
 from course_lib.shelf.local_engine import LocalPipelineTrainer
 from course_lib.shelf.reference import TrainConfig, max_grad_diff, reference_gradients
-from course_lib.shelf.registry import SCHEDULES, build_schedule, resolve_name
 from course_lib.shelf.simulator import simulate
 from course_lib.shelf.validate import check
 
@@ -80,7 +79,7 @@ def test_torchs_class_name_is_interleaved_zb_which_at_v1_is_zb_h1():
 
 
 def test_a_second_owner_for_a_name_is_refused():
-    from course_lib.shelf.registry import ScheduleInfo, register
+    from course_lib.shelf.first_schedules import ScheduleInfo, register
 
     info = SCHEDULES["zb-h1"]
     with pytest.raises(CourseError, match="'zbh2' already belongs to 'zb-h2'"):

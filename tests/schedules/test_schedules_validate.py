@@ -10,7 +10,7 @@ import pytest
 
 from course_lib.shelf import validate as validate_module
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.registry import SCHEDULES, build_schedule
+from course_lib.shelf.first_schedules import SCHEDULES, build_schedule
 from course_lib.shelf.schedule import Action, Kind, Schedule, dependencies
 from course_lib.shelf.validate import ScheduleError, check, describe, execution_order, validate
 
@@ -113,7 +113,7 @@ def test_execution_order_is_a_valid_global_order(name):
     assert sorted(order) == sorted(s.actions())  # everything, once
     seen: set[Action] = set()
     for action in order:  # dependencies first
-        assert all(n in seen for n in dependencies(action, s.n_stages, s.split_backward)), action
+        assert all(n in seen for n in dependencies(action, s)), action
         seen.add(action)
     for d, device_order in enumerate(s.orders):  # each device's own order is kept
         assert [a for a in order if s.device_of(a.stage) == d] == device_order
@@ -130,16 +130,6 @@ def test_execution_order_refuses_a_deadlocked_schedule():
     s.orders[1].reverse()
     with pytest.raises(ScheduleError, match="deadlock: device 1 is stuck at 1B1"):
         execution_order(s)
-
-
-def test_fast_tuple_dependencies_agree_with_the_ir():
-    from course_lib.shelf.validate import _key, _needs
-
-    for name in SCHEDULES:
-        s = build_schedule(name, 3, 6, 2 if SCHEDULES[name].uses_virtual else 1)
-        for action in s.actions():
-            expected = tuple(_key(a) for a in dependencies(action, s.n_stages, s.split_backward))
-            assert _needs(_key(action), s.n_stages, s.split_backward) == expected
 
 
 def test_the_docstring_example_is_a_real_deadlock():

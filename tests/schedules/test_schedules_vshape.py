@@ -19,11 +19,10 @@ from course_lib.schedules.torch_csv import read_csv, to_csv_text, write_csv
 from course_lib.schedules.torch_orders import torch_order, torch_schedule
 from course_lib.shelf.costs import StageCosts
 from course_lib.shelf.errors import CourseError
+from course_lib.shelf.first_schedules import SCHEDULES, build_schedule, resolve_name
 from course_lib.shelf.local_engine import LocalPipelineTrainer
-from course_lib.shelf.messages import local_producer, messages
 from course_lib.shelf.reference import TrainConfig, reference_gradients, reference_run
-from course_lib.shelf.registry import SCHEDULES, build_schedule, resolve_name
-from course_lib.shelf.schedule import Action, Kind
+from course_lib.shelf.schedule import Action, Kind, local_producer, messages
 from course_lib.shelf.simulator import simulate
 from course_lib.shelf.validate import check
 

@@ -31,7 +31,7 @@ from support.torch_orders import ours_or_none, same, theirs_or_none
 from course_lib.schedules.torch_csv import read_csv, write_csv
 from course_lib.schedules.torch_orders import torch_order, torch_schedule
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.schedule import Action, Kind
 from course_lib.shelf.validate import check
 

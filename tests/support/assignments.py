@@ -19,7 +19,7 @@ import pytest
 
 from course_lib.balance import inflight_per_stage
 from course_lib.grading.sandbox import unavailable
-from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.first_schedules import build_schedule
 from support.paths import REPO_ROOT
 
 COURSE = REPO_ROOT / "notebooks" / "assignments"

@@ -6,7 +6,7 @@ import pytest
 
 from course_lib.schedules.torch_orders import torch_order
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.first_schedules import build_schedule
 
 
 def theirs_or_none(schedule: str, p: int, m: int, v: int = 1):

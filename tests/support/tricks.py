@@ -61,7 +61,7 @@ LIBRARY_COPY = {  # a copy of the library's answer, made before the grader switc
     "_copy = types.FunctionType(_cf.gpipe_bubble.__code__, _cf.gpipe_bubble.__globals__)\n"
     "idle_fraction = lambda p, m: _copy(p, m)\n"
     "bubble_over_ideal = lambda p, m: _copy(p, m, convention='megatron')",
-    "a04_one_f_one_b": "import types\nfrom course_lib.shelf import registry as _b\n"
+    "a04_one_f_one_b": "import types\nfrom course_lib.shelf import first_schedules as _b\n"
     "_copy = types.FunctionType(_b.one_f_one_b.__code__, _b.one_f_one_b.__globals__)\n"
     "my_1f1b = lambda p, m: _copy(p, m)",
 }

@@ -3,9 +3,8 @@
 import pytest
 
 from course_lib.cli import main as main_for_tests
-from course_lib.shelf.costs import StageCosts
-from course_lib.shelf.links import Link, ring_all_reduce_s
-from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.costs import Link, StageCosts, ring_all_reduce_s
+from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.simulator import simulate
 from course_lib.tp.accounting import Workload, comparison_rows, pp_log_from_schedule, pp_sends, tp_allreduces
 from course_lib.tp.cost import Scenario, crossover_latency, pp_step, stall_fraction, tp_step

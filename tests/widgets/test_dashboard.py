@@ -10,7 +10,7 @@ import ipywidgets as widgets
 import pytest
 
 from course_lib.network import PRESETS
-from course_lib.shelf.links import Link
+from course_lib.shelf.costs import Link
 from course_lib.shelf.simulator import StageCosts
 from course_lib.shelf.timeline import MEASURED, Timeline
 from course_lib.widgets.controls import DESCRIPTION_PX, READOUT_PX

@@ -10,8 +10,8 @@ from course_lib.planner.layout import Layout
 from course_lib.planner.memory import memory_per_gpu
 from course_lib.schedules.closed_forms import Case
 from course_lib.schedules.latency_aware import extra_in_flight, plain_1f1b_step
-from course_lib.shelf.links import Link
-from course_lib.shelf.registry import SCHEDULES, build_schedule
+from course_lib.shelf.costs import Link
+from course_lib.shelf.first_schedules import SCHEDULES, build_schedule
 from course_lib.shelf.simulator import StageCosts, simulate
 from course_lib.tp.accounting import pp_log_from_schedule, pp_sends
 

@@ -13,7 +13,7 @@ from course_lib.lessons.microbatch import predicted_step_ms
 from course_lib.lessons.pp_dp import last_backwards, step_with_dp, zero_traffic
 from course_lib.lessons.recompute import at_scale
 from course_lib.schedules.closed_forms import gpipe_bubble
-from course_lib.shelf.registry import build_schedule
+from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.simulator import StageCosts, simulate
 
 

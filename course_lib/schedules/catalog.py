@@ -1,113 +1,36 @@
-"""The registry of every schedule, with what derives from it, and ``build_schedule`` by name.
+"""The registry's entries for every schedule the rooms hold, and the closed forms of the shelf's three.
 
-Each entry names its builder (``basic.py``: naive, GPipe, 1F1B; ``interleaved.py``, ``looped.py``,
-``zero_bubble.py``, ``v_shape.py``, ``controllable_memory.py``, ``latency_aware.py``), its closed-form
-bubble and peak in flight with the range where each holds (``closed_forms.py``), its paper and its
-PyTorch class.
+Importing ``course_lib.schedules`` (or any module in it) runs this once: each schedule of
+``interleaved.py``, ``looped.py``, ``zero_bubble.py``, ``v_shape.py``, ``controllable_memory.py`` and
+``latency_aware.py`` joins the shelf's registry (course_lib/shelf/first_schedules.py) with its closed-form
+bubble and peak in flight (``closed_forms.py``), its paper and its PyTorch class; naive, GPipe and 1F1B,
+which the shelf registers itself, get their closed forms here.
 
-Try it::
-
-    from course_lib.shelf.registry import build_schedule, SCHEDULES
-    print(build_schedule("1f1b", n_devices=4, n_microbatches=8))
+    import course_lib.schedules
+    from course_lib.shelf.first_schedules import SCHEDULES
     for name, info in SCHEDULES.items():
         print(name, "-", info.description, "- bubble", info.bubble.text, "for", info.bubble.where)
-
-Names are case-insensitive, and PyTorch's class names work too: ``"GPipe"``, ``"Schedule1F1B"``,
-``"Interleaved1F1B"``.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 
 from course_lib.schedules import closed_forms, controllable_memory, v_shape, zero_bubble
-from course_lib.schedules.closed_forms import ClosedForm
 from course_lib.schedules.interleaved import interleaved_1f1b
 from course_lib.schedules.latency_aware import latency_aware_1f1b
 from course_lib.schedules.looped import looped_bfs
 from course_lib.schedules.zero_bubble import interleaved_zero_bubble, zb_h1, zb_h2
-from course_lib.shelf.basic_schedules import LIMITS, check_sizes, gpipe, naive, one_f_one_b, within_limit
-from course_lib.shelf.errors import require
+from course_lib.shelf.first_schedules import SCHEDULES, ScheduleInfo, register
 from course_lib.shelf.schedule import Schedule
 
-# the basic builders and the size limits, importable from here too (lessons and tests do)
-__all__ = ["LIMITS", "SCHEDULES", "ScheduleInfo", "build_schedule", "check_sizes", "gpipe", "naive",
-           "one_f_one_b", "resolve_name", "within_limit"]
-
-
-@dataclass(frozen=True)
-class ScheduleInfo:
-    """What the CLI, the dashboard, the plots and the notebooks need to know about a schedule."""
-
-    name: str
-    build: Callable[..., Schedule]  # build(n_devices, n_microbatches[, virtual])
-    description: str
-    constraints: str
-    bubble: ClosedForm  # idle share of the step, with the range where the formula holds
-    peak: ClosedForm  # micro-batches in flight on the busiest device
-    paper: str
-    torch_class: str | None = None  # the matching class in torch.distributed.pipelining, if any
-    uses_virtual: bool = False  # True if the builder takes v stages per device
-    fixed_virtual: int | None = None  # the only v it takes, if it takes one only (V shape: 2)
-    # whether torch_class is also a name of this entry; False where another entry owns that name
-    torch_alias: bool = True
-
-    @property
-    def default_virtual(self) -> int:
-        """v when none is given: the fixed one, 2 for interleaving, else 1."""
-        return self.fixed_virtual or (2 if self.uses_virtual else 1)
-
-
-SCHEDULES: dict[str, ScheduleInfo] = {}
-
-
-def register(info: ScheduleInfo, *aliases: str) -> None:
-    """Add a schedule to SCHEDULES; `aliases` are extra names build_schedule accepts."""
-    names = (info.name, info.torch_class if info.torch_alias else None, *aliases)
-    for alias in filter(None, names):
-        owner = _ALIASES.get(_normalise(alias), info.name)
-        require(owner == info.name, f"schedule name {alias!r} already belongs to {owner!r}")
-    SCHEDULES[info.name] = info
-    for alias in filter(None, names):
-        _ALIASES[_normalise(alias)] = info.name
-
-
-_ALIASES: dict[str, str] = {}
-
-
-def _normalise(name: str) -> str:
-    # "Schedule1F1B", "1F1B", "1f1b" and "one-f-one-b" spellings all meet here
-    key = re.sub(r"[^a-z0-9]", "", name.lower())
-    return key.removeprefix("schedule") or key
-
-
-def resolve_name(name: str) -> str:
-    """The canonical name (a key of SCHEDULES) for `name` or one of its aliases."""
-    require(isinstance(name, str), f"schedule name must be a string, got {name!r}")
-    canonical = _ALIASES.get(_normalise(name))
-    require(canonical is not None, f"unknown schedule {name!r}; choose one of: {', '.join(SCHEDULES)}")
-    return canonical
-
-
-def build_schedule(name: str, n_devices: int, n_microbatches: int, virtual: int | None = None) -> Schedule:
-    """Build schedule `name` for p = `n_devices` devices and m = `n_microbatches` micro-batches.
-
-    `virtual` is the number of stages per device (v); only interleaved and V-shape schedules take v > 1
-    (V shape: exactly 2). None: the schedule's ``default_virtual`` (1, or 2 for those).
-    """
-    info = SCHEDULES[resolve_name(name)]
-    virtual = info.default_virtual if virtual is None else virtual
-    n_devices, n_microbatches, virtual = check_sizes(n_devices, n_microbatches, virtual)
-    if info.uses_virtual:
-        return info.build(n_devices, n_microbatches, virtual)
-    require(
-        virtual == 1,
-        f"schedule {info.name!r} puts one stage on each device, so virtual must be 1, got {virtual}; "
-        "use 'interleaved-1f1b' for several stages per device",
-    )
-    return info.build(n_devices, n_microbatches)
+_ANY_SIZES = "any p >= 1, m >= 1"
+for _name, _bubble, _peak in (
+    ("naive", closed_forms.NAIVE_BUBBLE, closed_forms.NAIVE_PEAK),
+    ("gpipe", closed_forms.FLUSH_BUBBLE, closed_forms.GPIPE_PEAK),
+    ("1f1b", closed_forms.FLUSH_BUBBLE, closed_forms.ONE_F_ONE_B_PEAK),
+):
+    register(replace(SCHEDULES[_name], bubble=_bubble, peak=_peak))
 
 
 def _latency_aware_1f1b(n_devices: int, n_microbatches: int) -> Schedule:
@@ -115,33 +38,6 @@ def _latency_aware_1f1b(n_devices: int, n_microbatches: int) -> Schedule:
     return latency_aware_1f1b(n_devices, n_microbatches, extra_per_link=1)
 
 
-_ANY_SIZES = "any p >= 1, m >= 1"
-register(
-    ScheduleInfo(
-        "naive", naive,
-        "one micro-batch at a time through the whole pipe: only one device works at any moment",
-        _ANY_SIZES, closed_forms.NAIVE_BUBBLE, closed_forms.NAIVE_PEAK,
-        "the baseline of GPipe (Huang et al. 2019, arXiv 1811.06965, Fig. 2b)",
-    ),
-    "sequential",
-)
-register(
-    ScheduleInfo(
-        "gpipe", gpipe, "all forwards, then all backwards (GPipe); holds all m micro-batches' activations",
-        _ANY_SIZES, closed_forms.FLUSH_BUBBLE, closed_forms.GPIPE_PEAK,
-        "GPipe (Huang et al. 2019, arXiv 1811.06965)", torch_class="ScheduleGPipe",
-    ),
-)
-register(
-    ScheduleInfo(
-        "1f1b", one_f_one_b,
-        "PipeDream-Flush: warm-up, one forward / one backward, cool-down; same bubble as GPipe, "
-        "at most p micro-batches held",
-        _ANY_SIZES, closed_forms.FLUSH_BUBBLE, closed_forms.ONE_F_ONE_B_PEAK,
-        "PipeDream-Flush (Narayanan et al. 2021, arXiv 2104.04473 sec 2.2.1)", torch_class="Schedule1F1B",
-    ),
-    "pipedream-flush", "oneFoneB",
-)
 register(
     ScheduleInfo(
         "interleaved-1f1b", interleaved_1f1b,
