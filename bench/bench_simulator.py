@@ -2,6 +2,11 @@
 
 Prints, each as the median of a few repeats:
 
+0. simulate 1F1B at p=8, m=32 through the shelf's plain loop, the validator's checks included: what a
+   lesson runs (target < 10 ms);
+
+Rows 1-4 run the fast path (course_lib.fast_simulator), chosen explicitly with ``fast=True``:
+
 1. simulate 1F1B at p=8, m=64 and render its Gantt chart to PNG (target <= 120 ms);
 2. simulate 1F1B at p=64, m=1024, 131k actions (target <= 0.30 s);
 3. our simulation time over torch.distributed.pipelining's ``_simulate_comms_compute`` on the same
@@ -13,7 +18,7 @@ Prints, each as the median of a few repeats:
 
 Run::
 
-    .venv/bin/python bench/bench_simulator.py            # all four
+    .venv/bin/python bench/bench_simulator.py            # all five
     .venv/bin/python bench/bench_simulator.py --repeats 3
     .venv/bin/python bench/bench_simulator.py --family   # only 4.
 """
@@ -30,6 +35,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import course_lib.fast_simulator  # noqa: E402, F401  (registers the fast path: fast=True below)
+import course_lib.schedules  # noqa: E402, F401  (registers every schedule by name)
 from course_lib.plots import save_timeline_png  # noqa: E402
 from course_lib.shelf.first_schedules import build_schedule  # noqa: E402
 from course_lib.shelf.simulator import simulate  # noqa: E402
@@ -56,11 +63,11 @@ def bench_gantt(repeats: int, name: str = "1f1b", virtual: int = 1, build: bool 
     schedule = build_schedule(name, 8, 64, virtual)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "gantt.png")
-        save_timeline_png(simulate(schedule), path)  # warm up matplotlib's font cache
+        save_timeline_png(simulate(schedule, fast=True), path)  # warm up matplotlib's font cache
 
         def run() -> None:
             built = build_schedule(name, 8, 64, virtual) if build else schedule
-            save_timeline_png(simulate(built), path)
+            save_timeline_png(simulate(built, fast=True), path)
 
         return median_seconds(run, repeats)
 
@@ -78,9 +85,16 @@ def bench_family(repeats: int) -> None:
         )
 
 
+def bench_lesson(repeats: int) -> float:
+    """Seconds per call of the plain loop on 1F1B at p=8, m=32 (validation included), the median of
+    `repeats` turns of 20 calls each (a call takes a few milliseconds; CPU seconds go to CPU_TIMES)."""
+    schedule = build_schedule("1f1b", 8, 32)
+    return median_seconds(lambda: [simulate(schedule, fast=False) for _ in range(20)], repeats) / 20
+
+
 def bench_large(repeats: int) -> float:
     schedule = build_schedule("1f1b", 64, 1024)
-    return median_seconds(lambda: simulate(schedule), repeats)
+    return median_seconds(lambda: simulate(schedule, fast=True), repeats)
 
 
 def bench_vs_torch(p: int, m: int, repeats: int) -> tuple[float, float] | str:
@@ -100,7 +114,7 @@ def bench_vs_torch(p: int, m: int, repeats: int) -> tuple[float, float] | str:
     ours, theirs = [], []
     for _ in range(repeats):  # taking turns, so that load from other processes hits both alike
         theirs.append(per_call(lambda: _simulate_comms_compute(with_comms, stage_to_rank, schedule.n_stages)))
-        ours.append(per_call(lambda: simulate(schedule)))
+        ours.append(per_call(lambda: simulate(schedule, fast=True)))
     return statistics.median(ours), statistics.median(theirs)
 
 
@@ -124,6 +138,11 @@ def main() -> None:
         bench_family(r)
         return
 
+    t = bench_lesson(r)
+    print(
+        f"0. 1F1B p=8, m=32 (512 actions): the plain loop, checks included: {t * 1e3:.2f} ms wall, "
+        f"{CPU_TIMES[-1] / 20 * 1e3:.2f} ms CPU (target < 10 ms)"
+    )
     t = bench_gantt(r)
     print(
         f"1. 1F1B p=8, m=64: simulate + Gantt PNG: {t * 1e3:.0f} ms wall, {CPU_TIMES[-1] * 1e3:.0f} ms CPU "

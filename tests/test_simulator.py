@@ -221,7 +221,7 @@ def test_dependencies_producers_and_consumers_are_one_rule():
      ("interleaved-1f1b", 2, 4, 2), ("interleaved-1f1b", 3, 6, 3), ("interleaved-1f1b", 1, 4, 2)],
 )  # fmt: skip
 def test_transfers_are_the_messages_the_schedule_derives(name, p, m, v):
-    # the simulator's routes come from schedules.messages: one transfer per message, same ends
+    # the simulator's routes come from schedule.message_of: one transfer per message, same ends
     s = build_schedule(name, p, m, virtual=v)
     tl = simulate(s, boundary_bytes=5, links=Link(latency_s=0.5))
     sent = sorted((str(t.action), t.src_device, t.dst_device, t.nbytes) for t in tl.transfers)
@@ -263,3 +263,28 @@ def test_timeline_index_follows_appended_spans():
     last = tl.spans_of(0)[-1]
     tl.spans.append(type(last)(0, Action(0, Kind.F, 5), 20.0, 21.0))
     assert tl.makespan == pytest.approx(21.0) and tl.busy(0) == pytest.approx(7.0)
+
+
+def test_the_shelf_simulates_alone_and_names_the_module_that_registers_the_rest():
+    # a fresh interpreter: the shelf's simulator imports nothing of course_lib outside the shelf (no
+    # fast path, no rooms), runs 1F1B through its loop, and says where the other schedules come from
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.first_schedules import build_schedule
+from course_lib.shelf.simulator import simulate
+print(simulate(build_schedule("1f1b", 4, 8)).bubble_fraction)
+try:
+    build_schedule("zb-v", 4, 8)
+except CourseError as err:
+    print(err)
+print(sorted(m for m in sys.modules if m.startswith("course_lib.") and not m.startswith("course_lib.shelf")))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    bubble, refusal, outside = out.splitlines()
+    assert float(bubble) == pytest.approx(3 / 11)
+    assert "unknown schedule 'zb-v'" in refusal and "import course_lib.schedules" in refusal
+    assert outside == "[]"

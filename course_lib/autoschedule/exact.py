@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 
+import course_lib.fast_simulator  # noqa: F401  (registers the fast path this module asks for: fast=True)
 from course_lib.shelf.costs import StageCosts
 from course_lib.shelf.errors import require
 from course_lib.shelf.schedule import Action, Kind, Schedule
@@ -53,7 +54,7 @@ def best_order(
     comm: float | Sequence[float] = 0.0,
 ) -> tuple[Schedule, float]:  # fmt: skip
     """The order with the shortest simulated step (the first found of equals) and that step."""
-    from course_lib.shelf.costs import Link  # noqa: PLC0415  the simulator sits a floor above the schedules
+    from course_lib.shelf.costs import Link  # noqa: PLC0415
     from course_lib.shelf.simulator import simulate  # noqa: PLC0415
 
     p, m = n_devices, n_microbatches
@@ -71,7 +72,7 @@ def best_order(
     for combo in itertools.product(*per_device):
         schedule = Schedule("exact", p, m, [list(o) for o in combo], list(range(p)), split_backward=True)
         try:
-            step = simulate(schedule, costs, links=links or None).makespan
+            step = simulate(schedule, costs, links=links or None, fast=True).makespan
         except ScheduleError:
             continue  # the orders deadlock against each other
         if best is None or step < best[1] - 1e-12:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import course_lib.fast_simulator  # noqa: F401  (registers the fast path this module asks for: fast=True)
 from course_lib.shelf.costs import StageCosts
 
 if TYPE_CHECKING:  # the simulator sits a floor above the schedules; imported where it is used
@@ -44,5 +45,5 @@ def simulated_score(
     from course_lib.shelf.costs import Link  # noqa: PLC0415
     from course_lib.shelf.simulator import simulate  # noqa: PLC0415
 
-    tl = simulate(schedule, costs, links=[Link(latency_s=c) for c in comm] or None)
+    tl = simulate(schedule, costs, links=[Link(latency_s=c) for c in comm] or None, fast=True)
     return score(tl.makespan, stage_span(tl), objective)

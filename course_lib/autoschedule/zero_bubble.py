@@ -60,8 +60,7 @@ from course_lib.shelf.first_schedules import check_sizes
 from course_lib.shelf.schedule import Schedule
 
 # the heuristic's engine lives in heuristic.py; these names are importable from here too
-__all__ = ["Problem", "Switches", "auto_zero_bubble", "grid", "heuristic_plans", "paper_memory", "problem",
-           "zb_1p", "zb_2p"]  # fmt: skip
+__all__ = ["Problem", "Switches", "auto_zero_bubble", "grid", "heuristic_plans", "paper_memory", "problem"]
 
 def paper_memory(hidden: int, heads: int, seq_len: int) -> float:
     """The share of a micro-batch's activations a pending W holds, as the Zero Bubble authors count it
@@ -122,14 +121,3 @@ def auto_zero_bubble(
         return found
     scores = [simulated_score(s, costs, pb.comm, objective) for s in seeds] + [best.score(objective)]
     return (seeds + [found])[scores.index(min(scores))]  # a handcrafted one where the heuristic only ties
-
-
-def zb_1p(n_devices: int, n_microbatches: int) -> Schedule:
-    """ZB-1p: the automatic scheduler at the paper's limit of p micro-batches (1F1B's memory), equal
-    costs, free links."""
-    return auto_zero_bubble(n_devices, n_microbatches, n_devices, name="zb-1p")
-
-
-def zb_2p(n_devices: int, n_microbatches: int) -> Schedule:
-    """ZB-2p: the automatic scheduler at the paper's limit of 2p micro-batches, equal costs, free links."""
-    return auto_zero_bubble(n_devices, n_microbatches, 2 * n_devices, name="zb-2p")

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import course_lib.fast_simulator  # noqa: F401  (registers the fast path this module asks for: fast=True)
 from course_lib.planner.clusters import Cluster
 from course_lib.planner.layout import Layout
 from course_lib.planner.memory import GRAD_BYTES, layers_per_stage, parameters_per_gpu
@@ -192,7 +193,7 @@ def pipeline_timeline(shape: ModelShape, cluster: Cluster, layout: Layout, m: in
     tf, tb = tp_times(shape, cluster, layout)
     share = StageCosts.fused(f + tf, b + tb)  # a device's share of the model
     nbytes, links = boundary_bytes(shape, layout.b), boundary_links(cluster, layout)
-    return simulate_named(layout.schedule, layout.p, m, layout.v, share, nbytes, links)
+    return simulate_named(layout.schedule, layout.p, m, layout.v, share, nbytes, links, fast=True)
 
 
 def played_microbatches(layout: Layout, global_batch: int) -> int:

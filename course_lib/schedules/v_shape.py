@@ -5,7 +5,7 @@
 A micro-batch goes down the devices and comes back up: a "V". Two things follow:
 
 - the message from stage p-1 to stage p (and its gradient back) never leaves device p-1: it is a
-  local hand-over, which ``schedules.messages`` already reads off the placement, so the simulator and
+  local hand-over, which ``schedule.message_of`` already reads off the placement, so the simulator and
   both engines treat it as free;
 - device 0, which holds the most micro-batches in flight under 1F1B, now also finishes them (it
   runs the last stage's backward first): its activations are released early and the memory spreads

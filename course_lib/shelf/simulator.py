@@ -3,9 +3,9 @@
 Rules, the same ones a real pipeline obeys:
 
 - each device runs its actions strictly in the order the schedule gives it;
-- an action starts when its device is free AND everything it depends on (``schedule.dependencies``,
-  the one rule) is in: its own stage's earlier work when that finished, its producer's output when it
-  arrived;
+- an action starts when its device is free AND everything it reads (``schedule.inputs_of``, the one
+  rule) is in: its own stage's earlier work when that finished, its producer's output when it arrived
+  (at once, when the producer is on the same device);
 - an output crosses to another device exactly when ``schedule.message_of`` says it does (the rule the
   engines use too); a dependency between stages on the same device costs nothing;
 - a receive waits for the last byte; a send, by the option ``sends`` (``SENDS``): "overlapped" (the
@@ -53,7 +53,7 @@ from course_lib.shelf.costs import (
 )
 from course_lib.shelf.errors import CourseError, require
 from course_lib.shelf.first_schedules import build_schedule
-from course_lib.shelf.schedule import Action, Kind, Schedule, dependencies, message_of
+from course_lib.shelf.schedule import Action, Key, Kind, Schedule, inputs_of, key_of, message_of
 from course_lib.shelf.timeline import SIMULATED, Span, Timeline, Transfer
 from course_lib.shelf.validate import execution_order
 
@@ -120,33 +120,34 @@ def play(
     """The simulator's loop: place every action, in an order its dependencies allow, at the time its
     device is free and its inputs are in; send its output if it crosses to another device. `nbytes`
     and `wires`: one per stage boundary. `blocking`: a sender waits for its message's last byte."""
-    f, i, w = costs.per_stage(schedule.n_stages)
-    seconds = {Kind.F: f, Kind.B: [a + b for a, b in zip(i, w, strict=True)], Kind.I: i, Kind.W: w}
+    n_st, split = schedule.n_stages, schedule.split_backward
+    f, i, w = costs.per_stage(n_st)
+    seconds = {"F": f, "B": [a + b for a, b in zip(i, w, strict=True)], "I": i, "W": w}
+    # which outputs cross devices depends only on stage and kind: ask the rule once for each
+    crossing = {(s, k.value): message_of(Action(s, k, 0), schedule) for s in range(n_st) for k in Kind}
     free = [0.0] * schedule.n_devices  # when each device is next free
-    ended: dict[Action, float] = {}  # when each action finished, on its own device
-    arrived: dict[Action, float] = {}  # when its output reached the device that reads it
+    ended: dict[Key, float] = {}  # when each action finished, on its own device
+    arrived: dict[Key, float] = {}  # when its output reached the device that reads it
     wire_free: dict[tuple[int, int], float] = {}  # (src, dst) -> when that wire is next idle
     spans: list[Span] = []
     transfers: list[Transfer] = []
     for action in execution_order(schedule):  # validates: a schedule that cannot run stops here
-        device = schedule.device_of(action.stage)
-        start = free[device]
-        for need in dependencies(action, schedule):
-            same_device = schedule.device_of(need.stage) == device
-            start = max(start, ended[need] if same_device else arrived[need])
-        end = start + seconds[action.kind][action.stage]
+        device, (stage, kind, mb) = schedule.device_of(action.stage), key_of(action)
+        own, producer = inputs_of(stage, kind, mb, n_st, split)  # the one rule (schedule.py)
+        start = max(free[device], ended[own] if own else 0.0, arrived[producer] if producer else 0.0)
+        end = start + seconds[kind][stage]
         spans.append(Span(device, action, start, end))
-        free[device] = ended[action] = arrived[action] = end
-        msg = message_of(action, schedule)
+        free[device] = ended[stage, kind, mb] = arrived[stage, kind, mb] = end
+        msg = crossing[stage, kind]
         if msg is not None:  # bandwidth serialises the messages on one wire; latency overlaps the next
             link, size = wires[msg.boundary], nbytes[msg.boundary]
             on_wire = size / link.bandwidth_Bps if size and math.isfinite(link.bandwidth_Bps) else 0.0
-            begin = max(end, wire_free.get((msg.src, msg.dst), 0.0))
-            wire_free[(msg.src, msg.dst)] = begin + on_wire
-            arrived[action] = begin + on_wire + link.latency_s
-            transfers.append(Transfer(device, msg.dst, action, begin, arrived[action], int(size)))
+            begin = max(end, wire_free.get((device, msg.dst), 0.0))
+            wire_free[(device, msg.dst)] = begin + on_wire
+            arrived[stage, kind, mb] = begin + on_wire + link.latency_s
+            transfers.append(Transfer(device, msg.dst, action, begin, arrived[stage, kind, mb], int(size)))
             if blocking:  # the sender is held until the last byte is in
-                free[device] = arrived[action]
+                free[device] = arrived[stage, kind, mb]
     return spans, transfers
 
 

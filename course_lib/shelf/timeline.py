@@ -1,4 +1,4 @@
-"""Timeline: what each device did, and when. Every chart and every bubble figure is read off one.
+"""Timeline: what each device did, and when (lessons 02-04, 08). Every chart and bubble figure reads one.
 
 A Timeline is made by the simulator (cost model only), by the local engine (measured compute times,
 simulated concurrency and links) or by the distributed engine (wall clock of real processes). It

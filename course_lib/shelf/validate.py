@@ -1,4 +1,7 @@
-"""Is this schedule runnable? The validator checks a Schedule and explains what is wrong, in words.
+"""Is this schedule runnable? The validator explains what is wrong, in words (lessons 02-04).
+
+It also holds the one "run a schedule in order" (:func:`execution_order`): the simulator and the local
+engine run a schedule's actions in the order it finds, so all three agree on what can run.
 
 Students' hand-written schedules go through here, so every message says which action, on which
 device, and why. Three kinds of problem are found:
