@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import math
 
+import course_lib.fast_simulator  # noqa: F401  (past lesson sizes simulate takes the fast path once imported)
 from course_lib.cli.flags import BANDWIDTH, COUNT, SECONDS, WHOLE, figure_path, print_json, save_chart
 from course_lib.schedules.closed_forms import Case, ClosedForm
 from course_lib.shelf.costs import Link
