@@ -16,7 +16,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from course_lib.schedules import closed_forms, controllable_memory, v_shape, zero_bubble
+# each module by its full name: `from course_lib.schedules import x` would read as importing this package
+import course_lib.schedules.closed_forms as closed_forms
+import course_lib.schedules.controllable_memory as controllable_memory
+import course_lib.schedules.v_shape as v_shape
+import course_lib.schedules.zero_bubble as zero_bubble
 from course_lib.schedules.interleaved import interleaved_1f1b
 from course_lib.schedules.latency_aware import latency_aware_1f1b
 from course_lib.schedules.looped import looped_bfs

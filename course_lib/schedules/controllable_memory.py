@@ -37,7 +37,7 @@ Try it::
 
 from __future__ import annotations
 
-from course_lib.schedules import closed_forms
+import course_lib.schedules.closed_forms as closed_forms
 from course_lib.schedules.closed_forms import Case, ClosedForm
 from course_lib.schedules.v_shape import V_STAGES_PER_DEVICE, check_virtual, v_placement
 from course_lib.shelf.schedule import Action, Kind, Schedule
