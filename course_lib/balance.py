@@ -30,12 +30,21 @@ from itertools import accumulate
 
 import torch
 
-from course_lib.saved_memory import SavedBytes
 from course_lib.shelf.errors import CourseError, require
-from course_lib.shelf.model import ToyGPT, count_parameters, layer_names, lm_loss
-from course_lib.shelf.partition import Partition, optimal, stage_totals, uniform
+from course_lib.shelf.local_engine import inflight_per_stage  # the plan checks fit with it too
+from course_lib.shelf.model import (
+    Partition,
+    ToyGPT,
+    count_parameters,
+    layer_names,
+    lm_loss,
+    optimal,
+    stage_totals,
+    uniform,
+)
 from course_lib.shelf.registry import build_schedule
-from course_lib.shelf.schedule import Kind, Schedule
+from course_lib.shelf.schedule import Schedule
+from course_lib.shelf.stage import SavedBytes
 from course_lib.shelf.timeline import format_bytes
 
 BYTES_PER_PARAM = 16  # weight 4 + gradient 4 + AdamW exp_avg 4 + exp_avg_sq 4 (fp32)
@@ -121,19 +130,6 @@ def profile_layers(
         time_s=[statistics.median(t) for t in times], activation_bytes=saved, batch_size=batch_size,
         seq_len=seq_len,
     )  # fmt: skip
-
-
-def inflight_per_stage(schedule: Schedule) -> list[int]:
-    """Most micro-batches whose activations each stage holds at once, read off the schedule's order
-    (a forward adds one, the backward that finishes it, B or W, releases it)."""
-    release = Kind.W if schedule.split_backward else Kind.B
-    peak = [0] * schedule.n_stages
-    for order in schedule.orders:
-        held: dict[int, int] = {}
-        for a in order:
-            held[a.stage] = held.get(a.stage, 0) + (a.kind is Kind.F) - (a.kind is release)
-            peak[a.stage] = max(peak[a.stage], held[a.stage])
-    return peak
 
 
 def _schedule(schedule: str | Schedule, n_stages: int, microbatches: int) -> Schedule:

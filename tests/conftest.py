@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib.shelf.data import load_corpus
+import course_lib.engines  # noqa: F401  (as the lessons and the CLI: the split backward registers itself)
+from course_lib.shelf.model import load_corpus
 
 torch.set_num_threads(1)  # 2-core CI: one thread per test process is faster and deterministic
 

@@ -18,8 +18,7 @@ from course_lib.balance import (
     stage_memory,
 )
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.model import ModelConfig, build_model
-from course_lib.shelf.partition import Partition, optimal, stage_totals, uniform
+from course_lib.shelf.model import ModelConfig, Partition, build_model, optimal, stage_totals, uniform
 from course_lib.shelf.registry import build_schedule
 
 

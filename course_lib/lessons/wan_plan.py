@@ -25,7 +25,7 @@ from course_lib.network import Gbit, site_link
 from course_lib.schedules.latency_aware import latency_aware_1f1b
 from course_lib.shelf.errors import require
 from course_lib.shelf.links import Link
-from course_lib.shelf.partition import uniform
+from course_lib.shelf.model import uniform
 from course_lib.shelf.registry import build_schedule
 from course_lib.shelf.schedule import Schedule
 from course_lib.shelf.simulator import StageCosts, simulate

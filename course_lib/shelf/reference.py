@@ -32,18 +32,21 @@ from tqdm.auto import tqdm
 
 from course_lib.shelf.basic_schedules import LIMITS, within_limit
 from course_lib.shelf.checks import is_number, memory_bytes, require_fits, shown, whole
-from course_lib.shelf.data import Corpus, check_microbatches, load_corpus, split_microbatches
-from course_lib.shelf.devices import resolve_device
 from course_lib.shelf.errors import require
 from course_lib.shelf.model import (
+    Corpus,
     ModelConfig,
     ToyGPT,
     autocast,
     build_model,
     check_amp,
+    check_microbatches,
     count_parameters,
     lm_loss,
+    load_corpus,
+    split_microbatches,
 )
+from course_lib.shelf.stage import resolve_device
 
 
 @dataclass
@@ -60,7 +63,7 @@ class TrainConfig:
     seed: int = 0
     eval_batches: int = 4  # held-out batches averaged for val loss
     data_path: str | None = None  # None: the corpus shipped in data/
-    device: str = "cpu"  # cpu, cuda, cuda:N or auto (see course_lib/shelf/devices.py)
+    device: str = "cpu"  # cpu, cuda, cuda:N or auto (see course_lib/shelf/stage.py)
     precision: str = "float32"  # of the forward: float32, or autocast on a CUDA GPU (PRECISIONS)
 
     def __post_init__(self) -> None:

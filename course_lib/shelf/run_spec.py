@@ -25,7 +25,7 @@ import torch
 from course_lib.schedules.torch_csv import to_csv_text
 from course_lib.shelf.errors import require
 from course_lib.shelf.links import Link
-from course_lib.shelf.partition import Partition
+from course_lib.shelf.model import Partition
 from course_lib.shelf.reference import TrainConfig
 from course_lib.shelf.registry import SCHEDULES
 from course_lib.shelf.schedule import Schedule

@@ -11,8 +11,7 @@ import torch
 from support.committed import output_text, source
 
 from course_lib.balance import OutOfMemory, balanced, check_memory, profile_layers, stage_memory
-from course_lib.shelf.model import ModelConfig, build_model
-from course_lib.shelf.partition import stage_totals, uniform
+from course_lib.shelf.model import ModelConfig, build_model, stage_totals, uniform
 
 P, M = 4, 8
 BUDGET_FACTOR = 1.10
