@@ -14,11 +14,13 @@ from course_lib.balance import (
     balanced,
     check_memory,
     inflight_per_stage,
+    optimal,
     profile_layers,
     stage_memory,
+    stage_totals,
 )
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.model import ModelConfig, Partition, build_model, optimal, stage_totals, uniform
+from course_lib.shelf.model import ModelConfig, Partition, build_model, uniform
 from course_lib.shelf.registry import build_schedule
 
 

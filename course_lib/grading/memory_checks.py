@@ -61,7 +61,7 @@ def fit_partition(fn: Callable, profile, cases: Sequence[tuple[int, int, int, st
     __tracebackhide__ = True
     for p, m, budget, schedule in cases:
         label = f"fit_partition(profile, {p}, {m}, {budget / MiB:g} MiB, {schedule!r})"
-        with without(balanced, why="find the cut yourself (course_lib.shelf.model.optimal is allowed)"):
+        with without(balanced, why="find the cut yourself (course_lib.balance.optimal is allowed)"):
             sizes = grading.call("fit_partition", fn, profile, p, m, budget, schedule, hint=hint)
         best = _best(profile, p, m, budget, schedule)
         if best is None:
