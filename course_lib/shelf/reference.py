@@ -1,4 +1,4 @@
-"""The reference trainer: one device, the whole model, gradient accumulation over m micro-batches.
+"""The reference trainer (lessons 02-04): one device, the whole model, gradients summed over m micro-batches.
 
 This is the ground truth. Every pipeline engine and every schedule must give the same loss and the
 same gradients as ``accumulate_gradients`` here (the tests check it).
@@ -16,6 +16,9 @@ The toolkit every engine, the CLI and the tests use to compare themselves with i
 Synchronous training: the m micro-batches of a batch each add their gradient (scaled by 1/m, so the
 sum is the gradient of the batch's mean loss), and the optimizer steps once per batch, after all of
 them. That is what GPipe and 1F1B compute too; only the order of the work differs.
+
+Its ``TrainConfig`` is where a run's sizes enter, and ``check`` refuses bad ones before any work.
+One file a little over 300 lines, read whole: the ground truth and what engines compare with it.
 """
 
 from __future__ import annotations

@@ -34,6 +34,8 @@ model; ``track_memory=False`` skips it for like-for-like timing (then only check
 The zero-bubble schedules split B into I (input gradient) and W (weight gradient). That runtime is a
 subclass in the room ``course_lib/engines/split_backward.py``, which registers itself here when
 imported (``course_lib.engines`` imports it); ``StageRuntime(..., split_backward=True)`` builds it.
+
+One file over 300 lines, read whole: where a stage runs, what it does, and what it holds meanwhile.
 """
 
 from __future__ import annotations
