@@ -21,6 +21,7 @@ import time
 
 import torch
 
+import course_lib.engines  # noqa: F401  (registers the split backward of zero-bubble schedules)
 from course_lib.shelf.local_engine import LocalPipelineTrainer
 from course_lib.shelf.reference import TrainConfig, accumulate_gradients, make_optimizer, setup
 

@@ -32,11 +32,11 @@ from dataclasses import replace
 
 import torch
 
+import course_lib.engines  # noqa: F401  (registers the split backward)
 from course_lib.shelf.costs import StageCosts
-from course_lib.shelf.data import split_microbatches
 from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.local_engine import LocalPipelineTrainer
-from course_lib.shelf.partition import stage_modules, uniform
+from course_lib.shelf.model import split_microbatches, stage_modules, uniform
 from course_lib.shelf.reference import TrainConfig, first_batch, setup, train_batches
 from course_lib.shelf.schedule import Kind
 from course_lib.shelf.simulator import simulate
@@ -85,7 +85,7 @@ def cpu_times(cfg: TrainConfig, stages: int, rounds: int) -> list[dict[str, floa
     modules = stage_modules(model.layers, uniform(len(model.layers), stages))
     clock, inp, medians = time.process_time, tokens, []
     for s, module in enumerate(modules):
-        rt = StageRuntime(s, stages, module, 1, track_memory=False)
+        rt = StageRuntime(s, stages, module, 1, track_memory=False, split_backward=True)
         seed = None if rt.is_last else torch.randn_like(rt.forward(0, inp, targets))
         rt.start_batch()
         kept: dict[str, list[float]] = {"F": [], "B": [], "I": [], "W": []}

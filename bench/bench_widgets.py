@@ -62,10 +62,9 @@ def tp_what_if() -> tuple[object, str, Tour]:
 
 
 def budget_cuts() -> tuple[object, str, Tour]:
-    from course_lib.balance import profile_layers
+    from course_lib.balance import profile_layers, stage_totals
     from course_lib.shelf.first_schedules import build_schedule
     from course_lib.shelf.model import ModelConfig, build_model
-    from course_lib.shelf.partition import stage_totals
     from course_lib.shelf.simulator import StageCosts, simulate
     from course_lib.widgets.budget_cuts import budget_cuts as build
 

@@ -18,13 +18,12 @@ import torch
 
 from course_lib.planner.clusters import card_peak
 from course_lib.planner.toy import toy_shape
-from course_lib.shelf.data import Corpus
-from course_lib.shelf.devices import synchronize
 from course_lib.shelf.distributed_engine import run_distributed
 from course_lib.shelf.errors import require
 from course_lib.shelf.local_engine import LocalPipelineTrainer, PipelineResult
-from course_lib.shelf.model import build_model
+from course_lib.shelf.model import Corpus, build_model
 from course_lib.shelf.reference import TrainConfig, TrainResult, accumulate_gradients, train
+from course_lib.shelf.stage import synchronize
 from course_lib.tp.distributed import run_tensor_parallel
 from course_lib.tp.simulated import SimulatedTP
 

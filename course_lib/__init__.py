@@ -10,7 +10,7 @@ The library is built in floors; a module imports only from its own floor or the 
   5  planner
   4  engines
   3  balance plots plot_gantt gantt_artists tp autoschedule
-  2  schedules network netif geo saved_memory fast_simulator
+  2  schedules network netif geo fast_simulator
   1  shelf
 
 1 the shelf: the pipeline machine a student reads beside the lessons (``python -m course_lib shelf``):

@@ -1,4 +1,5 @@
-"""Balancing stages: measure what each layer costs, then cut the model so no stage is the bottleneck.
+"""Balancing stages (lesson 05): measure what each layer costs, then cut the model so no stage is the
+bottleneck (``optimal``: the contiguous cut whose largest stage is smallest, by dynamic programming).
 
     from course_lib.shelf.model import ModelConfig, build_model
     from course_lib.balance import profile_layers, balanced, stage_memory, check_memory
@@ -22,25 +23,86 @@ backward pass, so the number is what PyTorch really stores, not a formula.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
 import torch
 
 import course_lib.schedules  # noqa: F401  (registers every schedule by name in the shelf's registry)
-from course_lib.saved_memory import SavedBytes
 from course_lib.shelf.errors import CourseError, require
 from course_lib.shelf.first_schedules import build_schedule
-from course_lib.shelf.model import ToyGPT, count_parameters, layer_names, lm_loss
-from course_lib.shelf.partition import Partition, optimal, stage_totals, uniform
-from course_lib.shelf.schedule import Kind, Schedule
+from course_lib.shelf.local_engine import inflight_per_stage  # the plan checks fit with it too
+from course_lib.shelf.model import Partition, ToyGPT, count_parameters, layer_names, lm_loss, uniform
+from course_lib.shelf.schedule import Schedule
+from course_lib.shelf.stage import SavedBytes
 from course_lib.shelf.timeline import format_bytes
 
 BYTES_PER_PARAM = 16  # weight 4 + gradient 4 + AdamW exp_avg 4 + exp_avg_sq 4 (fp32)
 STRATEGIES = ("uniform", "params", "time", "memory")
+
+
+# ---- cutting a list of per-layer numbers ----------------------------------------------------------
+def stage_totals(costs: Sequence[float], partition: Partition) -> list[float]:
+    """The sum of `costs` (one number per layer) over each stage of `partition`."""
+    partition.check(len(costs))
+    return [float(sum(costs[start:end])) for start, end in partition.bounds]
+
+
+StageCheck = Callable[[int, int, int], bool]  # fits(stage, start, end): may layers[start:end] be `stage`?
+StageCost = Callable[[int, int, int], float]  # cost(stage, start, end), where not a plain sum of layers
+
+
+def optimal(
+    costs: Sequence[float], n_stages: int, fits: StageCheck | None = None, stage_cost: StageCost | None = None
+) -> Partition:
+    """The contiguous partition whose largest stage (sum of `costs`) is as small as possible.
+
+    Dynamic programming over (stage, last layer): best[s][j] is the smallest achievable largest
+    stage when stages 0..s cover layers 0..j-1. O(n_stages * n_layers^2), instant for 82 layers.
+    `fits(stage, start, end)` may forbid stages (for example: over a memory budget); if no partition
+    passes it, CourseError says so. `stage_cost(stage, start, end)`, if given, replaces the plain sum
+    of `costs` over the stage (`costs` then only gives the number of layers). Among equally good
+    partitions the one with the lightest *first* stages is returned (stage 0 holds the most
+    micro-batches under 1F1B, so leaving it light costs nothing)."""
+    n = len(costs)
+    require(n_stages >= 1, f"number of stages must be >= 1, got {n_stages}")
+    require(n_stages <= n, f"{n_stages} stages cannot split {n} layers: use at most {n} stages")
+    bad = [c for c in costs if not (math.isfinite(c) and c >= 0)]
+    require(not bad, f"layer costs must be finite and >= 0, got {bad[:1]}")
+    prefix = [0.0, *accumulate(float(c) for c in costs)]
+    inf = math.inf
+    # best[s][j]: stages 0..s cover layers [0, j); cut[s][j]: where stage s starts in that optimum
+    best = [[inf] * (n + 1) for _ in range(n_stages)]
+    cut = [[-1] * (n + 1) for _ in range(n_stages)]
+    for j in range(1, n - n_stages + 2):
+        if fits is None or fits(0, 0, j):
+            best[0][j] = prefix[j] if stage_cost is None else stage_cost(0, 0, j)
+            cut[0][j] = 0
+    for s in range(1, n_stages):
+        for j in range(s + 1, n - (n_stages - 1 - s) + 1):
+            # the earlier the cut, the heavier stage s: scanning i upwards, ties keep early stages light
+            for i in range(s, j):
+                if best[s - 1][i] == inf or (fits is not None and not fits(s, i, j)):
+                    continue
+                own = prefix[j] - prefix[i] if stage_cost is None else stage_cost(s, i, j)
+                value = max(best[s - 1][i], own)
+                if value < best[s][j]:
+                    best[s][j], cut[s][j] = value, i
+    if best[n_stages - 1][n] == inf:
+        raise CourseError(
+            f"no way to cut {n} layers into {n_stages} stages passes the per-stage check (for a memory "
+            "budget: every stage would be over it). Try more stages, a bigger budget, fewer micro-batches "
+            "in flight (1F1B instead of GPipe) or smaller micro-batches"
+        )
+    sizes, j = [], n
+    for s in range(n_stages - 1, -1, -1):  # walk the cuts back from the last layer
+        sizes.append(j - cut[s][j])
+        j = cut[s][j]
+    return Partition.from_sizes(sizes[::-1])
 
 
 @dataclass(frozen=True)
@@ -122,19 +184,6 @@ def profile_layers(
         time_s=[statistics.median(t) for t in times], activation_bytes=saved, batch_size=batch_size,
         seq_len=seq_len,
     )  # fmt: skip
-
-
-def inflight_per_stage(schedule: Schedule) -> list[int]:
-    """Most micro-batches whose activations each stage holds at once, read off the schedule's order
-    (a forward adds one, the backward that finishes it, B or W, releases it)."""
-    release = Kind.W if schedule.split_backward else Kind.B
-    peak = [0] * schedule.n_stages
-    for order in schedule.orders:
-        held: dict[int, int] = {}
-        for a in order:
-            held[a.stage] = held.get(a.stage, 0) + (a.kind is Kind.F) - (a.kind is release)
-            peak[a.stage] = max(peak[a.stage], held[a.stage])
-    return peak
 
 
 def _schedule(schedule: str | Schedule, n_stages: int, microbatches: int) -> Schedule:

@@ -5,7 +5,7 @@
     lesson.setup()
 
 It seeds every random generator, picks a colour-blind-safe plotting style, and prints which versions
-and devices this run uses (course_lib/shelf/devices.py), so that a screenshot of any lesson says where its
+and devices this run uses (course_lib/shelf/stage.py), so that a screenshot of any lesson says where its
 numbers came from. ``train_config()`` gives the model size to train here: the CPU toy, or a wider
 model when there is a GPU.
 
@@ -27,10 +27,11 @@ import numpy as np
 import torch
 
 import course_lib
+import course_lib.engines  # noqa: F401  (the rooms the lessons run: the split backward registers itself)
 import course_lib.schedules  # noqa: F401  (registers every schedule by name in the shelf's registry)
 from course_lib.plots import SERIES_COLORS
-from course_lib.shelf.devices import accelerator, describe_devices
 from course_lib.shelf.reference import TrainConfig, accelerator_config
+from course_lib.shelf.stage import accelerator, describe_devices
 
 
 def train_config(**overrides) -> TrainConfig:

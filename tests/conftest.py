@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+import course_lib.engines  # noqa: F401  (as the lessons and the CLI: the split backward registers itself)
 import course_lib.schedules  # noqa: F401  (registers every schedule by name in the shelf's registry)
-from course_lib.shelf.data import load_corpus
+from course_lib.shelf.model import load_corpus
 
 torch.set_num_threads(1)  # 2-core CI: one thread per test process is faster and deterministic
 

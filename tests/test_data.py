@@ -2,8 +2,8 @@ import pytest
 import torch
 from support.paths import REPO_ROOT
 
-from course_lib.shelf.data import CharTokenizer, check_microbatches, load_corpus, split_microbatches
 from course_lib.shelf.errors import CourseError
+from course_lib.shelf.model import CharTokenizer, check_microbatches, load_corpus, split_microbatches
 
 
 def test_shipped_corpus_is_small_and_split(corpus):

@@ -18,16 +18,15 @@ import pytest
 from support.inputs import TINY, machine_of_8_gib, refused
 
 from course_lib.cli import main
-from course_lib.engines.plan import make_plan
 from course_lib.lessons.runs import train_pipeline
 from course_lib.planner import cluster, plan
 from course_lib.planner.enumerate import check_request
 from course_lib.shelf.costs import Link, StageCosts
-from course_lib.shelf.data import check_microbatches
 from course_lib.shelf.distributed_engine import make_spec
 from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.launcher import spawn
-from course_lib.shelf.partition import Partition, uniform
+from course_lib.shelf.local_engine import make_plan
+from course_lib.shelf.model import Partition, check_microbatches, uniform
 from course_lib.shelf.reference import TrainConfig
 from course_lib.shelf.simulator import simulate, simulate_named
 from course_lib.shelf.validate import validate

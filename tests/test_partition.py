@@ -14,13 +14,14 @@ from course_lib.balance import (
     balanced,
     check_memory,
     inflight_per_stage,
+    optimal,
     profile_layers,
     stage_memory,
+    stage_totals,
 )
 from course_lib.shelf.errors import CourseError
 from course_lib.shelf.first_schedules import build_schedule
-from course_lib.shelf.model import ModelConfig, build_model
-from course_lib.shelf.partition import Partition, optimal, stage_totals, uniform
+from course_lib.shelf.model import ModelConfig, Partition, build_model, uniform
 
 
 def brute_force_best(costs, k):

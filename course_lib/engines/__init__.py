@@ -1,2 +1,5 @@
-"""Pipeline engines that really train: the stage runtime both engines share, the local (one-process)
-engine, the distributed (one process per rank) engine and the classic ``Pipe`` API."""
+"""Rooms beside the shelf's engines: the split backward of zero-bubble schedules (imported here, so that
+it registers its stage runtime with the shelf), stale weights, torch interop, links with injected
+faults, and the classic ``Pipe`` API."""
+
+from course_lib.engines import split_backward  # noqa: F401  (registers SplitBackwardStage)

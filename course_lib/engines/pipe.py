@@ -43,10 +43,9 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint as recompute
 
-from course_lib.shelf.devices import stage_devices
 from course_lib.shelf.errors import require
-from course_lib.shelf.partition import Partition, stage_modules, uniform
-from course_lib.shelf.stage import check_checkpoint, checkpointed
+from course_lib.shelf.model import Partition, stage_modules, uniform
+from course_lib.shelf.stage import check_checkpoint, checkpointed, stage_devices
 
 
 def _partitions_by_device(module: nn.Sequential) -> list[int]:

@@ -1,4 +1,4 @@
-"""Stale weights for the local engine: every stage computes on the weights some updates old (lesson 14).
+"""Stale weights around the local engine: every stage computes on the weights some updates old (lesson 14).
 
 An asynchronous pipeline never flushes, so a stage computes a micro-batch's forward and backward on the
 version of its weights it held when the forward ran, while newer updates have landed since. PipeDream
@@ -8,22 +8,25 @@ PipeDream-2BW (Narayanan et al., arXiv 2006.09503, sec. 3) keeps two versions, o
 ``StaleWeights`` keeps each stage's newest ``delay + 1`` versions. Inside ``stale()`` the stage's
 parameters hold the oldest kept one; on leaving, the newest again, so the optimizer updates the newest
 weights with gradients computed on the stale ones. The values are copied in place: the parameters stay the
-same tensors (the optimizer's state and the engine's memory count know them by identity and storage)::
+same tensors (the optimizer's state and the engine's memory count know them by identity and storage).
+``StaleLocalTrainer`` is the shelf's local engine with each batch's gradients computed inside ``stale()``::
 
-    trainer = LocalPipelineTrainer(cfg, "1f1b", stages=4, staleness=(1, 1, 1, 1))   # 2BW
+    trainer = StaleLocalTrainer(cfg, "1f1b", stages=4, staleness=(1, 1, 1, 1))   # 2BW
     trainer.train().losses
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
 from torch import nn
 
 from course_lib.shelf.errors import require
+from course_lib.shelf.local_engine import LocalPipelineTrainer, StepStats
+from course_lib.shelf.reference import TrainConfig
 
 
 def check_delays(delays: Sequence[int], n_stages: int) -> tuple[int, ...]:
@@ -72,3 +75,23 @@ class StaleWeights:
         """After an optimizer step: the new weights join every stage's versions (the oldest drops out)."""
         for stage, kept in zip(self.stages, self.history, strict=True):
             kept.append(_snapshot(stage))
+
+
+class StaleLocalTrainer(LocalPipelineTrainer):
+    """The local engine, every stage `staleness[s]` updates behind the newest weights; the other
+    arguments are ``LocalPipelineTrainer``'s. With every staleness 0 it is the synchronous engine."""
+
+    def __init__(self, cfg: TrainConfig, *args, staleness: Sequence[int], **kwargs):
+        super().__init__(cfg, *args, **kwargs)
+        self.stale = StaleWeights(self.stage_modules, staleness)
+
+    def train_step(
+        self, x: torch.Tensor, y: torch.Tensor, stop: Callable[[], bool] | None = None
+    ) -> tuple[float, StepStats]:
+        """One batch: its gradients on the stale weights, then one step on the newest ones."""
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.stale.stale():
+            loss, stats = self.compute_gradients(x, y, stop)
+        self.optimizer.step()
+        self.stale.record()
+        return loss, stats

@@ -35,8 +35,7 @@ from torch import nn
 
 from course_lib.schedules.torch_csv import to_csv_text
 from course_lib.shelf.errors import require
-from course_lib.shelf.model import autocast, lm_loss
-from course_lib.shelf.partition import stage_modules
+from course_lib.shelf.model import autocast, lm_loss, stage_modules
 from course_lib.shelf.reference import TrainConfig, make_optimizer, setup, train_batches
 from course_lib.shelf.run_spec import RUNNERS, RankRecord, RunSpec, StepRecord, torch_class
 from course_lib.shelf.schedule import Schedule

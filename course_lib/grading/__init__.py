@@ -213,7 +213,7 @@ def partition_fits(sizes: object, profile, schedule: str, m: int, budget_bytes: 
     """Fail unless `sizes` (layers per stage) covers the model and every stage fits the budget."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
     from course_lib.balance import OutOfMemory, check_memory
-    from course_lib.shelf.partition import Partition
+    from course_lib.shelf.model import Partition
 
     answered("your partition", sizes, hint)
     try:  # check_memory also checks that the partition covers the model's layers

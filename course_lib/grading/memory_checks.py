@@ -18,7 +18,7 @@ from course_lib import grading
 from course_lib.balance import OutOfMemory, balanced, inflight_per_stage, stage_memory
 from course_lib.grading.guard import without
 from course_lib.shelf.first_schedules import build_schedule
-from course_lib.shelf.partition import Partition
+from course_lib.shelf.model import Partition
 
 MiB = 2**20
 
@@ -62,7 +62,7 @@ def fit_partition(fn: Callable, profile, cases: Sequence[tuple[int, int, int, st
     __tracebackhide__ = True
     for p, m, budget, schedule in cases:
         label = f"fit_partition(profile, {p}, {m}, {budget / MiB:g} MiB, {schedule!r})"
-        with without(balanced, why="find the cut yourself (course_lib.shelf.partition.optimal is allowed)"):
+        with without(balanced, why="find the cut yourself (course_lib.balance.optimal is allowed)"):
             sizes = grading.call("fit_partition", fn, profile, p, m, budget, schedule, hint=hint)
         best = _best(profile, p, m, budget, schedule)
         if best is None:

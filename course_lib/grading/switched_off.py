@@ -23,7 +23,7 @@ _A1_FORMULA = {
     "course_lib.grading.schedule_checks:_smallest_m": OWN_FORMULA,
 }
 _A3_CUT = {
-    "course_lib.balance:balanced": "find the cut yourself (course_lib.shelf.partition.optimal is allowed)",
+    "course_lib.balance:balanced": "find the cut yourself (course_lib.balance.optimal is allowed)",
     "course_lib.grading.memory_checks:_best": "find the cut yourself",
 }
 _A6_COUNTS = {

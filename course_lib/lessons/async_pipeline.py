@@ -12,7 +12,7 @@ others are still in flight, so a micro-batch's gradient arrives computed on weig
 * **PipeDream-2BW** (Narayanan et al. 2021, arXiv 2006.09503, sec. 3) accumulates a batch of m micro-batches
   and keeps two weight versions (double buffering): W(t+1) = W(t) - step(grad f(W(t-1))), a delay of 1.
 
-The local engine computes exactly those updates (its ``staleness`` option, ``course_lib/engines/stale.py``),
+The local engine computes exactly those updates (with ``staleness``, ``course_lib/engines/stale.py``),
 stage by stage on the library's model and stages: what an asynchronous engine computes, without its
 concurrency (the step time comes from the simulator). This module says which delays and update rhythm each
 variant has, and runs the engine::
@@ -30,12 +30,10 @@ from dataclasses import dataclass, replace
 
 from torch import Tensor
 
-from course_lib.engines.stale import check_delays
+from course_lib.engines.stale import StaleLocalTrainer, check_delays
 from course_lib.shelf.costs import StageCosts
-from course_lib.shelf.data import split_microbatches
 from course_lib.shelf.errors import require
-from course_lib.shelf.local_engine import LocalPipelineTrainer
-from course_lib.shelf.model import count_parameters
+from course_lib.shelf.model import count_parameters, split_microbatches
 from course_lib.shelf.reference import TrainConfig, evaluate, train_batches
 from course_lib.shelf.simulator import simulate_named
 
@@ -98,7 +96,7 @@ class AsyncResult:
 
 def train_async(cfg: TrainConfig, spec: AsyncSpec) -> AsyncResult:
     """Train the toy on the reference trainer's batches, each stage computing on weights `spec.delays` old:
-    the local engine with ``staleness`` (``course_lib/engines/stale.py``), 1F1B. The optimizer and
+    the local engine with stale weights (``course_lib/engines/stale.py``), 1F1B. The optimizer and
     learning-rate schedule are the reference's; with "microbatch" updates the engine takes one micro-batch
     at a time and steps m times a batch (the warm-up then counts micro-batch steps)."""
     spec.check()
@@ -108,9 +106,9 @@ def train_async(cfg: TrainConfig, spec: AsyncSpec) -> AsyncResult:
         f"{spec.stages} stages need at least as many layers; the model has {cfg.n_layers + 2}",
     )  # fmt: skip
     per_step = cfg if spec.update == "batch" else replace(cfg, microbatches=1)
-    trainer = LocalPipelineTrainer(
+    trainer = StaleLocalTrainer(
         per_step, "1f1b", stages=spec.stages, staleness=spec.delays, track_memory=False
-    )  # fmt: skip
+    )
     losses = []
     for x, y in train_batches(trainer.corpus, cfg):
         micro = split_microbatches(x, y, cfg.microbatches)

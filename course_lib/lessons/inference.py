@@ -30,8 +30,7 @@ from torch import Tensor, nn
 from course_lib.shelf.costs import StageCosts
 from course_lib.shelf.errors import require
 from course_lib.shelf.first_schedules import check_sizes
-from course_lib.shelf.model import ModelConfig, build_model
-from course_lib.shelf.partition import uniform
+from course_lib.shelf.model import ModelConfig, build_model, uniform
 from course_lib.shelf.schedule import Action, Kind, Schedule
 from course_lib.shelf.timeline import Timeline
 

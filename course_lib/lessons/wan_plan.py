@@ -26,7 +26,7 @@ from course_lib.schedules.latency_aware import latency_aware_1f1b
 from course_lib.shelf.costs import Link
 from course_lib.shelf.errors import require
 from course_lib.shelf.first_schedules import build_schedule
-from course_lib.shelf.partition import uniform
+from course_lib.shelf.model import uniform
 from course_lib.shelf.schedule import Schedule
 from course_lib.shelf.simulator import StageCosts, simulate
 from course_lib.shelf.timeline import Timeline

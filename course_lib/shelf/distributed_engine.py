@@ -58,17 +58,17 @@ from dataclasses import replace
 import torch
 from tqdm.auto import tqdm
 
-from course_lib.engines.plan import make_plan
 from course_lib.engines.torch_pipelining import check_runner
 from course_lib.shelf.costs import Link
-from course_lib.shelf.data import load_corpus
-from course_lib.shelf.devices import gpu_count
 from course_lib.shelf.errors import check_threads, check_timeout, divisors, require
 from course_lib.shelf.launcher import DistributedError, spawn
+from course_lib.shelf.local_engine import make_plan
+from course_lib.shelf.model import load_corpus
 from course_lib.shelf.rank_loop import run_specs
 from course_lib.shelf.reference import TrainConfig
 from course_lib.shelf.run_spec import FAULT_KINDS, DistributedResult, Fault, RunSpec
 from course_lib.shelf.schedule import Schedule
+from course_lib.shelf.stage import gpu_count
 from course_lib.tp.mesh import Mesh
 from course_lib.tp.shard import check_divisible
 
@@ -105,7 +105,7 @@ def make_spec(
     `schedule`: a name (built for `stages` ranks, default 2, x `virtual`) or a built Schedule such as
     ``latency_aware_1f1b(2, 8, extra_per_link=3)``, which says how many ranks and stages per rank.
     The plan (schedule, `partition`: layers per stage with embedding and head, `links`: a Link or one
-    per stage boundary, `checkpoint`) is the local engine's (``engines.plan.make_plan``). `timeout_s`:
+    per stage boundary, `checkpoint`) is the local engine's (``shelf.local_engine.make_plan``). `timeout_s`:
     how long a rank waits for a silent peer; `fault`: a Fault (its rank of all t x p x d), to watch a
     failure; `threads`: torch threads per rank; ``track_memory=False`` skips measuring bytes saved for
     backward (for timing). `tp`: ranks each stage is split across; `dp`: data-parallel replicas.

@@ -1,4 +1,5 @@
-"""The local engine: one process runs every pipeline stage, in the order a schedule says, and really trains.
+"""The local engine (lessons 02-04): one process runs every pipeline stage, in the order a schedule
+says, and really trains.
 
     from course_lib.shelf.reference import TrainConfig
     from course_lib.shelf.local_engine import LocalPipelineTrainer
@@ -6,16 +7,24 @@
     result = trainer.train()
     result.losses, result.timeline.bubble_fraction, result.peak_saved_bytes
 
-Stages go on ``stage_devices`` (one GPU each, or simulated devices: see ``course_lib/shelf/devices.py``).
-The engine runs the schedule's actions one at a time, in a valid global order (``execution_order``),
-and times each one. One process cannot run stages side by side, so the Timeline is made by giving
-the *measured* per-stage F / B / W times (median per stage and kind) and the chosen links to the
-simulator: its source is "measured compute + simulated links".
+**The plan** comes first (``make_plan``, which the distributed engine calls too): the schedule (by
+name from the registry, or a built one), the partition of the model's layers, one device per
+pipeline device (``stage_devices``) and the links; all of it checked, so bad input is refused with a
+clear message before a model is built or data is read, and a schedule whose activations cannot fit
+this machine's memory is refused too.
+
+**The run.** The engine runs the schedule's actions one at a time, in the validator's global order
+(``execution_order``), each on its stage's ``StageRuntime`` (``stage.py``), and times each one. One
+process cannot run stages side by side, so the Timeline is made by giving the *measured* per-stage
+F / B / W times (median per stage and kind) and the chosen links to the simulator: its source is
+"measured compute + simulated links".
 
 Synchronous training: gradients of the m micro-batches add up, and the optimizer steps once per
 batch, after the flush. Loss and gradients equal the reference trainer's (tests check every
-schedule); ``max_grad_diff_vs_reference`` checks one batch. With ``staleness`` (``stale.py``) every
-stage computes on its weights that many updates old, as an asynchronous pipeline does (lesson 14).
+schedule); ``max_grad_diff_vs_reference`` checks one batch. Lesson 14's stale weights wrap this
+trainer from a room (``course_lib/engines/stale.py``).
+
+One file over 300 lines, read whole: the plan, the loop over actions, and its measurements.
 """
 
 from __future__ import annotations
@@ -24,18 +33,21 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 
 import torch
 
-from course_lib.engines.plan import PipelinePlan, make_plan
-from course_lib.engines.stale import StaleWeights, check_delays
-from course_lib.shelf.costs import Link, StageCosts, costs_from_durations
-from course_lib.shelf.data import Corpus, split_microbatches
-from course_lib.shelf.devices import synchronize
-from course_lib.shelf.model import count_parameters
-from course_lib.shelf.partition import Partition, stage_modules
+from course_lib.shelf.costs import Link, StageCosts, costs_from_durations, per_boundary
+from course_lib.shelf.errors import require, whole
+from course_lib.shelf.first_schedules import SCHEDULES, build_schedule, resolve_name
+from course_lib.shelf.model import (
+    Corpus,
+    Partition,
+    count_parameters,
+    split_microbatches,
+    stage_modules,
+    uniform,
+)
 from course_lib.shelf.reference import (
     TrainConfig,
     TrainResult,
@@ -49,11 +61,109 @@ from course_lib.shelf.reference import (
 from course_lib.shelf.reference import evaluate as held_out_loss
 from course_lib.shelf.schedule import Action, Kind, Schedule, producer_of
 from course_lib.shelf.simulator import simulate
-from course_lib.shelf.stage import StageRuntime
+from course_lib.shelf.stage import StageRuntime, check_checkpoint, stage_devices, synchronize
 from course_lib.shelf.timeline import MEASURED_COMPUTE, Timeline
-from course_lib.shelf.validate import execution_order
+from course_lib.shelf.validate import execution_order, validate
 
 
+# ---- the plan ----------------------------------------------------------------------------------
+@dataclass
+class PipelinePlan:
+    """A run's layout, checked: every engine starts from one."""
+
+    schedule: Schedule
+    partition: Partition  # one entry per model stage (p * v of them)
+    devices: list[torch.device]  # one per pipeline device (rank)
+    checkpoint: str
+    links: list[Link] | None  # one per stage boundary, or None for free links
+
+
+def resolve_schedule(
+    cfg: TrainConfig, schedule: str | Schedule, stages: int | None = 4, virtual: int | None = None
+) -> Schedule:
+    """The Schedule to run, validated: a built one as given (its m must be the config's, and `stages`
+    / `virtual`, if given, its own), or one built by name for `stages` devices x `virtual` stages each
+    (None: the registry's default_virtual, 2 for schedules that take v, else 1)."""
+    if isinstance(schedule, Schedule):
+        name = schedule.name
+        require(
+            schedule.n_microbatches == cfg.microbatches,
+            f"schedule {name!r} is for m={schedule.n_microbatches} micro-batches, but the config "
+            f"splits each batch into {cfg.microbatches}",
+        )
+        require(
+            stages in (None, schedule.n_devices),
+            f"stages={stages!r} but schedule {name!r} runs on {schedule.n_devices} devices; leave stages "
+            "out (a built schedule says how many devices it needs)",
+        )
+        require(
+            virtual in (None, 1, schedule.stages_per_device),
+            f"virtual={virtual!r} but schedule {name!r} has {schedule.stages_per_device} stages per "
+            "device; leave virtual out",
+        )
+    else:
+        default = SCHEDULES[resolve_name(schedule)].default_virtual  # 2 for interleaving and V shapes
+        stages, virtual = 4 if stages is None else stages, default if virtual is None else virtual
+        stages, virtual = whole("stages", stages), whole("virtual", virtual)
+        n_layers = cfg.n_layers + 2  # embedding + blocks + head
+        require(
+            stages * virtual <= n_layers,
+            f"{stages} stages x {virtual} virtual = {stages * virtual} model stages cannot split "
+            f"{n_layers} layers (embedding + {cfg.n_layers} blocks + head): every stage needs at least "
+            f"one layer, so use at most {n_layers} stages in all",
+        )
+        schedule = build_schedule(schedule, stages, cfg.microbatches, virtual)
+    validate(schedule)
+    return schedule
+
+
+def inflight_per_stage(schedule: Schedule) -> list[int]:
+    """Most micro-batches whose activations each stage holds at once, read off the schedule's order
+    (a forward adds one, the backward that finishes it, B or W, releases it)."""
+    release = Kind.W if schedule.split_backward else Kind.B
+    peak = [0] * schedule.n_stages
+    for order in schedule.orders:
+        held: dict[int, int] = {}
+        for a in order:
+            held[a.stage] = held.get(a.stage, 0) + (a.kind is Kind.F) - (a.kind is release)
+            peak[a.stage] = max(peak[a.stage], held[a.stage])
+    return peak
+
+
+def make_plan(
+    cfg: TrainConfig, schedule: str | Schedule = "1f1b", stages: int | None = 4, virtual: int | None = None,
+    partition: Partition | Sequence[int] | None = None, checkpoint: str = "never",
+    links: Link | Sequence[Link] | None = None,
+) -> PipelinePlan:  # fmt: skip
+    """Check everything and decide the layout; raises CourseError naming the bad value. `partition`:
+    a Partition or layer counts per stage (default: uniform). With a built schedule, `stages` and
+    `virtual` may be None (the schedule's own)."""
+    cfg.check()
+    check_checkpoint(checkpoint)
+    sched = resolve_schedule(cfg, schedule, stages, virtual)
+    n_layers = cfg.n_layers + 2
+    if partition is None:
+        partition = uniform(n_layers, sched.n_stages)
+    elif not isinstance(partition, Partition):
+        partition = Partition.from_sizes(partition)  # a list of layer counts per stage, checked there
+    require(
+        partition.n_stages == sched.n_stages,
+        f"partition {list(partition.sizes)} has {partition.n_stages} stages, but the schedule has "
+        f"{sched.n_stages} (stages x virtual); give one layer count per stage",
+    )
+    partition.check(n_layers)
+    if links is not None:
+        links = per_boundary(links, sched.n_stages - 1, "links")
+        require(all(isinstance(x, Link) for x in links), f"links must be Link objects, got {links!r}")
+    if checkpoint == "never":  # each stage keeps its micro-batches' activations until their backward:
+        peaks = inflight_per_stage(sched)  # as many as the order holds at once (GPipe: all m)
+        held = sum(k * size for k, size in zip(peaks, partition.sizes, strict=True)) / partition.n_layers
+        cfg.check_fits(held, f"{sched.name} holds up to {max(peaks)} micro-batches' activations on a stage")
+    devices = stage_devices(sched.n_devices, cfg.device)
+    return PipelinePlan(sched, partition, devices, checkpoint, links)
+
+
+# ---- the engine --------------------------------------------------------------------------------
 class TrainingStopped(KeyboardInterrupt):
     """Raised when a run's `stop` callable says so (a dashboard's Stop button). A KeyboardInterrupt,
     so that whatever already ends a run on Ctrl-C ends it on this too, and `except Exception` does not
@@ -111,17 +221,14 @@ class LocalPipelineTrainer:
         links: Link | Sequence[Link] | None = None,
         corpus: Corpus | None = None,  # already loaded (default: read cfg.data_path or the shipped one)
         track_memory: bool = True,  # False: skip measuring bytes saved for backward (for timing)
-        staleness: Sequence[int] | None = None,  # per stage: updates behind the newest weights (stale.py)
     ):
         # every check first: nothing is built or read if any input is bad
-        self.plan: PipelinePlan = make_plan(cfg, schedule, stages, virtual, partition, checkpoint, links)
-        if staleness is not None:
-            check_delays(staleness, self.plan.schedule.n_stages)
+        self.plan = make_plan(cfg, schedule, stages, virtual, partition, checkpoint, links)
         self.cfg = cfg
         self.schedule = self.plan.schedule
-        self.order: list[Action] = execution_order(self.schedule)
+        self.order: list[Action] = execution_order(self.schedule)  # the validator's global order
         self.corpus, self.model = setup(cfg, corpus)
-        modules = stage_modules(self.model.layers, self.plan.partition)
+        self.stage_modules = stage_modules(self.model.layers, self.plan.partition)
         n = self.schedule.n_stages
         self.runtimes = [
             StageRuntime(
@@ -129,10 +236,9 @@ class LocalPipelineTrainer:
                 track_memory=track_memory, split_backward=self.schedule.split_backward,
                 precision=cfg.precision,
             )
-            for s, mod in enumerate(modules)
+            for s, mod in enumerate(self.stage_modules)
         ]  # fmt: skip
         self.optimizer = make_optimizer(self.model, cfg)
-        self.stale = None if staleness is None else StaleWeights(modules, staleness)
 
     # ---- one batch -----------------------------------------------------------------------------
     def compute_gradients(
@@ -203,14 +309,11 @@ class LocalPipelineTrainer:
     def train_step(
         self, x: torch.Tensor, y: torch.Tensor, stop: Callable[[], bool] | None = None
     ) -> tuple[float, StepStats]:
-        """One batch: its gradients (on the stale weights, with `staleness`), then one optimizer step,
-        after the flush. Returns the batch's mean loss and what was measured."""
+        """One batch: its gradients, then one optimizer step, after the flush. Returns the batch's
+        mean loss and what was measured."""
         self.optimizer.zero_grad(set_to_none=True)
-        with self.stale.stale() if self.stale is not None else nullcontext():
-            loss, stats = self.compute_gradients(x, y, stop)
+        loss, stats = self.compute_gradients(x, y, stop)
         self.optimizer.step()
-        if self.stale is not None:
-            self.stale.record()
         return loss, stats
 
     def evaluate(self) -> float:

@@ -1,16 +1,27 @@
-"""The toy transformer: a GPT-style decoder built as a flat list of layers.
+"""The toy transformer, what it trains on, and where a pipeline cuts it (lessons 02-04).
 
-    from course_lib.shelf.model import ModelConfig, build_model
+    from course_lib.shelf.model import ModelConfig, build_model, load_corpus, uniform
     model = build_model(ModelConfig(n_layers=80), seed=0)   # 80 blocks, about 1M parameters
     model.layers        # [Embedding, Block x 80, Head]: a pipeline stage is a slice of this list
+    corpus = load_corpus()                       # data/corpus.txt, 90% train / 10% held out
+    x, y = corpus.batch("train", batch_size=16, seq_len=64, generator=torch.Generator().manual_seed(0))
+    micro = split_microbatches(x, y, m=4)        # 4 pairs of (4, 64) tensors
+    uniform(82, 4).sizes                         # (21, 21, 20, 20): 82 layers over 4 stages
 
-Why a flat list: a pipeline partition is then nothing but cut points in it, and nothing else in the
-course needs to know the model's insides. Each layer takes one tensor and returns one tensor, so a
-stage is just ``for layer in layers[a:b]: x = layer(x)``.
+**The model.** A GPT-style decoder built as a flat list of layers, each taking one tensor and
+returning one, so a stage is just ``for layer in layers[a:b]: x = layer(x)`` and nothing else in
+the course needs to know the model's insides. It trains at 80 layers thanks to pre-norm blocks
+(LayerNorm before attention and MLP, so the residual stream is never squashed) and GPT-2's
+initialisation, which scales every residual output projection by 1/sqrt(2 * n_layers) so that 160
+residual additions do not blow the stream up.
 
-Why it trains at 80 layers: pre-norm blocks (LayerNorm before attention and MLP, so the residual
-stream is never squashed) and GPT-2's initialisation, which scales every residual output projection
-by 1/sqrt(2 * n_layers) so that 160 residual additions do not blow the stream up.
+**The data.** Characters of a text that ships in the repo (data/make_corpus.py says how it was
+made; nothing is downloaded); the held-out split is the last 10%, never seen in training.
+
+**The partition.** Contiguous cut points in the layer list: stage s runs layers[start:end]. Measuring
+what each layer costs and cutting where the stages balance live in course_lib/balance.py (lesson 05).
+
+One file over 300 lines, read whole: what a pipeline trains, and the list it cuts.
 """
 
 from __future__ import annotations
@@ -18,12 +29,14 @@ from __future__ import annotations
 import math
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from itertools import accumulate
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.shelf.errors import require, shown
+from course_lib.shelf.errors import CourseError, divisors, require, shown, whole, wholes
 
 
 @dataclass(frozen=True)
@@ -193,3 +206,144 @@ def autocast(precision: str, device: torch.device) -> AbstractContextManager:
     `device` (the engines' stages, the reference and torch's pipelining alike)."""
     dtype = precision_dtype(precision)
     return nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
+
+
+# ---- the data ------------------------------------------------------------------------------------
+DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus.txt"
+
+
+@dataclass(frozen=True)
+class CharTokenizer:
+    """Characters <-> ids; the vocabulary is the sorted set of characters in the corpus."""
+
+    chars: str
+
+    @classmethod
+    def from_text(cls, text: str) -> CharTokenizer:
+        return cls("".join(sorted(set(text))))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> torch.Tensor:
+        index = {c: i for i, c in enumerate(self.chars)}
+        unknown = sorted(set(text) - set(index))
+        require(not unknown, f"characters {unknown!r} are not in the vocabulary")
+        return torch.tensor([index[c] for c in text], dtype=torch.long)
+
+    def decode(self, ids: torch.Tensor | list[int]) -> str:
+        return "".join(self.chars[int(i)] for i in ids)
+
+
+@dataclass
+class Corpus:
+    tokenizer: CharTokenizer
+    train: torch.Tensor  # token ids
+    val: torch.Tensor
+
+    def batch(
+        self, split: str, batch_size: int, seq_len: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Random windows: inputs x and next-token targets y, both (batch_size, seq_len)."""
+        require(split in ("train", "val"), f"split must be 'train' or 'val', got {split!r}")
+        require(batch_size >= 1, f"batch size must be >= 1, got {batch_size}")
+        data = self.train if split == "train" else self.val
+        require(
+            len(data) > seq_len + 1,
+            f"the {split} split has {len(data)} tokens, too few for seq_len={seq_len}",
+        )
+        starts = torch.randint(0, len(data) - seq_len - 1, (batch_size,), generator=generator)
+        x = torch.stack([data[s : s + seq_len] for s in starts.tolist()])
+        y = torch.stack([data[s + 1 : s + seq_len + 1] for s in starts.tolist()])
+        return x, y
+
+
+def load_corpus(path: str | Path = DEFAULT_CORPUS, val_fraction: float = 0.1) -> Corpus:
+    """Read a UTF-8 text file and split it; clear errors for a missing, empty, binary or non-UTF-8 file."""
+    path = Path(path)
+    expected = f"expected a UTF-8 text file such as {str(DEFAULT_CORPUS)!r} (made by data/make_corpus.py)"
+    require(path.is_file(), f"data file {str(path)!r} does not exist; {expected}")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:  # Latin-1 text, or binary
+        byte = f"byte {err.start} is 0x{err.object[err.start]:02x}"
+        raise CourseError(f"data file {str(path)!r} is not UTF-8 text ({byte}); {expected}") from None
+    require("\x00" not in text, f"data file {str(path)!r} holds NUL bytes, so it is binary; {expected}")
+    require(len(text) >= 1000, f"data file {str(path)!r} holds {len(text)} characters; need at least 1000")
+    require(0 < val_fraction < 1, f"val_fraction must be between 0 and 1, got {val_fraction}")
+    tokenizer = CharTokenizer.from_text(text)
+    ids = tokenizer.encode(text)
+    cut = int(len(ids) * (1 - val_fraction))
+    return Corpus(tokenizer, ids[:cut], ids[cut:])
+
+
+def check_microbatches(batch_size: int, m: int) -> None:
+    """Refuse an m that does not split the batch into equal micro-batches, before any work."""
+    require(m >= 1, f"micro-batches must be >= 1, got {m}")
+    if batch_size % m != 0:
+        raise CourseError(
+            f"{m} micro-batches do not divide the batch of {batch_size} samples; "
+            f"choose m from {divisors(batch_size)} (or change the batch size)"
+        )
+
+
+def split_microbatches(x: torch.Tensor, y: torch.Tensor, m: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Cut a batch into m equal micro-batches along the batch dimension."""
+    check_microbatches(x.shape[0], m)
+    return list(zip(x.chunk(m), y.chunk(m), strict=True))
+
+
+# ---- the partition -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Partition:
+    bounds: tuple[tuple[int, int], ...]  # half-open (start, end) per stage, covering 0..n_layers
+
+    @property
+    def n_stages(self) -> int:
+        return len(self.bounds)
+
+    @property
+    def n_layers(self) -> int:
+        return self.bounds[-1][1] if self.bounds else 0
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(end - start for start, end in self.bounds)
+
+    @classmethod
+    def from_sizes(cls, sizes: list[int] | tuple[int, ...]) -> Partition:
+        """Stages of these many layers each (Python or numpy whole numbers), in order."""
+        counts = wholes("partition sizes (layers per stage)", sizes, low=None)
+        require(len(counts) >= 1, "a partition needs at least one stage")
+        bad = [s for s in counts if s < 1]
+        require(not bad, f"every stage needs at least one layer; got stage sizes {list(counts)}")
+        ends = list(accumulate(counts))
+        return cls(tuple(zip([0, *ends[:-1]], ends, strict=True)))
+
+    def check(self, n_layers: int) -> None:
+        """Raise unless this partition covers exactly `n_layers` layers."""
+        require(
+            self.n_layers == n_layers,
+            f"partition sizes {list(self.sizes)} cover {self.n_layers} layers, but the model has "
+            f"{n_layers} (embedding + blocks + head)",
+        )
+
+
+def uniform(n_layers: int, n_stages: int) -> Partition:
+    """As equal as possible; earlier stages take the remainder, one layer each."""
+    n_layers, n_stages = whole("n_layers", n_layers, low=0), whole("number of stages", n_stages, low=None)
+    require(n_stages >= 1, f"number of stages must be >= 1, got {n_stages}")
+    require(
+        n_stages <= n_layers,
+        f"{n_stages} stages cannot split {n_layers} layers: every stage needs at least one layer, "
+        f"so use at most {n_layers} stages",
+    )
+    base, extra = divmod(n_layers, n_stages)
+    return Partition.from_sizes([base + (1 if s < extra else 0) for s in range(n_stages)])
+
+
+def stage_modules(layers: nn.ModuleList, partition: Partition) -> list[nn.Sequential]:
+    """The layers of each stage as a Sequential (sharing the parameters, not copying them)."""
+    partition.check(len(layers))
+    return [nn.Sequential(*layers[start:end]) for start, end in partition.bounds]

@@ -34,10 +34,9 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from course_lib.engines import torch_pipelining
-from course_lib.shelf.data import Corpus, split_microbatches
 from course_lib.shelf.launcher import RankContext
+from course_lib.shelf.model import Corpus, split_microbatches, stage_modules
 from course_lib.shelf.p2p import RankComm, direction_groups
-from course_lib.shelf.partition import stage_modules
 from course_lib.shelf.reference import make_optimizer, setup, train_batches
 from course_lib.shelf.run_spec import (
     DistributedResult,

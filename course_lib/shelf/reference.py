@@ -1,4 +1,4 @@
-"""The reference trainer: one device, the whole model, gradient accumulation over m micro-batches.
+"""The reference trainer (lessons 02-04): one device, the whole model, gradients summed over m micro-batches.
 
 This is the ground truth. Every pipeline engine and every schedule must give the same loss and the
 same gradients as ``accumulate_gradients`` here (the tests check it).
@@ -16,6 +16,9 @@ The toolkit every engine, the CLI and the tests use to compare themselves with i
 Synchronous training: the m micro-batches of a batch each add their gradient (scaled by 1/m, so the
 sum is the gradient of the batch's mean loss), and the optimizer steps once per batch, after all of
 them. That is what GPipe and 1F1B compute too; only the order of the work differs.
+
+Its ``TrainConfig`` is where a run's sizes enter, and ``check`` refuses bad ones before any work.
+One file a little over 300 lines, read whole: the ground truth and what engines compare with it.
 """
 
 from __future__ import annotations
@@ -30,27 +33,22 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from course_lib.shelf.data import Corpus, check_microbatches, load_corpus, split_microbatches
-from course_lib.shelf.devices import resolve_device
-from course_lib.shelf.errors import (
-    LIMITS,
-    is_number,
-    memory_bytes,
-    require,
-    require_fits,
-    shown,
-    whole,
-    within_limit,
-)
+from course_lib.shelf.errors import is_number, memory_bytes, require, require_fits, shown, whole
+from course_lib.shelf.first_schedules import LIMITS, within_limit
 from course_lib.shelf.model import (
+    Corpus,
     ModelConfig,
     ToyGPT,
     autocast,
     build_model,
     check_amp,
+    check_microbatches,
     count_parameters,
     lm_loss,
+    load_corpus,
+    split_microbatches,
 )
+from course_lib.shelf.stage import resolve_device
 
 
 @dataclass
@@ -67,7 +65,7 @@ class TrainConfig:
     seed: int = 0
     eval_batches: int = 4  # held-out batches averaged for val loss
     data_path: str | None = None  # None: the corpus shipped in data/
-    device: str = "cpu"  # cpu, cuda, cuda:N or auto (see course_lib/shelf/devices.py)
+    device: str = "cpu"  # cpu, cuda, cuda:N or auto (see course_lib/shelf/stage.py)
     precision: str = "float32"  # of the forward: float32, or autocast on a CUDA GPU (PRECISIONS)
 
     def __post_init__(self) -> None:

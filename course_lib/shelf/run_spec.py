@@ -26,7 +26,7 @@ from course_lib.schedules.torch_csv import to_csv_text
 from course_lib.shelf.costs import Link
 from course_lib.shelf.errors import require
 from course_lib.shelf.first_schedules import SCHEDULES
-from course_lib.shelf.partition import Partition
+from course_lib.shelf.model import Partition
 from course_lib.shelf.reference import TrainConfig
 from course_lib.shelf.schedule import Schedule
 from course_lib.shelf.timeline import MEASURED, Span, Timeline, Transfer

@@ -1,7 +1,7 @@
-"""One pipeline stage at work: forward, backward (whole, or split into I and W), and what it keeps.
+"""One pipeline stage at work (lessons 02-04): its device, its forward and backward, and what it holds.
 
-Both engines (local and distributed) run a stage through this class; only the way tensors travel
-between stages differs. Try it::
+Both engines (local and distributed) run a stage through ``StageRuntime``; only the way tensors
+travel between stages differs. Try it::
 
     import torch
     from course_lib.shelf.model import ModelConfig, build_model
@@ -13,40 +13,176 @@ between stages differs. Try it::
     stage.run(Action.parse("0F0"), x, y); print(stage.saved_bytes(), stage.losses)  # held for backward
     stage.run(Action.parse("0B0"), None); print(stage.saved_bytes())               # 0: stash freed
 
-What a stage keeps between a micro-batch's forward and its backward (the "stash"):
+**Devices.** ``device="auto"`` for p stages: one CUDA GPU per stage when there are at least p;
+otherwise every stage on cuda:0, else on Apple's ``mps``, else on the CPU. Stages that share one
+real device are *simulated devices*: the engines measure each stage's compute on it (synchronising
+the accelerator, so a time covers the work and not its launch) and simulate the concurrency.
+
+**The stash**, what a micro-batch leaves on a stage between its forward and its backward:
 
 - ``checkpoint="never"``: the autograd graph with every tensor saved for backward;
 - a checkpointed micro-batch: only the stage's *input*; the forward runs again, with the graph,
-  just before the backward (GPipe / torchgpipe's activation checkpointing, "re-materialisation").
-  ``"always"`` checkpoints every micro-batch, ``"except_last"`` all but the last one (its backward
-  comes right after its forward in GPipe, so recomputing it would buy no memory).
+  just before the backward (GPipe's activation checkpointing, "re-materialisation"). ``"always"``
+  checkpoints every micro-batch, ``"except_last"`` all but the last one (its backward comes right
+  after its forward in GPipe, so recomputing it would buy no memory).
 
-Zero-bubble split (``weight_grad.py``): ``backward_input`` (I) computes the gradient for the stage
-input, which the previous stage is waiting for, and on the way the gradient dy at the output of every
-``nn.Linear`` (and the small gradients of LayerNorms and embeddings); then it frees the graph and keeps,
-per linear layer, only its input x and dy. ``backward_weight`` (W) later turns those into weight
-gradients (dW = dyᵀ x: one matmul per layer), so W does only the weight work and never repeats I's.
-The sum is exactly what a full backward computes (the tests check it). Between I and W the stage holds
-those x and dy: they count as held bytes (on the toy model about as many as the forward stashed).
+**Memory is measured, not modelled**: a saved-tensors hook sees every tensor autograd keeps for
+backward, and ``SavedBytes`` counts its storage (weights excluded, a storage saved twice counted
+once) until the micro-batch's backward frees it. The hook costs about 10% of a step on the toy CPU
+model; ``track_memory=False`` skips it for like-for-like timing (then only checkpointed inputs count).
 
-Memory is *measured*, not modelled (``course_lib/saved_memory.py``); ``track_memory=False`` skips that for
-like-for-like timing (then only checkpointed inputs are counted).
+The zero-bubble schedules split B into I (input gradient) and W (weight gradient). That runtime is a
+subclass in the room ``course_lib/engines/split_backward.py``, which registers itself here when
+imported (``course_lib.engines`` imports it); ``StageRuntime(..., split_backward=True)`` builds it.
+
+One file over 300 lines, read whole: where a stage runs, what it does, and what it holds meanwhile.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
-from course_lib.engines.weight_grad import LayerCall, LayerCallRecorder, PendingWeightGrads, input_grads
-from course_lib.saved_memory import SavedBytes, SavedTensor
-from course_lib.shelf.errors import require
+from course_lib.shelf.errors import CourseError, require
 from course_lib.shelf.model import autocast, lm_loss, precision_dtype
 from course_lib.shelf.schedule import Action, Kind
 
+# ---- devices -----------------------------------------------------------------------------------
+DEVICE_CHOICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
+
+
+def gpu_count() -> int:
+    """CUDA GPUs this process can use."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def accelerator() -> str | None:
+    """The accelerator 'auto' picks: 'cuda', else 'mps' (Apple silicon), else None (the CPU)."""
+    if gpu_count():
+        return "cuda"
+    return "mps" if torch.backends.mps.is_available() else None
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """'auto' -> cuda:0, else mps, else the CPU; 'cpu'; 'mps'; 'cuda' or 'cuda:N' (must exist)."""
+    key = name.strip().lower() if isinstance(name, str) else ""
+    if key == "auto":
+        kind = accelerator()
+        return torch.device("cuda:0" if kind == "cuda" else kind or "cpu")
+    if key in ("cpu", "mps"):
+        require(
+            key == "cpu" or torch.backends.mps.is_available(),
+            "device 'mps' is not available: it needs Apple silicon; use 'cpu' or 'auto'",
+        )
+        return torch.device(key)
+    if key == "cuda" or (key.startswith("cuda:") and key[5:].isdigit()):
+        index = int(key[5:]) if key != "cuda" else 0
+        require(
+            index < gpu_count(),
+            f"device {name!r} is not available: this machine has {gpu_count()} CUDA GPU(s); "
+            "use 'cpu' or 'auto'",
+        )
+        return torch.device(f"cuda:{index}")
+    raise CourseError(f"unknown device {name!r}; expected one of {', '.join(DEVICE_CHOICES)}")
+
+
+def stage_devices(n_stages: int, device: str = "auto") -> list[torch.device]:
+    """One torch.device per pipeline stage, by the rule in the module docstring ('cuda' spreads the
+    stages as 'auto' does; any other choice puts every stage on the device it names)."""
+    require(
+        isinstance(n_stages, int) and n_stages >= 1, f"n_stages must be a whole number >= 1, got {n_stages!r}"
+    )
+    shared = resolve_device(device)  # checks the name whatever the machine
+    if device.strip().lower() in ("auto", "cuda") and gpu_count() >= n_stages:
+        return [torch.device(f"cuda:{i}") for i in range(n_stages)]
+    return [shared] * n_stages
+
+
+def synchronize(devices: Iterable[torch.device]) -> None:
+    """Wait until the accelerators among `devices` finish their queued work, so that a clock read just
+    after covers the work itself (CUDA and mps run asynchronously; the CPU needs no wait)."""
+    for d in set(devices):
+        if d.type == "cuda":
+            torch.cuda.synchronize(d)
+        elif d.type == "mps":
+            torch.mps.synchronize()
+
+
+def describe_devices() -> str:
+    """One line: what a pipeline of p stages runs on here (``lesson.setup()`` prints it)."""
+    gpus = gpu_count()
+    if gpus == 1:
+        return f"1 GPU ({torch.cuda.get_device_name(0)}): all p stages share it as simulated devices"
+    if gpus > 1:
+        names = sorted({torch.cuda.get_device_name(i) for i in range(gpus)})
+        return f"{gpus} GPUs ({', '.join(names)}): one per stage for p <= {gpus}; more stages share cuda:0"
+    if accelerator() == "mps":
+        return "1 Apple GPU (mps): all p stages share it as simulated devices"
+    return "no GPU: simulated devices on the CPU"
+
+
+# ---- memory held for backward ------------------------------------------------------------------
+class SavedTensor:
+    """What autograd keeps instead of a saved tensor: the tensor, and the storage it is counted under.
+    No ``__del__`` on purpose: a finalizer runs wherever the graph happens to be freed, and a Ctrl-C
+    landing inside it is printed and dropped. The bytes are given back when the stash is freed."""
+
+    __slots__ = ("tensor", "_tracker", "_key")
+
+    def __init__(self, tensor: Tensor, tracker: SavedBytes, key: int | None):
+        self.tensor, self._tracker, self._key = tensor, tracker, key
+
+    def drop(self) -> None:
+        if self._key is not None:
+            self._tracker.release(self._key)
+            self._key = None
+        self.tensor = None
+
+
+class SavedBytes:
+    """Bytes of storage alive because autograd saved them; a storage saved twice counts once."""
+
+    def __init__(self, excluded: set[int]) -> None:
+        self.live: dict[int, list[int]] = {}  # storage pointer -> [times saved, bytes]
+        self.total = self.peak = 0
+        self.excluded = excluded  # storages of the weights: not activation memory
+
+    def pack(self, tensor: Tensor, holders: list[SavedTensor]) -> SavedTensor:
+        """Count `tensor` (unless it is a weight) and add its holder to `holders` (the stash's)."""
+        storage = tensor.untyped_storage()
+        key, nbytes = storage.data_ptr(), storage.nbytes()
+        if key in self.excluded or nbytes == 0:
+            return SavedTensor(tensor, self, None)
+        holders.append(holder := SavedTensor(tensor, self, key))
+        entry = self.live.setdefault(key, [0, nbytes])
+        if entry[0] == 0:
+            self.total += nbytes
+            self.peak = max(self.peak, self.total)
+        entry[0] += 1
+        return holder
+
+    def release(self, key: int) -> None:
+        entry = self.live[key]
+        entry[0] -= 1
+        if entry[0] == 0:
+            self.total -= entry[1]
+            del self.live[key]
+
+    def counting(self, holders: list[SavedTensor]) -> torch.autograd.graph.saved_tensors_hooks:
+        """A context in which every tensor autograd saves is counted, its holder added to `holders`."""
+        return torch.autograd.graph.saved_tensors_hooks(lambda t: self.pack(t, holders), lambda h: h.tensor)
+
+    def clear(self) -> None:
+        """Start from nothing held (also forgets what an interrupted forward packed)."""
+        self.live.clear()
+        self.total = self.peak = 0
+
+
+# ---- the stage ---------------------------------------------------------------------------------
 CHECKPOINT_MODES = ("never", "except_last", "always")
 
 
@@ -64,14 +200,12 @@ def checkpointed(mode: str, mb: int, n_microbatches: int) -> bool:
 
 
 @dataclass
-class _Stash:
+class Stash:
     """What one micro-batch leaves on a stage between its forward and its (last) backward."""
 
     inp: Tensor | None  # the stage input (a leaf that requires grad, except token ids on stage 0)
     target: Tensor | None
     out: Tensor | None = None  # stage output, or the loss on the last stage; None while checkpointed
-    calls: list[LayerCall] = field(default_factory=list)  # split backward: what I and W need per layer
-    pending: PendingWeightGrads | None = None  # set by I (which frees the rest), used by W
     # what autograd saved; a saved tensor that is its own op's output would otherwise keep the
     # retained graph alive in a reference cycle until the garbage collector runs
     holders: list[SavedTensor] = field(default_factory=list)
@@ -79,18 +213,32 @@ class _Stash:
     def free(self) -> None:
         for holder in self.holders:
             holder.drop()
-        self.holders, self.out, self.calls = [], None, []
-        if self.pending is not None:
-            self.pending.drop()
-            self.pending = None
+        self.holders, self.out = [], None
+
+
+# the runtime of schedules that split backward into I and W; its room fills this when imported
+SPLIT_BACKWARD_RUNTIME: list[type[StageRuntime]] = []
 
 
 class StageRuntime:
     """Runs one pipeline stage's actions on one device; holds the stashed activations."""
 
+    stash_type = Stash  # what a forward stashes (the split backward keeps more per micro-batch)
+
+    def __new__(cls, *args, split_backward: bool = False, **kwargs) -> StageRuntime:
+        """``split_backward=True`` (a schedule of I and W actions) builds the registered subclass."""
+        if split_backward and not getattr(cls, "splits_backward", False):
+            require(
+                bool(SPLIT_BACKWARD_RUNTIME),
+                "this schedule splits backward into I and W, whose runtime lives in the room "
+                "course_lib.engines.split_backward: `import course_lib.engines` first",
+            )
+            cls = SPLIT_BACKWARD_RUNTIME[-1]
+        return super().__new__(cls)
+
     def __init__(
         self, stage: int, n_stages: int, module: nn.Module, n_microbatches: int, checkpoint: str = "never",
-        device: torch.device | str = "cpu", track_memory: bool = True, split_backward: bool = True,
+        device: torch.device | str = "cpu", track_memory: bool = True, split_backward: bool = False,
         defer_graph_release: bool = False, precision: str = "float32",
     ):  # fmt: skip
         require(0 <= stage < n_stages, f"stage must be in 0..{n_stages - 1}, got {stage}")
@@ -99,24 +247,18 @@ class StageRuntime:
         precision_dtype(precision)  # a known name (the config allows autocast only on a CUDA GPU)
         self.stage, self.n_stages, self.n_microbatches = stage, n_stages, n_microbatches
         self.checkpoint, self.track_memory = checkpoint, track_memory
-        # the forward under autocast (model.autocast; the engines pass cfg.precision). Weights, gradients
-        # and the messages between stages stay float32: every block adds its output to the float32
-        # residual stream, and autocast leaves that sum in float32 (tests/engines/test_precision.py)
+        # the forward under autocast (model.autocast). Weights, gradients and the messages between
+        # stages stay float32: every block adds its output to the float32 residual stream, and
+        # autocast leaves that sum in float32 (tests/engines/test_precision.py)
         self.precision = precision
         self.device = torch.device(device)
         self.module = module.to(self.device)
         self.is_first, self.is_last = stage == 0, stage == n_stages - 1
         self.losses: dict[int, float] = {}  # micro-batch -> its loss already divided by m
-        self._stash: dict[int, _Stash] = {}
+        self._stash: dict[int, Stash] = {}
         self._bytes = SavedBytes({p.untyped_storage().data_ptr() for p in self.module.parameters()})
         self.peak_saved_bytes = 0  # most bytes held for backward at once since start_batch()
         self.peak_inflight = 0  # most micro-batches stashed at once since start_batch()
-        # I/W needs every linear layer's input and output; a schedule with full backwards does not,
-        # and skips the hooks (one Python call per layer per micro-batch)
-        self.split_backward = split_backward
-        self._recorder = LayerCallRecorder(self.module) if split_backward else None
-        # parameters no layer rule covers: I computes their gradients (weight_grad.py says why)
-        self._params_in_i = self._recorder.params_done_in_i(self.module) if split_backward else []
         # B's spent graph (autograd already freed its saved tensors; tearing down its ~1000 nodes takes
         # about a millisecond): with defer_graph_release it is kept until release_graphs(), so that a
         # caller can tear it down while it idles (the distributed engine: waiting for a message), not
@@ -126,7 +268,7 @@ class StageRuntime:
 
     # ---- bookkeeping ---------------------------------------------------------------------------
     def _checkpointed_inputs(self) -> int:
-        return sum(s.inp.nbytes for s in self._stash.values() if s.out is None and s.pending is None)
+        return sum(s.inp.nbytes for s in self._stash.values() if s.out is None and s.inp is not None)
 
     def saved_bytes(self) -> int:
         """Bytes held right now for backward: tensors autograd saved, plus checkpointed inputs."""
@@ -137,27 +279,8 @@ class StageRuntime:
         self.peak_inflight = max(self.peak_inflight, len(self._stash))
 
     def inflight(self) -> int:
-        """Micro-batches whose forward ran and whose backward has not finished (W included)."""
+        """Micro-batches whose forward ran and whose backward has not finished."""
         return len(self._stash)
-
-    # ---- forward -------------------------------------------------------------------------------
-    def _run_forward(self, stash: _Stash) -> Tensor:
-        """Forward with the graph recorded (and measured); returns the output (or the loss)."""
-        stash.calls, stash.holders = [], []
-        counting = self._bytes.counting(stash.holders) if self.track_memory else nullcontext()
-        if self._recorder is not None:
-            self._recorder.start(stash.calls)
-        try:
-            with counting:
-                return self._forward_and_loss(stash)
-        finally:
-            if self._recorder is not None:
-                self._recorder.stop()
-
-    def _forward_and_loss(self, stash: _Stash) -> Tensor:
-        with autocast(self.precision, self.device):
-            out = self.module(stash.inp)
-            return lm_loss(out, stash.target) / self.n_microbatches if self.is_last else out
 
     # ---- one action ----------------------------------------------------------------------------
     def run(self, action: Action, inp: Tensor | None, target: Tensor | None = None) -> Tensor | None:
@@ -165,7 +288,7 @@ class StageRuntime:
 
         F: `inp` is the token ids (stage 0) or the previous stage's activation; `target` the targets
         (read by the last stage only). Returns the activation for the next stage.
-        B or I: `inp` is the gradient of this stage's output (None on the last stage: it starts from
+        B (or I): `inp` is the gradient of this stage's output (None on the last stage: it starts from
         the loss). Returns the gradient of this stage's input. W: needs nothing, returns None."""
         require(
             action.stage == self.stage, f"action {action} belongs to stage {action.stage}, not {self.stage}"
@@ -180,6 +303,7 @@ class StageRuntime:
         self.backward_weight(mb)
         return None
 
+    # ---- forward -------------------------------------------------------------------------------
     def forward(self, mb: int, inp: Tensor, target: Tensor | None = None) -> Tensor | None:
         """F of micro-batch `mb` (arguments as for ``run``). The last stage records ``losses[mb]``
         (loss / m) and returns None; the others return their activation, detached: the graph stays here."""
@@ -191,7 +315,7 @@ class StageRuntime:
         inp = inp.to(self.device)
         if not self.is_first:
             inp = inp.detach().requires_grad_(True)  # a leaf: its .grad is what we send back
-        stash = _Stash(inp, target.to(self.device) if self.is_last else None)
+        stash = self.stash_type(inp, target.to(self.device) if self.is_last else None)
         if checkpointed(self.checkpoint, mb, self.n_microbatches):
             with torch.no_grad():
                 out = self._forward_and_loss(stash)
@@ -204,12 +328,23 @@ class StageRuntime:
             return None
         return out.detach()
 
-    def _ready_for_backward(self, mb: int) -> _Stash:
+    def _run_forward(self, stash: Stash) -> Tensor:
+        """Forward with the graph recorded (and its saved tensors counted); the output or the loss."""
+        stash.holders = []
+        with self._bytes.counting(stash.holders) if self.track_memory else nullcontext():
+            return self._forward_and_loss(stash)
+
+    def _forward_and_loss(self, stash: Stash) -> Tensor:
+        with autocast(self.precision, self.device):
+            out = self.module(stash.inp)
+            return lm_loss(out, stash.target) / self.n_microbatches if self.is_last else out
+
+    # ---- backward ------------------------------------------------------------------------------
+    def _ready_for_backward(self, mb: int) -> Stash:
         require(
             mb in self._stash, f"stage {self.stage} has no forward of micro-batch {mb} to go back through"
         )
         stash = self._stash[mb]
-        require(stash.pending is None, f"stage {self.stage} already ran the I of micro-batch {mb}")
         if stash.out is None:  # checkpointed: re-materialise the graph now
             stash.out = self._run_forward(stash)
             self._note_peak()
@@ -222,7 +357,6 @@ class StageRuntime:
         )
         return None if self.is_last else grad_output.to(self.device)
 
-    # ---- backward ------------------------------------------------------------------------------
     def backward(self, mb: int, grad_output: Tensor | None) -> Tensor | None:
         """Full backward (B) of micro-batch `mb`: weight gradients accumulate into ``.grad``; returns
         the gradient for the stage input (None on stage 0). Frees the micro-batch's stash."""
@@ -237,37 +371,15 @@ class StageRuntime:
         return None if self.is_first else stash.inp.grad
 
     def backward_input(self, mb: int, grad_output: Tensor | None) -> Tensor | None:
-        """I: the gradient for the stage input (returned; None on stage 0), and on the way every linear
-        layer's output gradient, kept with its input for W; the rest of the graph is freed."""
-        require(
-            self.split_backward,
-            f"stage {self.stage} was built with split_backward=False, so it cannot run I (input-gradient "
-            "backward); build it with split_backward=True for zero-bubble schedules",
+        """I (zero-bubble schedules): only the split-backward runtime runs it."""
+        raise CourseError(
+            f"stage {self.stage} runs full backwards (B); I and W need the split-backward runtime: "
+            "StageRuntime(..., split_backward=True) after `import course_lib.engines`"
         )
-        stash = self._ready_for_backward(mb)
-        stage_input = None if self.is_first else stash.inp
-        grad_input, pending = input_grads(
-            stash.out, self._grad_seed(grad_output), stash.calls, self._params_in_i, stage_input
-        )
-        # autograd frees each layer's saved tensors as I passes it, while the output gradients W needs
-        # appear: the count goes from the graph to W's tensors (transients are not counted, as in B)
-        stash.free()
-        if self.track_memory:
-            for tensor in pending.tensors():
-                self._bytes.pack(tensor, pending.holders)
-        stash.pending, stash.inp = pending, None  # the stage input is no longer needed either
-        self._note_peak()
-        return grad_input
 
     def backward_weight(self, mb: int) -> None:
-        """W: weight gradients from I's saved layer inputs and output gradients, into ``.grad``."""
-        require(
-            mb in self._stash and self._stash[mb].pending is not None,
-            f"stage {self.stage} runs W for micro-batch {mb} before its I (input gradient)",
-        )
-        stash = self._stash.pop(mb)
-        stash.pending.apply()
-        stash.free()
+        """W (zero-bubble schedules): only the split-backward runtime runs it."""
+        self.backward_input(mb, None)
 
     # ---- after the flush -----------------------------------------------------------------------
     def loss(self) -> float:
@@ -289,7 +401,5 @@ class StageRuntime:
         self._spent.clear()
 
     def close(self) -> None:
-        """Take the forward hooks off the module (it may be reused by another runtime)."""
+        """Let go of what the runtime keeps on the side (a subclass also takes its hooks off)."""
         self.release_graphs()
-        if self._recorder is not None:
-            self._recorder.close()

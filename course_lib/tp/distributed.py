@@ -27,11 +27,11 @@ import torch.distributed as dist
 from torch import nn
 
 from course_lib.shelf.costs import Link, ring_all_reduce_s
-from course_lib.shelf.devices import gpu_count
 from course_lib.shelf.errors import require
 from course_lib.shelf.launcher import RankContext, spawn
 from course_lib.shelf.model import Block, ModelConfig, build_model
 from course_lib.shelf.reference import accumulate_gradients
+from course_lib.shelf.stage import gpu_count
 from course_lib.tp.comm import CommLog, DistComm, copy_to_ranks, reduce_from_ranks
 from course_lib.tp.shard import Bias, assemble_gradients, check_divisible, shard_block
 

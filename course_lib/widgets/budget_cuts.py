@@ -23,7 +23,7 @@ import ipywidgets as widgets
 from matplotlib.figure import Figure
 
 from course_lib.balance import LayerProfile, OutOfMemory, balanced, format_bytes, stage_memory
-from course_lib.shelf.partition import Partition, uniform
+from course_lib.shelf.model import Partition, uniform
 from course_lib.shelf.timeline import Timeline
 from course_lib.widgets.controls import Shown, slider_size
 

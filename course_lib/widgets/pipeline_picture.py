@@ -16,7 +16,7 @@ from matplotlib.patches import FancyBboxPatch
 
 from course_lib.plots import COLORS, IDLE_COLOR, plot_timeline
 from course_lib.shelf.first_schedules import build_schedule
-from course_lib.shelf.partition import uniform
+from course_lib.shelf.model import uniform
 from course_lib.shelf.schedule import Kind
 from course_lib.shelf.simulator import StageCosts, simulate
 

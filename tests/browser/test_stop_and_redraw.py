@@ -147,7 +147,7 @@ def test_one_drag_of_a_lesson_slider_redraws_once(page, lab: LabServer, lesson, 
     profile = (
         "from course_lib.balance import profile_layers\n"
         "from course_lib.shelf.model import ModelConfig, build_model\n"
-        "from course_lib.shelf.partition import stage_totals\n"
+        "from course_lib.balance import stage_totals\n"
         "from course_lib.shelf.first_schedules import build_schedule\n"
         "from course_lib.shelf.simulator import StageCosts, simulate\n"
         "from course_lib.widgets.budget_cuts import budget_cuts\n"

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from course_lib.cli import main, train
-from course_lib.shelf.data import DEFAULT_CORPUS
 from course_lib.shelf.distributed_engine import DistributedError
+from course_lib.shelf.model import DEFAULT_CORPUS
 
 TINY = ["--layers", "2", "--width", "16", "--heads", "2", "--seq-len", "16", "--batch-size", "4",
         "--microbatches", "2", "--steps", "1"]  # fmt: skip

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from course_lib.cli import main, torchrun
-from course_lib.shelf.data import split_microbatches
 from course_lib.shelf.distributed_engine import MAX_LOCAL_RANKS, Fault, launch, make_spec
 from course_lib.shelf.errors import CourseError
 from course_lib.shelf.first_schedules import build_schedule
+from course_lib.shelf.model import split_microbatches
 from course_lib.shelf.reference import TrainConfig, reference_run
 from course_lib.tp.mesh import Mesh, replica_share
 

@@ -13,12 +13,11 @@ import torch
 from course_lib.cli import main
 from course_lib.engines import links_injected
 from course_lib.shelf.costs import Link
-from course_lib.shelf.data import split_microbatches
 from course_lib.shelf.distributed_engine import make_spec
 from course_lib.shelf.errors import CourseError
 from course_lib.shelf.first_schedules import build_schedule
+from course_lib.shelf.model import split_microbatches, uniform
 from course_lib.shelf.p2p import message_tag
-from course_lib.shelf.partition import uniform
 from course_lib.shelf.rank_loop import Fault, StepRecorder, build_rank, run_schedule
 from course_lib.shelf.reference import TrainConfig, first_batch, max_grad_diff, reference_gradients, train
 from course_lib.shelf.run_spec import RankRecord, RunSpec, StepRecord, build_result

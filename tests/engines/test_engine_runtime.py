@@ -11,18 +11,17 @@ import torch
 from torch import nn
 
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.model import ModelConfig, build_model
-from course_lib.shelf.partition import stage_modules, uniform
+from course_lib.shelf.model import ModelConfig, build_model, stage_modules, uniform
 from course_lib.shelf.schedule import Action
 from course_lib.shelf.stage import StageRuntime
 
 CFG = ModelConfig(n_layers=3, d_model=16, n_heads=2, vocab_size=8, seq_len=8)
 
 
-def two_stages(checkpoint: str = "never", m: int = 2, track_memory: bool = True):
+def two_stages(checkpoint: str = "never", m: int = 2, track_memory: bool = True, split: bool = True):
     model = build_model(CFG, seed=0)
     stages = [
-        StageRuntime(s, 2, mod, m, checkpoint, track_memory=track_memory)
+        StageRuntime(s, 2, mod, m, checkpoint, track_memory=track_memory, split_backward=split)
         for s, mod in enumerate(stage_modules(model.layers, uniform(5, 2)))
     ]
     return model, stages
@@ -48,7 +47,7 @@ def run_batch(stages, split: bool, m: int = 2) -> list[list[int]]:
 
 
 def run_two_stages(split: bool, checkpoint: str, m: int = 2, track_memory: bool = True):
-    model, stages = two_stages(checkpoint, m, track_memory)
+    model, stages = two_stages(checkpoint, m, track_memory, split)
     return model, stages, run_batch(stages, split, m)
 
 
@@ -80,7 +79,7 @@ def test_without_memory_tracking_the_gradients_are_the_same_and_nothing_is_count
 
 def test_wrong_order_is_refused():
     model = build_model(CFG, seed=0)
-    stage = StageRuntime(0, 2, torch.nn.Sequential(*model.layers[:2]), 2)
+    stage = StageRuntime(0, 2, torch.nn.Sequential(*model.layers[:2]), 2, split_backward=True)
     with pytest.raises(CourseError, match="W for micro-batch 0 before its I"):
         stage.backward_weight(0)
     with pytest.raises(CourseError, match="no forward of micro-batch 1"):
@@ -157,3 +156,21 @@ def test_deferred_spent_graphs_stay_bounded_when_the_caller_never_releases_them(
             stage.backward(mb, None)
     # four backwards, m = 2: the two oldest graphs went, the two newest are kept for release_graphs()
     assert [o() is None for o in outs] == [True, True, False, False]
+
+
+def test_a_stage_runs_full_backwards_unless_the_schedule_splits_them(monkeypatch):
+    from course_lib.engines.split_backward import SplitBackwardStage
+    from course_lib.shelf import stage as shelf_stage
+
+    model = build_model(CFG, seed=0)
+    plain = StageRuntime(0, 2, torch.nn.Sequential(*model.layers[:2]), 1)
+    assert type(plain) is StageRuntime  # the shelf's runtime: F and B only
+    plain.forward(0, torch.randint(0, 8, (2, 8)))
+    with pytest.raises(CourseError, match="runs full backwards \\(B\\); I and W need the split-backward"):
+        plain.run(Action.parse("0I0"), torch.zeros(2, 8, 16))
+    split = StageRuntime(0, 2, torch.nn.Sequential(*model.layers[:2]), 1, split_backward=True)
+    assert type(split) is SplitBackwardStage  # registered by the room on import
+    split.close()
+    monkeypatch.setattr(shelf_stage, "SPLIT_BACKWARD_RUNTIME", [])  # as if the room were never imported
+    with pytest.raises(CourseError, match="course_lib.engines.split_backward: `import course_lib.engines`"):
+        StageRuntime(0, 2, torch.nn.Sequential(*model.layers[:2]), 1, split_backward=True)

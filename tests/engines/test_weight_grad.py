@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.engines import weight_grad
+from course_lib.engines import split_backward
 from course_lib.shelf.distributed_engine import launch, make_spec
 from course_lib.shelf.local_engine import LocalPipelineTrainer
 from course_lib.shelf.model import ModelConfig, build_model
@@ -103,7 +103,7 @@ def test_a_linear_layer_called_twice_gets_both_gradients():
 
 def test_linear_layers_leave_their_weights_to_w_everything_else_to_i():
     module = every_kind_of_layer()
-    recorder = weight_grad.LayerCallRecorder(module)
+    recorder = split_backward.LayerCallRecorder(module)
     assert recorder.layers == [module[2], module[6].inner, module[7]]
     in_i = [p for i in (0, 1, 4, 5) for p in module[i].parameters()]
     assert recorder.params_done_in_i(module) == in_i
@@ -113,7 +113,7 @@ def test_linear_layers_leave_their_weights_to_w_everything_else_to_i():
 def test_w_runs_no_autograd_for_linear_layers(monkeypatch):
     torch.manual_seed(0)
     module = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.GELU(), nn.Linear(WIDTH, WIDTH))
-    stage = StageRuntime(1, 3, module, 1)
+    stage = StageRuntime(1, 3, module, 1, split_backward=True)
     out = stage.forward(0, torch.randn(2, 5, WIDTH))
     stage.backward_input(0, torch.ones_like(out))
     calls = []
@@ -127,7 +127,12 @@ def test_w_runs_no_autograd_for_linear_layers(monkeypatch):
 def middle_stage(track_memory: bool = True) -> StageRuntime:
     cfg = ModelConfig(n_layers=3, d_model=WIDTH, n_heads=2, vocab_size=VOCAB, seq_len=8)
     return StageRuntime(
-        1, 3, nn.Sequential(*build_model(cfg, seed=0).layers[1:3]), 2, track_memory=track_memory
+        1,
+        3,
+        nn.Sequential(*build_model(cfg, seed=0).layers[1:3]),
+        2,
+        track_memory=track_memory,
+        split_backward=True,
     )
 
 
@@ -179,8 +184,6 @@ def test_stash_bytes_of_a_zb_h1_step_count_what_waits_for_w():
 
 # ---- ZB-H1 trains like the single-device reference -----------------------------------------------
 TINY = dict(n_layers=6, d_model=16, n_heads=2, seq_len=16, batch_size=8, steps=2, lr=1e-2)
-
-
 
 
 def assert_like_reference(cfg: TrainConfig, losses, grads, params) -> None:

@@ -1,5 +1,5 @@
 """Assignment 7's committed solution outputs agree with the engine they were made with: its Gantt chart is
-drawn from measured F, I and W costs, and since W is computed as dy^T x (course_lib/engines/weight_grad.py)
+drawn from measured F, I and W costs, and since W is computed as dy^T x (course_lib/engines/split_backward.py)
 a W costs less than an I on the toy, as lesson 07b's measured costs print. Outputs from before that change
 showed W about five times I; this keeps a stale re-execution from coming back."""
 

@@ -10,9 +10,8 @@ import pytest
 import torch
 from support.committed import output_text, source
 
-from course_lib.balance import OutOfMemory, balanced, check_memory, profile_layers, stage_memory
-from course_lib.shelf.model import ModelConfig, build_model
-from course_lib.shelf.partition import stage_totals, uniform
+from course_lib.balance import OutOfMemory, balanced, check_memory, profile_layers, stage_memory, stage_totals
+from course_lib.shelf.model import ModelConfig, build_model, uniform
 
 P, M = 4, 8
 BUDGET_FACTOR = 1.10

@@ -93,10 +93,14 @@ def test_lesson_14_cites_both_papers_with_their_sections():
 
 
 def test_the_local_engine_runs_stale_weights_under_any_schedule_and_refuses_bad_staleness():
+    from course_lib.engines.stale import StaleLocalTrainer
     from course_lib.shelf.local_engine import LocalPipelineTrainer
 
     def losses(schedule, staleness):
-        trainer = LocalPipelineTrainer(CFG, schedule, stages=4, staleness=staleness, track_memory=False)
+        kind, more = (
+            (LocalPipelineTrainer, {}) if staleness is None else (StaleLocalTrainer, {"staleness": staleness})
+        )
+        trainer = kind(CFG, schedule, stages=4, track_memory=False, **more)
         return trainer.train(progress=False).losses
 
     fresh, stale = losses("1f1b", None), losses("1f1b", (1, 1, 1, 1))
@@ -106,4 +110,4 @@ def test_the_local_engine_runs_stale_weights_under_any_schedule_and_refuses_bad_
     for bad, message in [((1, 1), "one entry per stage \\(4\\), got 2"), ((0, 0, 0, -1), "got \\[-1\\]"),
                          ((0, 0, 0, True), "got \\[True\\]"), ((0, 0, 0, 1.5), "got \\[1.5\\]")]:  # fmt: skip
         with pytest.raises(CourseError, match=message):
-            LocalPipelineTrainer(CFG, "1f1b", stages=4, staleness=bad)
+            StaleLocalTrainer(CFG, "1f1b", stages=4, staleness=bad)

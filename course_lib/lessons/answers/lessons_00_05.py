@@ -9,10 +9,9 @@ from course_lib.lessons.tp_or_pp import first_m_pp_wins
 from course_lib.schedules.closed_forms import Case, gpipe_bubble
 from course_lib.schedules.latency_aware import warmup_forwards
 from course_lib.shelf.costs import Link, ring_all_reduce_s
-from course_lib.shelf.data import check_microbatches
 from course_lib.shelf.errors import CourseError
 from course_lib.shelf.first_schedules import SCHEDULES, build_schedule
-from course_lib.shelf.model import ModelConfig, build_model, count_parameters
+from course_lib.shelf.model import ModelConfig, build_model, check_microbatches, count_parameters
 from course_lib.shelf.simulator import StageCosts, simulate
 from course_lib.tp.accounting import pp_sends, tp_allreduces
 

@@ -1,4 +1,4 @@
-"""Weight gradients from what each linear layer saw and what came back to it: the W of zero-bubble schedules.
+"""The split backward of zero-bubble schedules (lesson 07b): I for the input gradient, W for the weights.
 
 For a linear layer y = x Wᵀ + b, the weight gradient needs only the layer's input x and the gradient
 dy of its output: dW = dyᵀ x and db = dy summed, over batch and sequence. So a zero-bubble stage splits
@@ -9,7 +9,7 @@ its backward the way the Zero Bubble paper does (Qi et al. 2024, arXiv 2401.1024
 - I (``input_grads``) runs autograd for the *input* gradients only (``torch.autograd.grad`` with the
   stage input and the linear layers' outputs as its inputs, never their weights), which gives each
   layer's dy on the way; the graph is then freed, and only x and dy per layer stay
-  (``PendingWeightGrads``);
+  (``PendingWeightGrads``), counted as bytes held until W;
 - W (``PendingWeightGrads.apply``) does the weight work: one matmul per linear layer, the very matmul
   autograd would run (on the CPU the gradients equal a full backward's bit for bit: the tests check
   it), and no autograd call.
@@ -22,6 +22,10 @@ W then needed an autograd call of its own for them). A tensor-parallel stage's s
 ``nn.Linear`` modules (``course_lib/tp/shard.py``), so their weight work moves to W like any other's.
 Assumption: a linear layer's parameters are used only through calls of linear layers (a weight tied
 to an embedding, say, would lose the embedding's share).
+
+``SplitBackwardStage`` is the shelf's ``StageRuntime`` (``course_lib/shelf/stage.py``) with I and W
+added; importing this module registers it there, so ``StageRuntime(..., split_backward=True)``, which
+the engines call for a schedule with ``split_backward``, builds one (``course_lib.engines`` imports it).
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
+
+from course_lib.shelf.errors import require
+from course_lib.shelf.stage import SPLIT_BACKWARD_RUNTIME, SavedTensor, StageRuntime, Stash
 
 
 def defers_weight_grad(layer: nn.Module) -> bool:
@@ -84,7 +91,7 @@ class PendingWeightGrads:
 
     calls: list[tuple[nn.Module, Tensor, Tensor]] = field(default_factory=list)
     ready: list[tuple[nn.Parameter, Tensor]] = field(default_factory=list)
-    holders: list = field(default_factory=list)  # memory-accounting holders (saved_memory.SavedTensor)
+    holders: list[SavedTensor] = field(default_factory=list)  # for the stage's count of held bytes
 
     def tensors(self) -> Iterator[Tensor]:
         """Every tensor held until W (for the memory count)."""
@@ -147,3 +154,84 @@ def input_grads(
         ready=[(p, g) for p, g in zip(others, got[n : n + len(others)], strict=True) if g is not None],
     )
     return (None if stage_input is None else got[-1]), pending
+
+
+@dataclass
+class SplitStash(Stash):
+    """A micro-batch's stash on a split-backward stage: also its layer calls, then what I leaves for W."""
+
+    calls: list[LayerCall] = field(default_factory=list)  # noted during the forward, read by I
+    pending: PendingWeightGrads | None = None  # set by I (which frees the rest), used by W
+
+    def free(self) -> None:
+        super().free()
+        self.calls = []
+        if self.pending is not None:
+            self.pending.drop()
+            self.pending = None
+
+
+class SplitBackwardStage(StageRuntime):
+    """A stage runtime that also runs I and W (see the module docstring); B still works."""
+
+    splits_backward = True
+    stash_type = SplitStash
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # I/W needs every linear layer's input and output: one forward hook per linear layer
+        self._recorder = LayerCallRecorder(self.module)
+        # parameters no layer rule covers: I computes their gradients (the module docstring says why)
+        self._params_in_i = self._recorder.params_done_in_i(self.module)
+
+    def _run_forward(self, stash: SplitStash) -> Tensor:
+        stash.calls = []
+        self._recorder.start(stash.calls)
+        try:
+            return super()._run_forward(stash)
+        finally:
+            self._recorder.stop()
+
+    def _ready_for_backward(self, mb: int) -> SplitStash:
+        stash = self._stash.get(mb)
+        require(
+            stash is None or stash.pending is None,
+            f"stage {self.stage} already ran the I of micro-batch {mb}",
+        )
+        return super()._ready_for_backward(mb)
+
+    def backward_input(self, mb: int, grad_output: Tensor | None) -> Tensor | None:
+        """I: the gradient for the stage input (returned; None on stage 0), and on the way every linear
+        layer's output gradient, kept with its input for W; the rest of the graph is freed."""
+        stash = self._ready_for_backward(mb)
+        stage_input = None if self.is_first else stash.inp
+        grad_input, pending = input_grads(
+            stash.out, self._grad_seed(grad_output), stash.calls, self._params_in_i, stage_input
+        )
+        # autograd frees each layer's saved tensors as I passes it, while the output gradients W needs
+        # appear: the count goes from the graph to W's tensors (transients are not counted, as in B)
+        stash.free()
+        if self.track_memory:
+            for tensor in pending.tensors():
+                self._bytes.pack(tensor, pending.holders)
+        stash.pending, stash.inp = pending, None  # the stage input is no longer needed either
+        self._note_peak()
+        return grad_input
+
+    def backward_weight(self, mb: int) -> None:
+        """W: weight gradients from I's saved layer inputs and output gradients, into ``.grad``."""
+        require(
+            mb in self._stash and self._stash[mb].pending is not None,
+            f"stage {self.stage} runs W for micro-batch {mb} before its I (input gradient)",
+        )
+        stash = self._stash.pop(mb)
+        stash.pending.apply()
+        stash.free()
+
+    def close(self) -> None:
+        """Also take the forward hooks off the module (it may be reused by another runtime)."""
+        super().close()
+        self._recorder.close()
+
+
+SPLIT_BACKWARD_RUNTIME.append(SplitBackwardStage)
