@@ -8,9 +8,9 @@ import tempfile
 import pytest
 from support.distributed_runs import TINY, assert_matches_reference, specs_for
 
+from course_lib.engines.faults import Fault
 from course_lib.shelf.distributed_engine import DistributedError, launch, make_spec, run_distributed
 from course_lib.shelf.links import Link
-from course_lib.shelf.rank_loop import Fault
 from course_lib.shelf.reference import TrainConfig
 from course_lib.shelf.registry import build_schedule
 
