@@ -1,6 +1,6 @@
-"""The distributed engine: one process per pipeline rank, real sends and receives, measured wall clock.
-
-From a notebook or Python (spawns p processes on this machine, returns the result to the caller)::
+"""The distributed engine, the parent's side (lessons 04 and 08): check a run (``make_spec``) and spawn
+one process per pipeline rank (``launch``); real sends and receives, measured wall clock. What each rank
+does, from joining the group to handing rank 0 its record, is ``rank_loop.py``::
 
     from course_lib.shelf.reference import TrainConfig
     from course_lib.shelf.distributed_engine import run_distributed
@@ -10,12 +10,8 @@ From a notebook or Python (spawns p processes on this machine, returns the resul
     r = run_distributed(TrainConfig(n_layers=8, steps=5), "1f1b", stages=2,
                         links=Link(latency_s=0.05))               # a 50 ms link between the stages
 
-A built schedule runs as well as a name (one process per device of it), e.g. 1F1B with a deeper
-warm-up to hide a slow link (``course_lib/schedules/latency_aware.py``)::
-
-    from course_lib.schedules.latency_aware import latency_aware_1f1b
-    r = run_distributed(TrainConfig(n_layers=8, steps=5, batch_size=8, microbatches=8),
-                        latency_aware_1f1b(2, 8, extra_per_link=3), links=Link(latency_s=0.03))
+A built schedule runs as well as a name (one process per device of it), e.g.
+``latency_aware_1f1b(2, 8, extra_per_link=3)`` (``course_lib/schedules/latency_aware.py``).
 
 TP x PP x DP (Megatron's layout), an injected fault and torch's own runtime are rooms of their own
 (``course_lib/tp/mesh.py``, ``course_lib/engines/faults.py``, ``course_lib/engines/torch_pipelining.py``):
@@ -25,29 +21,13 @@ them), and widens the ranks only of a run that asks for it::
     import course_lib.tp.mesh  # noqa: F401  (adds tp= and dp=)
     r = run_distributed(TrainConfig(n_layers=4, steps=2, batch_size=8), "1f1b", stages=2, tp=2, dp=2)
 
-From the shell, with torchrun (one process per rank; rank 0 prints the summary; ``cli/torchrun.py``)::
+From the shell, one process per rank under torchrun, on one machine or several (``cli/torchrun.py``)::
 
     torchrun --nproc-per-node 2 -m course_lib.cli.torchrun --schedule 1f1b --layers 8 --steps 5
-    torchrun --nproc-per-node 2 -m course_lib.cli.torchrun --schedule interleaved-1f1b \\
-        --virtual-stages 2 --microbatches 4 --latency 0.05 --json
 
-(Spell flags out under torchrun: it reads ``-m`` and abbreviations such as ``--virtual`` as its own.)
-
-Several machines (README.md, "Several machines"; the interface: ``course_lib/netif.py``), the same
-command on every node but for --node-rank::
-
-    python -m course_lib.cli.torchrun --nnodes 2 --nproc-per-node 1 --node-rank 0 --master-addr HOST0 \\
-        --master-port 29500 --rdzv-conf timeout=60 -m course_lib.cli.torchrun --schedule gpipe --layers 80
-
-(torchrun's launch with torchrun's arguments; a node whose rendezvous fails ends with one line.)
-
-Backend: gloo on CPUs, NCCL when the ranks run on GPUs (``--device cuda``: rank r uses its local
-GPU). A failed rank stops the others and is named (``course_lib/shelf/launcher.py`` says how); under torchrun,
-torchrun itself tears the group down and names the failed rank.
-
-This module is the parent's side (lessons 04 and 08): check a run (``make_spec``) and spawn its ranks
-(``launch``). What each rank does, from joining the group to handing rank 0 its record, is
-``rank_loop.py``.
+Backend: gloo on CPUs, NCCL when the ranks run on GPUs (``--device cuda``: rank r uses its local GPU).
+A failed rank stops the others and is named (``launcher.py`` says how); under torchrun, torchrun itself
+tears the group down and names the failed rank.
 """
 
 from __future__ import annotations
