@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 import course_lib
-from course_lib.engines import faults, torch_pipelining  # noqa: F401 (rooms: add their run options)
+from course_lib.engines import faults, idle_release, torch_pipelining  # noqa: F401 (rooms: add their run options)
 from course_lib.plots import SERIES_COLORS
 from course_lib.shelf.devices import accelerator, describe_devices
 from course_lib.shelf.reference import TrainConfig, accelerator_config

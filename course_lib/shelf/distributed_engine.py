@@ -71,6 +71,9 @@ class RoomOption:
 
 
 ROOM_OPTIONS: list[RoomOption] = []  # filled by the rooms (add_room_option), read by make_spec
+DEFAULT_ROOMS: list[
+    type
+] = []  # rooms every run of this engine takes once loaded (speed: engines/idle_release.py)
 # the rooms' options, their idle values and where each room lives: only to accept an idle value, and
 # to say what to import, when the room is not loaded
 ROOM_HOMES = {"tp": (1, "course_lib.tp.mesh"), "dp": (1, "course_lib.tp.mesh"),
@@ -139,6 +142,7 @@ def make_spec(
         cfg=cfg, schedule=sched, partition=plan.partition, checkpoint=checkpoint, timeout_s=float(timeout_s),
         links=tuple(plan.links) if plan.links is not None else None, return_grads=return_grads,
         track_memory=track_memory, pace_s=None if pace_s is None else (float(pace_s[0]), float(pace_s[1])),
+        rooms=tuple(DEFAULT_ROOMS),
     )  # fmt: skip
     spec = _widen(spec, room_options, local_ranks)
     local_ranks = local_ranks or spec.world  # ranks on this machine (torchrun: LOCAL_WORLD_SIZE)

@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 
+import course_lib.engines.idle_release  # noqa: F401 (as the lessons run: graphs released while idle)
 from course_lib.cli import main, torchrun
 from course_lib.engines.faults import Fault
 from course_lib.shelf.data import split_microbatches

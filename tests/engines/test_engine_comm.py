@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from course_lib.engines.idle_release import IdleComm
 from course_lib.shelf import p2p as comm
 from course_lib.shelf.errors import CourseError
 from course_lib.shelf.messages import incoming_messages, messages
@@ -63,3 +64,24 @@ def test_receive_buffers_are_reused_step_after_step_but_not_after_an_interrupted
     again = posted[6:]
     assert again[0] is first[0] and again[1] is not first[1] and again[2] is not first[2]
 
+
+def test_a_receive_the_last_step_waited_for_first_releases_the_spent_graphs(monkeypatch):
+    rank, _ = _comm(monkeypatch, 1)
+    monkeypatch.setattr(comm.dist, "irecv", lambda buf, src, group, tag: _Done())
+    released = []
+    stage = type("Stage", (), {"release_graphs": lambda self: released.append(1)})()
+    idle = IdleComm(rank, [stage])
+    idle.begin_step(0)
+    first, second, third = rank.incoming
+    assert idle.waited_last_step(first) == 0.0  # the first step has no last step
+    idle.recv_activation(first)
+    assert released == []
+    rank.recv_events = [
+        comm.RecvEvent(first.producer, 0, 1.0, 1.25),
+        comm.RecvEvent(second.producer, 0, 2.0, 2.0),
+    ]
+    idle.begin_step(1)
+    assert [idle.waited_last_step(m) for m in (first, second, third)] == [0.25, 0.0, 0.0]
+    idle.recv_activation(first)  # waited 0.25 s last step: release now, while waiting again
+    idle.recv_activation(second)  # came at once last step: no time to hide it
+    assert released == [1] and idle.recv_events == rank.recv_events and len(rank.recv_events) == 2

@@ -8,6 +8,7 @@ import tempfile
 import pytest
 from support.distributed_runs import TINY, assert_matches_reference, specs_for
 
+import course_lib.engines.idle_release  # noqa: F401 (as the lessons run: graphs released while idle)
 from course_lib.engines.faults import Fault
 from course_lib.shelf.distributed_engine import DistributedError, launch, make_spec, run_distributed
 from course_lib.shelf.links import Link
