@@ -102,7 +102,7 @@ class RunSpec:
 
 @dataclass
 class StepRecord:
-    """One rank's one step as it measured it, on its common clock (seconds, see dist_worker.py)."""
+    """One rank's one step as it measured it, on its common clock (seconds, see rank_loop.py)."""
 
     start: float
     end: float
