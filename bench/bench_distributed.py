@@ -32,6 +32,7 @@ import argparse
 import os
 import statistics
 
+import course_lib.engines.torch_pipelining  # noqa: F401 (the room: adds runner= to make_spec)
 from course_lib.shelf.costs import costs_from
 from course_lib.shelf.distributed_engine import make_spec
 from course_lib.shelf.errors import CourseError

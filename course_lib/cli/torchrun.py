@@ -32,11 +32,13 @@ import torch.distributed as dist  # noqa: E402
 
 from course_lib import netif  # noqa: E402  (multi-node: the interface towards the peers, threads, each node's line)
 from course_lib.cli import as_help, flags, report_errors  # noqa: E402
+from course_lib.engines import faults, idle_release, torch_pipelining  # noqa: E402, F401 (rooms: their make_spec options)
 from course_lib.shelf.distributed_engine import make_spec  # noqa: E402
 from course_lib.shelf.errors import require  # noqa: E402
 from course_lib.shelf.launcher import free_port  # noqa: E402
 from course_lib.shelf.rank_loop import RunSpec, gather_and_merge, init_rank, run_rank  # noqa: E402
 from course_lib.shelf.run_spec import DistributedResult  # noqa: E402
+from course_lib.tp import mesh  # noqa: E402, F401 (a room: adds tp= and dp= to make_spec)
 
 
 def build_parser() -> argparse.ArgumentParser:

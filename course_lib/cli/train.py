@@ -104,7 +104,9 @@ def _run_local(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Namespace, 
 
 def _run_distributed(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Namespace, progress: bool):
     # one process per rank (course_lib/shelf/distributed_engine.py); specs are checked before any spawn
+    from course_lib.engines import faults, idle_release, torch_pipelining  # noqa: F401 (rooms: add their make_spec options)
     from course_lib.shelf import distributed_engine as distributed
+    from course_lib.tp import mesh  # noqa: F401 (a room: adds tp= and dp= to make_spec)
 
     options = dict(
         virtual=pipe.virtual, checkpoint=pipe.checkpoint, links=pipe.links, timeout_s=pipe.timeout,

@@ -1,6 +1,6 @@
-"""The distributed engine: one process per pipeline rank, real sends and receives, measured wall clock.
-
-From a notebook or Python (spawns p processes on this machine, returns the result to the caller)::
+"""The distributed engine, the parent's side (lessons 04 and 08): check a run (``make_spec``) and spawn
+one process per pipeline rank (``launch``); real sends and receives, measured wall clock. What each rank
+does, from joining the group to handing rank 0 its record, is ``rank_loop.py``::
 
     from course_lib.shelf.reference import TrainConfig
     from course_lib.shelf.distributed_engine import run_distributed
@@ -10,42 +10,24 @@ From a notebook or Python (spawns p processes on this machine, returns the resul
     r = run_distributed(TrainConfig(n_layers=8, steps=5), "1f1b", stages=2,
                         links=Link(latency_s=0.05))               # a 50 ms link between the stages
 
-A built schedule runs as well as a name (one process per device of it), e.g. 1F1B with a deeper
-warm-up to hide a slow link (``course_lib/schedules/latency_aware.py``)::
+A built schedule runs as well as a name (one process per device of it), e.g.
+``latency_aware_1f1b(2, 8, extra_per_link=3)`` (``course_lib/schedules/latency_aware.py``).
 
-    from course_lib.schedules.latency_aware import latency_aware_1f1b
-    r = run_distributed(TrainConfig(n_layers=8, steps=5, batch_size=8, microbatches=8),
-                        latency_aware_1f1b(2, 8, extra_per_link=3), links=Link(latency_s=0.03))
+TP x PP x DP (Megatron's layout), an injected fault and torch's own runtime are rooms of their own
+(``course_lib/tp/mesh.py``, ``course_lib/engines/faults.py``, ``course_lib/engines/torch_pipelining.py``):
+each adds its options to ``make_spec`` when imported (``course_lib.lesson`` and the command line import
+them), and widens the ranks only of a run that asks for it::
 
-TP x PP x DP (Megatron's layout, ``course_lib/tp/mesh.py``): t * p * d processes; each pipeline
-stage split across t ranks (``course_lib/tp/shard.py``), d replicas each on its share of every
-micro-batch, gradients averaged over the replicas once per step::
-
+    import course_lib.tp.mesh  # noqa: F401  (adds tp= and dp=)
     r = run_distributed(TrainConfig(n_layers=4, steps=2, batch_size=8), "1f1b", stages=2, tp=2, dp=2)
-    r.losses, r.timeline          # the timeline of rank 0's pipeline (replica 0, TP rank 0)
 
-From the shell, with torchrun (one process per rank; rank 0 prints the summary; ``cli/torchrun.py``)::
+From the shell, one process per rank under torchrun, on one machine or several (``cli/torchrun.py``)::
 
     torchrun --nproc-per-node 2 -m course_lib.cli.torchrun --schedule 1f1b --layers 8 --steps 5
-    torchrun --nproc-per-node 2 -m course_lib.cli.torchrun --schedule interleaved-1f1b \\
-        --virtual-stages 2 --microbatches 4 --latency 0.05 --json
 
-(Spell flags out under torchrun: it reads ``-m`` and abbreviations such as ``--virtual`` as its own.)
-
-Several machines (README.md, "Several machines"; the interface: ``course_lib/netif.py``), the same
-command on every node but for --node-rank::
-
-    python -m course_lib.cli.torchrun --nnodes 2 --nproc-per-node 1 --node-rank 0 --master-addr HOST0 \\
-        --master-port 29500 --rdzv-conf timeout=60 -m course_lib.cli.torchrun --schedule gpipe --layers 80
-
-(torchrun's launch with torchrun's arguments; a node whose rendezvous fails ends with one line.)
-
-Backend: gloo on CPUs, NCCL when the ranks run on GPUs (``--device cuda``: rank r uses its local
-GPU). A failed rank stops the others and is named (``course_lib/shelf/launcher.py`` says how); under torchrun,
-torchrun itself tears the group down and names the failed rank.
-
-This module is the parent's side: check a run (``make_spec``) and spawn its ranks (``launch``). What
-each rank does, from joining the group to handing rank 0 its record, is ``dist_worker.py``.
+Backend: gloo on CPUs, NCCL when the ranks run on GPUs (``--device cuda``: rank r uses its local GPU).
+A failed rank stops the others and is named (``launcher.py`` says how); under torchrun, torchrun itself
+tears the group down and names the failed rank.
 """
 
 from __future__ import annotations
@@ -53,29 +35,55 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 from tqdm.auto import tqdm
 
-from course_lib.engines.torch_pipelining import check_runner
 from course_lib.shelf.costs import Link
-from course_lib.shelf.errors import check_threads, check_timeout, divisors, require
+from course_lib.shelf.errors import check_threads, check_timeout, require
 from course_lib.shelf.launcher import DistributedError, spawn
 from course_lib.shelf.local_engine import make_plan
 from course_lib.shelf.model import load_corpus
 from course_lib.shelf.rank_loop import run_specs
 from course_lib.shelf.reference import TrainConfig
-from course_lib.shelf.run_spec import FAULT_KINDS, DistributedResult, Fault, RunSpec
+from course_lib.shelf.run_spec import DistributedResult, RunSpec
 from course_lib.shelf.schedule import Schedule
 from course_lib.shelf.stage import gpu_count
-from course_lib.tp.mesh import Mesh
-from course_lib.tp.shard import check_divisible
 
-__all__ = ["DistributedError", "DistributedResult", "Fault", "launch", "make_spec", "run_distributed"]
+__all__ = ["DistributedError", "DistributedResult", "launch", "make_spec", "run_distributed"]
 
 # Each rank is a whole Python process with torch loaded (about 300 MB): 64 of them fill a laptop's memory
 MAX_LOCAL_RANKS = 64
+
+
+@dataclass(frozen=True)
+class RoomOption:
+    """Options of ``make_spec`` that a room adds when it is imported: ``widen(spec, given, local_ranks)``
+    checks the values `given` (by name) and returns the spec widened; rooms widen in `order`. Values
+    equal to `idle` ask nothing of the room: the plain pipeline runs."""
+
+    names: tuple[str, ...]
+    idle: dict
+    widen: Callable[[RunSpec, dict, int | None], RunSpec]
+    order: int = 0
+
+
+ROOM_OPTIONS: list[RoomOption] = []  # filled by the rooms (add_room_option), read by make_spec
+DEFAULT_ROOMS: list[
+    type
+] = []  # rooms every run of this engine takes once loaded (speed: engines/idle_release.py)
+# the rooms' options, their idle values and where each room lives: only to accept an idle value, and
+# to say what to import, when the room is not loaded
+ROOM_HOMES = {"tp": (1, "course_lib.tp.mesh"), "dp": (1, "course_lib.tp.mesh"),
+              "fault": (None, "course_lib.engines.faults"),
+              "runner": ("distributed", "course_lib.engines.torch_pipelining")}  # fmt: skip
+
+
+def add_room_option(option: RoomOption) -> None:
+    """Called by a room when imported (again: replaced, so a reloaded room counts once)."""
+    ROOM_OPTIONS[:] = [o for o in ROOM_OPTIONS if o.names != option.names] + [option]
+    ROOM_OPTIONS.sort(key=lambda o: o.order)
 
 
 def _backend_device(device: str, local_ranks: int) -> str:
@@ -96,79 +104,74 @@ def make_spec(
     cfg: TrainConfig, schedule: str | Schedule = "1f1b", stages: int | None = None, *,
     virtual: int | None = None, partition: list[int] | tuple[int, ...] | None = None,
     links: Link | list[Link] | None = None, checkpoint: str = "never", timeout_s: float = 60.0,
-    fault: Fault | None = None, return_grads: bool = False, threads: int | None = None,
-    local_ranks: int | None = None, direction_groups: bool | None = None, track_memory: bool = True,
-    tp: int = 1, dp: int = 1, pace_s: tuple[float, float] | None = None, runner: str = "distributed",
+    return_grads: bool = False, threads: int | None = None, local_ranks: int | None = None,
+    direction_groups: bool | None = None, track_memory: bool = True,
+    pace_s: tuple[float, float] | None = None, **room_options,
 ) -> RunSpec:  # fmt: skip
     """Check every input and build the spec; raises CourseError before any process starts.
 
     `schedule`: a name (built for `stages` ranks, default 2, x `virtual`) or a built Schedule such as
     ``latency_aware_1f1b(2, 8, extra_per_link=3)``, which says how many ranks and stages per rank.
     The plan (schedule, `partition`: layers per stage with embedding and head, `links`: a Link or one
-    per stage boundary, `checkpoint`) is the local engine's (``shelf.local_engine.make_plan``). `timeout_s`:
-    how long a rank waits for a silent peer; `fault`: a Fault (its rank of all t x p x d), to watch a
-    failure; `threads`: torch threads per rank; ``track_memory=False`` skips measuring bytes saved for
-    backward (for timing). `tp`: ranks each stage is split across; `dp`: data-parallel replicas.
-    `pace_s`: (forward, backward) seconds, the least each F and B span lasts (a fixed stage cost).
-    `runner`: "distributed" (this engine), "torch" or "torch-csv" (torch_pipelining.py: the same run on
-    torch.distributed.pipelining, by torch's class for the schedule or by its runtime fed our CSV)."""
+    per stage boundary, `checkpoint`) is the local engine's (``shelf.local_engine.make_plan``).
+    `timeout_s`: how long a
+    rank waits for a silent peer; `threads`: torch threads per rank; `local_ranks`: ranks on this
+    machine (default all); ``track_memory=False`` skips measuring bytes saved for backward (for
+    timing); `pace_s`: (forward, backward) seconds, the least each F and B span lasts (a fixed stage
+    cost). `room_options`: the rooms' (ROOM_OPTIONS), e.g. ``tp=2, dp=2`` (TP x PP x DP),
+    ``fault=Fault(rank=1)``, ``runner="torch"`` (torch.distributed.pipelining runs it)."""
     if stages is None and not isinstance(schedule, Schedule):
         stages = 2
     plan = make_plan(cfg, schedule, stages, virtual, partition, checkpoint, links)
-    sched, ranks = plan.schedule, plan.schedule.n_devices
-    ours_only = dict(links=links, checkpoint=checkpoint != "never", fault=fault, return_grads=return_grads,
-                     tp=tp > 1, dp=dp > 1, pace_s=pace_s)  # fmt: skip
-    check_runner(runner, sched, cfg, ours_only)
-    mesh = Mesh(t=tp, p=ranks, d=dp)
-    local_ranks = local_ranks or mesh.world  # ranks on this machine (torchrun: LOCAL_WORLD_SIZE)
-    _check_mesh(cfg, mesh, local_ranks)
+    sched = plan.schedule
     _check_data(cfg)
     require(
-        sched.n_stages == ranks * sched.stages_per_device,
-        f"schedule {sched.name!r} puts {sched.n_stages} stages on {ranks} devices; the distributed engine "
-        "needs the same number of stages on every device",
+        sched.n_stages == sched.n_devices * sched.stages_per_device,
+        f"schedule {sched.name!r} puts {sched.n_stages} stages on {sched.n_devices} devices; the "
+        "distributed engine needs the same number of stages on every device",
     )
     timeout_s = check_timeout(timeout_s)
     _check_latency(plan.links, timeout_s)
-    if fault is not None:
-        require(fault.how in FAULT_KINDS, f"fault.how must be one of {FAULT_KINDS}, got {fault.how!r}")
-        require(0 <= fault.rank < mesh.world, f"fault.rank must be in 0..{mesh.world - 1}, got {fault.rank}")
     if pace_s is not None:
         require(
             len(pace_s) == 2 and all(x > 0 for x in pace_s) and not sched.split_backward,
             f"pace_s must be (forward, backward) seconds > 0, for a schedule with a fused backward; got "
             f"{pace_s!r} for {sched.name!r}",
         )
+    spec = RunSpec(
+        cfg=cfg, schedule=sched, partition=plan.partition, checkpoint=checkpoint, timeout_s=float(timeout_s),
+        links=tuple(plan.links) if plan.links is not None else None, return_grads=return_grads,
+        track_memory=track_memory, pace_s=None if pace_s is None else (float(pace_s[0]), float(pace_s[1])),
+        rooms=tuple(DEFAULT_ROOMS),
+    )  # fmt: skip
+    spec = _widen(spec, room_options, local_ranks)
+    local_ranks = local_ranks or spec.world  # ranks on this machine (torchrun: LOCAL_WORLD_SIZE)
+    require(
+        local_ranks <= MAX_LOCAL_RANKS,
+        f"{spec.world} ranks would start {local_ranks} processes on this machine, over the limit of "
+        f"{MAX_LOCAL_RANKS} (course_lib.shelf.distributed_engine.MAX_LOCAL_RANKS)",
+    )
     device = _backend_device(cfg.device, local_ranks)
-    return RunSpec(
-        cfg=replace(cfg, device=device), schedule=sched, partition=plan.partition, ranks=ranks,
-        virtual=sched.stages_per_device, links=tuple(plan.links) if plan.links is not None else None,
-        checkpoint=checkpoint, timeout_s=float(timeout_s), backend="nccl" if device == "cuda" else "gloo",
-        # NCCL needs them (see comm.py); with gloo they are optional (the tests use them there)
+    return replace(
+        spec, cfg=replace(cfg, device=device), backend="nccl" if device == "cuda" else "gloo",
+        # NCCL needs them (see p2p.py); with gloo they are optional (the tests use them there)
         direction_groups=device == "cuda" if direction_groups is None else direction_groups,
-        track_memory=track_memory and runner == "distributed", fault=fault, return_grads=return_grads,
-        threads=check_threads(threads) or max(1, (os.cpu_count() or 1) // local_ranks), tp=tp, dp=dp,
-        pace_s=None if pace_s is None else (float(pace_s[0]), float(pace_s[1])), runner=runner,
+        threads=check_threads(threads) or max(1, (os.cpu_count() or 1) // local_ranks),
     )  # fmt: skip
 
 
-def _check_mesh(cfg: TrainConfig, mesh: Mesh, local_ranks: int) -> None:
-    """TP must split the heads and the width (and so the MLP's 4x width) evenly; DP must split every
-    micro-batch evenly; and this machine must not be asked for more processes than MAX_LOCAL_RANKS."""
-    check_divisible(cfg.model_config(vocab_size=2), mesh.t)
-    per_mb = cfg.batch_size // cfg.microbatches
-    require(
-        per_mb % mesh.d == 0,
-        f"dp={mesh.d} replicas cannot share a micro-batch of {per_mb} samples (batch_size {cfg.batch_size} / "
-        f"{cfg.microbatches} micro-batches) evenly; choose dp among the divisors of {per_mb}: "
-        f"{', '.join(map(str, divisors(per_mb)))}",
-    )
-    require(
-        local_ranks <= MAX_LOCAL_RANKS,
-        f"t x p x d = {mesh.t} x {mesh.p} x {mesh.d} = {mesh.world} ranks would start {local_ranks} "
-        f"processes on this machine, over the limit of {MAX_LOCAL_RANKS} "
-        "(course_lib.shelf.distributed_engine.MAX_LOCAL_RANKS)",
-    )
+def _widen(spec: RunSpec, options: dict, local_ranks: int | None) -> RunSpec:
+    """`spec` widened by each room whose options ask something of it (in the rooms' order)."""
+    for room in ROOM_OPTIONS:
+        given = {name: options.pop(name) for name in room.names if name in options}
+        if any(value != room.idle.get(name) for name, value in given.items()):
+            spec = room.widen(spec, given, local_ranks)
+    for name, value in options.items():  # no loaded room took it
+        idle, home = ROOM_HOMES.get(name, (None, None))
+        require(home is not None, f"make_spec got an unknown option {name}={value!r}")
+        require(value == idle, f"make_spec got {name}={value!r}, an option of the room {home}, which is not "
+                f"loaded: import {home} first (course_lib.lesson and the command line do)")  # fmt: skip
+    return spec
 
 
 def _check_latency(links: list[Link] | None, timeout_s: float) -> None:
@@ -199,12 +202,11 @@ def launch(
     `stop(steps_done)`, the local engine's protocol, is asked many times a second; True ends every
     rank's process and raises KeyboardInterrupt (``spawn``'s `should_stop`)."""
     require(len(specs) >= 1, "launch needs at least one spec (from make_spec)")
-    mesh, backend = specs[0].mesh, specs[0].backend
+    ranks, backend = specs[0].world, specs[0].backend
     require(
-        all(s.mesh == mesh and s.backend == backend for s in specs),
+        all(s.world == ranks and s.backend == backend for s in specs),
         "every spec of one launch needs the same ranks (tp, stages, dp) and the same device",
     )
-    ranks = mesh.world
     timeout_s = max(s.timeout_s for s in specs)
     steps = sum(s.cfg.steps for s in specs)
     with tqdm(total=steps, desc=f"distributed, {ranks} ranks", disable=not progress) as bar:

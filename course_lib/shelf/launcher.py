@@ -1,5 +1,6 @@
 """The one launcher for every multi-process run: the distributed engine, torch.distributed.pipelining,
-tensor parallelism and the benchmarks.
+tensor parallelism and the benchmarks (lesson 08). One idea, read whole: start the ranks, watch them,
+and when one fails, say which one failed first (``diagnose``) and leave nothing behind.
 
     from course_lib.shelf.launcher import spawn
     values = spawn(my_target, world=2, args=(job,), timeout_s=60)   # [rank 0's value, rank 1's]
@@ -40,19 +41,18 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
 
 from course_lib.shelf.errors import check_timeout, require, whole
-from course_lib.shelf.launch_diagnosis import Failure, diagnose  # noqa: F401 (diagnose: part of this API)
 
 _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")  # gloo: a peer went
 # what each rank would import on its own (the optimizer's first construction imports torch._dynamo): the
 # forkserver imports them once and never runs a torch op, so it stays single-threaded and safe to fork
 PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "course_lib.shelf.launcher",
-           "course_lib.shelf.rank_loop", "course_lib.tp.distributed"]  # fmt: skip
+           "course_lib.shelf.rank_loop"]  # fmt: skip
 STALL_S = 10.0  # a rank silent this long (no heartbeat: its process is stopped or frozen) has failed
 GRACE_S = 5.0  # after the first failure, the others' time to stop by themselves (peers notice in < 1 s)
 
@@ -296,3 +296,24 @@ class _Watch:
         if self.settled_at is not None:
             err.stopped_after_s = {r: max(0.0, t - self.settled_at) for r, t in self.exited_at.items()}
         return err
+
+
+class Failure(NamedTuple):
+    """One rank's report of how it failed."""
+
+    peer_loss: bool  # it only saw a peer disappear or stop answering
+    message: str
+    peer: int | None = None  # the rank it was waiting for, when known
+
+
+def diagnose(errors: dict[int, Failure], killed: set[int]) -> tuple[int | None, str]:
+    """Which rank failed first, and why, from the failures in the order they arrived and the ranks
+    the launcher had to kill. A rank that only saw a peer disappear is never the cause."""
+    if own := [rank for rank, f in errors.items() if not f.peer_loss]:
+        return own[0], errors[own[0]].message
+    if waiting := [(rank, f) for rank, f in errors.items() if f.peer is not None]:  # only waits failed
+        waiter, f = waiting[0]
+        return f.peer, f"it stopped answering; rank {waiter} reported: {f.message}"
+    if killed:  # the peers' connections failed and these never stopped: they hung
+        return min(killed), "it stopped answering and was killed after the timeout"
+    return None, "no rank reported a failure of its own, and not every rank sent its result"

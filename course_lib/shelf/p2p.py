@@ -1,28 +1,31 @@
-"""Point-to-point messages between pipeline ranks: the sends and receives of one rank.
+"""Point-to-point messages between pipeline ranks: one rank's sends and receives (lessons 04, 06, 08).
 
-Both ends list a step's messages from the Schedule alone (``schedules/messages.py``, where its
-"Try it" shows them), so a receiver knows in advance what will arrive, from whom, its shape, and in
-which order the sender will send it.
+The rank loop (``rank_loop.run_schedule``) calls four of them by name: ``recv_activation`` and
+``send_activation`` (a forward's output, stage s -> s+1), ``recv_grad`` and ``send_grad`` (a backward's
+input gradient, stage s+1 -> s). Both ends list a step's messages from the Schedule alone
+(``messages.py``), so a receiver knows in advance what will arrive, from whom, and in which order.
 
-How messages are matched, so that nothing deadlocks: the receiver posts all of a step's receives
-at the start of the step, into buffers allocated once (one per message, reused every step), so
-data moves in the background while the rank computes, and waiting for an input costs nothing if it
-already arrived.
+How messages are matched, so that nothing deadlocks: the receiver posts all of a step's receives at the
+start of the step (``begin_step``), into buffers allocated once and reused every step, so data moves in
+the background while the rank computes, and a ``recv_*`` that finds its message already there costs
+nothing.
 
 - gloo (CPU): every message has its own tag (``message_tag``), so the order of posting is free.
 - NCCL (GPU): NCCL ignores tags, matches messages in posting order, and queues one communicator's
-  sends and receives on one stream, so a receive posted early would hold up a send behind it.
-  Hence one process group per direction of each pair of ranks (``direction_groups``): on it only
-  one rank sends and only the other receives, and the receiver posts in the sender's order.
-  (Written for GPUs but, so far, tested only with gloo.)
+  sends and receives on one stream, so a receive posted early would hold up a send behind it. Hence
+  one process group per direction of each pair of ranks (``direction_groups``): on it only one rank
+  sends and only the other receives, and the receiver posts in the sender's order.
 
-Sends never block compute: ``isend`` returns at once (or the message goes to an injected link's
-sender thread, see ``links_injected.py``), and a rank waits for its sends only at the end of the
-step, before the optimizer step.
+Sends never block compute: ``isend`` returns at once, and a rank waits for its sends only at the end of
+the step (``finish``), before the optimizer step. With injected links (``links=Link(latency_s=0.05)``),
+a message goes to a wire thread instead, which hands it to ``isend`` when it would have arrived over
+that link (``Wire``): a 50 ms WAN runs for real between processes on one laptop.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,11 +33,18 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from course_lib.engines.links_injected import InjectedLinks
 from course_lib.shelf.costs import Link
 from course_lib.shelf.errors import require
 from course_lib.shelf.launcher import PeerFailure
-from course_lib.shelf.schedule import Action, Message, Schedule, incoming_messages, messages
+from course_lib.shelf.schedule import (
+    BACKWARD,
+    FORWARD,
+    Action,
+    Message,
+    Schedule,
+    incoming_messages,
+    messages,
+)
 
 WAITED_S = 1e-4  # a receive that waited longer than this found its message not there yet
 
@@ -90,19 +100,18 @@ class RankComm:
     """One rank's sends and receives, step after step."""
 
     schedule: Schedule
-    rank: int
+    rank: int  # this rank's place in the pipeline (its device in the schedule)
     shape: tuple[int, ...]  # of every message: a micro-batch's activations, or their gradients
     torch_device: torch.device
     t0: float  # the rank's aligned clock origin
     links: Sequence[Link] | None = None  # one per stage boundary, delivering as over it (None: at once)
     groups: dict[tuple[int, int], object] | None = None  # from direction_groups (NCCL), or None
-    # TP x PP x DP (tp/mesh.py): the global rank of each stage of this pipeline, and its group
-    peers: Sequence[int] | None = None  # None: rank = stage
-    pipeline_group: object = None  # None: the default group
+    peers: Sequence[int] | None = None  # the process-group rank of each pipeline rank (None: the same)
+    pipeline_group: object = None  # the group the pipeline talks over (None: the default group)
     dtype: torch.dtype = torch.float32  # of every message: what the stages compute in (the CPU: float32)
 
     def __post_init__(self) -> None:
-        self.sender = InjectedLinks() if self.links is not None else None
+        self.wires: dict[int, Wire] = {}  # with injected links: one per destination
         self.step = 0
         self.pending: dict[Action, tuple[torch.Tensor, object]] = {}
         self.handles: list[object] = []
@@ -112,12 +121,12 @@ class RankComm:
         # one receive buffer per message, reused step after step: a step's inputs are all consumed
         # (and its backward done) before the next step posts its receives into them
         self.buffers: dict[Action, torch.Tensor] = {}
-        self.waits_before: dict[Action, float] = {}  # producer -> seconds the last step waited for it
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
 
     def begin_step(self, step: int) -> None:
         """Post every receive of `step` at once (per sender, in the sender's order); start new logs."""
-        if self.recv_events:  # a new step: remember how long the last one's receives waited
-            self.waits_before = {ev.producer: ev.wait_end - ev.wait_start for ev in self.recv_events}
         self.step, self.recv_events, self.send_events = step, [], []
         for producer in self.pending:  # an interrupted step's receive may still land in its buffer
             self.buffers.pop(producer, None)
@@ -132,23 +141,37 @@ class RankComm:
             work = dist.irecv(buf, src=self._global(msg.src), group=self._group(msg), tag=tag)
             self.pending[msg.producer] = (buf, work)
 
+    # ---- the four the rank loop calls ----------------------------------------------------------------
+    def recv_activation(self, msg: Message) -> torch.Tensor:
+        """The previous stage's activation for this forward (waits only if it is not here yet)."""
+        require(msg.direction == FORWARD, f"{msg.producer} is not an activation")
+        return self._wait(msg)
+
+    def recv_grad(self, msg: Message) -> torch.Tensor:
+        """The next stage's gradient for this backward (waits only if it is not here yet)."""
+        require(msg.direction == BACKWARD, f"{msg.producer} is not a gradient")
+        return self._wait(msg)
+
+    def send_activation(self, msg: Message, activation: torch.Tensor) -> None:
+        """A forward's output to the next stage's rank; returns at once."""
+        require(msg.direction == FORWARD, f"{msg.producer} is not an activation")
+        self._send(msg, activation)
+
+    def send_grad(self, msg: Message, grad: torch.Tensor) -> None:
+        """A backward's input gradient to the previous stage's rank; returns at once."""
+        require(msg.direction == BACKWARD, f"{msg.producer} is not a gradient")
+        self._send(msg, grad)
+
+    # ---- how ------------------------------------------------------------------------------------------
     def _group(self, msg: Message):
         return self.pipeline_group if self.groups is None else self.groups[(msg.src, msg.dst)]
 
     def _global(self, stage_rank: int) -> int:
-        """The process-group rank of a pipeline rank (they differ with TP or DP)."""
+        """The process-group rank of a pipeline rank (they differ when several pipelines run)."""
         return stage_rank if self.peers is None else self.peers[stage_rank]
 
-    def now(self) -> float:
-        return time.perf_counter() - self.t0
-
-    def waited_last_step(self, msg: Message) -> float:
-        """Seconds the last step waited for `msg` (0 in the first step). A step repeats the one before,
-        so about as long a wait is likely now (gloo cannot tell whether a receive is in yet)."""
-        return self.waits_before.get(msg.producer, 0.0)
-
-    def receive(self, msg: Message) -> torch.Tensor:
-        """Block until `msg` is here and return it."""
+    def _wait(self, msg: Message) -> torch.Tensor:
+        """Block until `msg` (posted by ``begin_step``) is here and return it."""
         buf, work = self.pending.pop(msg.producer)
         start = self.now()
         try:
@@ -162,7 +185,7 @@ class RankComm:
         self.recv_events.append(RecvEvent(msg.producer, msg.src, start, self.now()))
         return buf
 
-    def send(self, msg: Message, tensor: torch.Tensor) -> None:
+    def _send(self, msg: Message, tensor: torch.Tensor) -> None:
         """Hand `tensor` over without waiting for it to arrive (over its boundary's link, if any)."""
         require(
             tensor.dtype == self.dtype and tuple(tensor.shape) == self.shape,
@@ -171,11 +194,12 @@ class RankComm:
         )
         tensor = tensor.detach().contiguous()
         tag = message_tag(msg, self.schedule, self.step)
-        nbytes, handoff, deliver_at = tensor.nbytes, self.now(), None
-        dst = self._global(msg.dst)
-        if self.sender is not None:
-            link = self.links[msg.boundary]
-            deliver_at = self.sender.enqueue(tensor, dst, tag, nbytes, link, self._group(msg)) - self.t0
+        nbytes, handoff, deliver_at, dst = tensor.nbytes, self.now(), None, self._global(msg.dst)
+        if self.links is not None:  # to the wire towards dst, which delivers it as the link would
+            wire = self.wires.get(dst) or self.wires.setdefault(dst, Wire(dst))
+            deliver_at = (
+                wire.enqueue(tensor, tag, nbytes, self.links[msg.boundary], self._group(msg)) - self.t0
+            )
         else:
             try:  # gloo: a peer that died since our last receive shows here, before any wait
                 self.handles.append(dist.isend(tensor, dst=dst, group=self._group(msg), tag=tag))
@@ -189,9 +213,9 @@ class RankComm:
 
     def finish(self) -> None:
         """Wait until every send of the step has left (before the optimizer step)."""
-        if self.sender is not None:
-            self.handles += self.sender.drain()
         try:
+            for wire in self.wires.values():
+                self.handles += wire.drain()
             for work in self.handles:
                 work.wait()
         except Exception as err:
@@ -199,6 +223,59 @@ class RankComm:
         self.handles.clear()
 
     def close(self) -> None:
-        """Stop the injected links' sender threads."""
-        if self.sender is not None:
-            self.sender.close()
+        """Stop the injected links' wire threads."""
+        for wire in self.wires.values():
+            wire.close()
+
+
+class Wire(threading.Thread):
+    """One direction of an injected link: delivers queued messages at their delivery times, in order.
+
+    A real link delays *delivery*, not the sender: the last byte lands ``latency + bytes / bandwidth``
+    after it left, and messages on one wire queue for bandwidth while their latencies overlap::
+
+        on_wire_end = max(wire_free, now) + bytes / bandwidth;  wire_free = on_wire_end
+        deliver_at  = on_wire_end + latency
+
+    Delivery times on one wire only grow, so one thread per wire delivers them in order without adding
+    delay (the transfer on localhost itself takes microseconds)."""
+
+    def __init__(self, dst: int):
+        super().__init__(name=f"course-link-to-rank{dst}", daemon=True)
+        self.dst, self.items, self.handles = dst, queue.Queue(), []
+        self.error: BaseException | None = None
+        self.wire_free = 0.0
+        self.start()
+
+    def enqueue(self, tensor: torch.Tensor, tag: int, nbytes: int, link: Link, group=None) -> float:
+        """Queue `tensor` (on process `group`, None: the default one); its delivery time (perf_counter)."""
+        self.wire_free = max(self.wire_free, time.perf_counter()) + nbytes / link.bandwidth_Bps
+        deliver_at = self.wire_free + link.latency_s
+        self.items.put((tensor, tag, deliver_at, group))
+        return deliver_at
+
+    def run(self) -> None:
+        while (item := self.items.get()) is not None:
+            try:
+                tensor, tag, deliver_at, group = item
+                if tensor.is_cuda:
+                    torch.cuda.set_device(tensor.device)
+                time.sleep(max(0.0, deliver_at - time.perf_counter()))
+                if self.error is None:
+                    self.handles.append(dist.isend(tensor, dst=self.dst, group=group, tag=tag))
+            except BaseException as err:  # reported to the compute thread by drain()
+                self.error = err
+            finally:
+                self.items.task_done()
+
+    def drain(self) -> list[object]:
+        """Block until every queued message has been handed to torch.distributed; return the sends."""
+        self.items.join()
+        if self.error is not None:
+            raise self.error
+        handles, self.handles = self.handles, []
+        return handles
+
+    def close(self) -> None:
+        self.items.put(None)
+        self.join(timeout=1.0)

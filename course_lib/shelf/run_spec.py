@@ -1,7 +1,12 @@
-"""What goes into a distributed run and what comes back: the RunSpec every rank gets (checked by
-``distributed.make_spec``), and the result: losses, step times, memory, one measured Timeline per step.
-The same spec and result serve torch.distributed.pipelining's runs (``RunSpec.runner``,
-``torch_pipelining.py``), which record step times but no spans: their result has no timelines.
+"""What goes into a distributed run and what comes back (lessons 04 and 08): the RunSpec every rank
+gets (checked by ``distributed_engine.make_spec``), and the result: losses, step times, memory, one
+measured Timeline per step.
+
+The spec holds the pipeline's fields. A room widens a run where it asks for it: TP and DP
+(``course_lib/tp/mesh.py``), an injected fault (``course_lib/engines/faults.py``), torch's
+own runtime (``course_lib/engines/torch_pipelining.py``). Each puts its classes in ``rooms``, which
+every rank composes with the shelf's ``rank_loop.PipelineRank`` (pickled by reference, so a rank
+imports the room when it unpacks its spec), and its values in ``extras``.
 
 Every rank records its own spans (start and end of each action, on the common clock set at the
 start barrier), the messages it sent and when it waited for the ones it received. Rank 0 gathers
@@ -22,7 +27,6 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from course_lib.schedules.torch_csv import to_csv_text
 from course_lib.shelf.costs import Link
 from course_lib.shelf.errors import require
 from course_lib.shelf.first_schedules import SCHEDULES
@@ -30,15 +34,12 @@ from course_lib.shelf.model import Partition
 from course_lib.shelf.reference import TrainConfig
 from course_lib.shelf.schedule import Schedule
 from course_lib.shelf.timeline import MEASURED, Span, Timeline, Transfer
-from course_lib.tp.mesh import Mesh
-from course_lib.tp.shard import assemble_gradients
 
-if TYPE_CHECKING:  # comm.py needs torch.distributed; the records only carry its events
+if TYPE_CHECKING:  # p2p.py needs torch.distributed; the records only carry its events
     from course_lib.shelf.p2p import RecvEvent, SendEvent
     from course_lib.shelf.schedule import Action
 
-FAULT_KINDS = ("raise", "exit", "kill", "hang")
-# who executes the schedule: our engine (dist_worker.py), torch's own class for it, or torch's runtime fed
+# who executes the schedule: our engine (rank_loop.py), torch's own class for it, or torch's runtime fed
 # our order as CSV (torch_pipelining.py)
 RUNNERS = ("distributed", "torch", "torch-csv")
 TORCH_RUNTIME = "_PipelineScheduleRuntime"  # torch's generic runtime, the one that reads a CSV order
@@ -58,62 +59,50 @@ def describe_runner(runner: str, schedule: str) -> str:
 
 
 @dataclass(frozen=True)
-class Fault:
-    """Make rank `rank` (of all t x p x d) fail on purpose, before its action number `after_actions` of
-    step `step`: ``raise`` an exception, ``exit`` (os._exit), ``kill`` (SIGKILL itself) or ``hang``."""
-
-    rank: int
-    how: str = "raise"
-    step: int = 0
-    after_actions: int = 1
-
-
-@dataclass(frozen=True)
 class RunSpec:
     """Everything a rank needs, checked by ``make_spec`` before any process starts."""
 
     cfg: TrainConfig
     schedule: Schedule  # built and validated (plain data: it pickles)
     partition: Partition  # layers per stage
-    ranks: int  # p: pipeline ranks (the processes in all: `world`, t x p x d)
-    virtual: int = 1  # stages per rank
     links: tuple[Link, ...] | None = None  # one per stage boundary; None: no injected delay
     checkpoint: str = "never"
     timeout_s: float = 60.0
     backend: str = "gloo"
-    fault: Fault | None = None
     return_grads: bool = False
     threads: int = 1  # torch threads per rank
     direction_groups: bool = False  # one process group per direction of a pair (NCCL needs it)
     track_memory: bool = True  # measure bytes saved for backward (costs ~10% CPU on the toy model)
-    tp: int = 1  # tensor-parallel ranks per stage (tp/mesh.py: TP x PP x DP)
-    dp: int = 1  # data-parallel replicas, each on its share of every micro-batch
     # (forward, backward) seconds: each F and B span lasts at least this long, the rank sleeping out the
     # rest of the slot after the real op, so that a busy machine does not change the stage's cost
     pace_s: tuple[float, float] | None = None
+    world: int = 0  # processes in all; 0: one per pipeline rank (a room's layout may ask for more)
     runner: str = "distributed"  # one of RUNNERS
+    rooms: tuple[type, ...] = ()  # classes a room widens each rank with (the module doc)
+    extras: dict = field(default_factory=dict)  # the rooms' values (their names: the make_spec options)
+
+    def __post_init__(self) -> None:
+        if not self.world:
+            object.__setattr__(self, "world", self.ranks)
 
     @property
-    def from_csv(self) -> bool:
-        return self.runner == "torch-csv"
+    def ranks(self) -> int:
+        """p: pipeline ranks, the schedule's devices."""
+        return self.schedule.n_devices
+
+    @property
+    def virtual(self) -> int:
+        """Stages per rank."""
+        return self.schedule.stages_per_device
 
     @property
     def runner_name(self) -> str:
         return describe_runner(self.runner, self.schedule.name)
 
-    @property
-    def mesh(self) -> Mesh:
-        return Mesh(t=self.tp, p=self.ranks, d=self.dp)
-
-    @property
-    def world(self) -> int:
-        """Processes in all: t x p x d."""
-        return self.mesh.world
-
 
 @dataclass
 class StepRecord:
-    """One rank's one step as it measured it, on its common clock (seconds, see dist_worker.py)."""
+    """One rank's one step as it measured it, on its common clock (seconds, see rank_loop.py)."""
 
     start: float
     end: float
@@ -121,7 +110,7 @@ class StepRecord:
     sends: list[SendEvent]
     recvs: list[RecvEvent]
     peak_saved_bytes: int  # the most bytes held for backward during the step
-    grad_sync_s: float = 0.0  # the data-parallel all-reduce after the flush (0 with one replica)
+    grad_sync_s: float = 0.0  # syncing gradients after the flush (DP's all-reduce; 0 with one replica)
     cpu_s: float = 0.0  # CPU time of the rank's main thread in the step (waits cost none; less load-bound)
 
     @property
@@ -137,9 +126,11 @@ class RankRecord:
     global_rank: int  # its rank among all t x p x d processes
     steps: list[StepRecord]
     losses: list[float]  # per step, on a rank that holds the last stage; else empty
-    n_params: int  # parameters counted once over the whole run (0 on replicas other than 0)
-    dp: int = 0  # its data-parallel replica
-    tp: int = 0  # its tensor-parallel rank within the stage
+    n_params: int  # parameters counted once over the whole run (0 where another rank counts them)
+    in_timeline: bool = (
+        True  # one of the pipeline's ranks that make the timeline (with DP or TP: one pipeline)
+    )
+    coords: tuple[int, ...] = ()  # a room's coordinates of the rank (TP x PP x DP: (dp, stage, tp))
     grads: dict[str, torch.Tensor] | None = None  # with return_grads: last step's gradients
     params: dict[str, torch.Tensor] | None = None  # with return_grads: weights after the last step
 
@@ -246,48 +237,24 @@ class DistributedResult:
         }  # fmt: skip
 
 
-def _whole_model(records: list[RankRecord], key: str) -> dict[str, torch.Tensor]:
-    """Replica 0's tensors (`key`: "grads" or "params") under the full model's names: each stage's
-    TP slices glued back together (``tp.shard.assemble_gradients``)."""
-    replica = [r for r in records if r.dp == 0]
-    whole: dict[str, torch.Tensor] = {}
-    for stage in sorted({r.stage for r in replica}):
-        slices = [getattr(r, key) for r in sorted(replica, key=lambda r: r.tp) if r.stage == stage]
-        whole |= assemble_gradients(slices) if len(slices) > 1 else slices[0]
-    return whole
-
-
-def _replica_diff(records: list[RankRecord]) -> float:
-    """Largest |difference| between any replica's weights and replica 0's, slice by slice."""
-    first = {(r.stage, r.tp): r.params for r in records if r.dp == 0}
-    diffs = [
-        (w - first[(r.stage, r.tp)][name]).abs().max().item()
-        for r in records if r.dp > 0 for name, w in r.params.items()
-    ]  # fmt: skip
-    return max(diffs, default=0.0)
-
-
 def build_result(records: list[RankRecord], spec: RunSpec) -> DistributedResult:
-    """Rank 0's merge of every rank's record (by global rank; one pipeline's make the timelines, where
-    they recorded spans: torch's runners record none)."""
+    """Rank 0's merge of every rank's record (by global rank; the pipeline's ranks make the timelines,
+    where they recorded spans: torch's runtime records none). A room adds what it measured
+    (``rank_loop.PipelineRank.merge``)."""
     records = sorted(records, key=lambda r: r.global_rank)
-    pipeline = [r for r in records if r.dp == 0 and r.tp == 0]
+    pipeline = [r for r in records if r.in_timeline]
     n_steps = len(records[0].steps)
-    losses = next((r.losses for r in records if r.losses), [])
-    grads = params = diff = None
-    if all(r.grads is not None for r in records):
-        grads, params = _whole_model(records, "grads"), _whole_model(records, "params")
-        diff = _replica_diff(records)
-    schedule = spec.schedule
+    grads = params = None
+    if all(r.grads is not None for r in pipeline):
+        grads = {name: g for r in pipeline for name, g in r.grads.items()}
+        params = {name: w for r in pipeline for name, w in r.params.items()}
+    schedule, losses = spec.schedule, next((r.losses for r in records if r.losses), [])
     return DistributedResult(
         schedule=schedule.name, ranks=schedule.n_devices, losses=losses,
         rank_step_times_s=[[st.time_s for st in r.steps] for r in records],
         timelines=[merge_step(pipeline, k, schedule) for k in range(n_steps) if pipeline[0].steps[k].spans],
         peak_saved_bytes=[[st.peak_saved_bytes for st in r.steps] for r in records],
         grads=grads, params=params, config=asdict(spec.cfg), n_params=sum(r.n_params for r in records),
-        tp=1 + max(r.tp for r in records), dp=1 + max(r.dp for r in records),
-        replica_weight_diff=diff,
         grad_sync_s=[max(r.steps[k].grad_sync_s for r in records) for k in range(n_steps)],
         rank_step_cpu_s=[[st.cpu_s for st in r.steps] for r in records], runner=spec.runner,
-        csv_text=to_csv_text(schedule) if spec.from_csv else None,
     )  # fmt: skip

@@ -9,8 +9,10 @@ import json
 import pytest
 import torch
 
+import course_lib.engines.idle_release  # noqa: F401 (as the lessons run: graphs released while idle)
 from course_lib.cli import main, torchrun
-from course_lib.shelf.distributed_engine import MAX_LOCAL_RANKS, Fault, launch, make_spec
+from course_lib.engines.faults import Fault
+from course_lib.shelf.distributed_engine import MAX_LOCAL_RANKS, launch, make_spec
 from course_lib.shelf.errors import CourseError
 from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.model import split_microbatches
@@ -67,7 +69,7 @@ def test_bad_mesh_is_refused_with_the_value_named(options, words):
 
 def test_the_largest_mesh_under_the_limit_is_accepted():
     spec = make_spec(TrainConfig(**TINY | dict(batch_size=64), microbatches=2), "1f1b", 4, tp=2, dp=8)
-    assert spec.world == MAX_LOCAL_RANKS and spec.mesh == Mesh(t=2, p=4, d=8)
+    assert spec.world == MAX_LOCAL_RANKS and spec.extras["mesh"] == Mesh(t=2, p=4, d=8)
 
 
 @pytest.mark.parametrize(
@@ -89,7 +91,7 @@ def test_the_command_line_refuses_a_bad_mesh_before_any_process(flags, words, ca
 def test_under_torchrun_the_ranks_are_t_x_p_x_d():
     args = torchrun.build_parser().parse_args(["--tp", "2", "--dp", "2", *SIZE])
     spec = torchrun.spec_from_flags(args, world=8)
-    assert (spec.tp, spec.ranks, spec.dp, spec.world) == (2, 2, 2, 8)
+    assert (spec.extras["tp"], spec.ranks, spec.extras["dp"], spec.world) == (2, 2, 2, 8)
     with pytest.raises(CourseError, match="started 6 ranks.*--tp 2 x --dp 2 = 4 does not divide"):
         torchrun.spec_from_flags(args, world=6)
     args.stages = 4

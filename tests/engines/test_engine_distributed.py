@@ -11,14 +11,15 @@ import pytest
 import torch
 
 from course_lib.cli import main
-from course_lib.engines import links_injected
+from course_lib.engines.faults import Fault
+from course_lib.shelf import p2p
 from course_lib.shelf.costs import Link
 from course_lib.shelf.distributed_engine import make_spec
 from course_lib.shelf.errors import CourseError
 from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.model import split_microbatches, uniform
 from course_lib.shelf.p2p import message_tag
-from course_lib.shelf.rank_loop import Fault, StepRecorder, build_rank, run_schedule
+from course_lib.shelf.rank_loop import PipelineRank, StepRecorder, run_schedule
 from course_lib.shelf.reference import TrainConfig, first_batch, max_grad_diff, reference_gradients, train
 from course_lib.shelf.run_spec import RankRecord, RunSpec, StepRecord, build_result
 from course_lib.shelf.schedule import Action, Kind, incoming_messages, input_message, message_of
@@ -122,18 +123,31 @@ class ThreadComm:
     def __init__(self, box: dict, ready: threading.Condition):
         self.box, self.ready = box, ready
 
-    def receive(self, msg):
+    def recv_activation(self, msg):
+        assert msg.producer.kind is Kind.F
+        return self._receive(msg)
+
+    def recv_grad(self, msg):
+        assert msg.producer.kind is not Kind.F
+        return self._receive(msg)
+
+    def send_activation(self, msg, tensor):
+        assert msg.producer.kind is Kind.F
+        self._send(msg, tensor)
+
+    def send_grad(self, msg, tensor):
+        assert msg.producer.kind is not Kind.F
+        self._send(msg, tensor)
+
+    def _receive(self, msg):
         with self.ready:
             assert self.ready.wait_for(lambda: msg.producer in self.box, timeout=60), f"{msg} never came"
             return self.box.pop(msg.producer)
 
-    def send(self, msg, tensor):
+    def _send(self, msg, tensor):
         with self.ready:
             self.box[msg.producer] = tensor.detach().clone()
             self.ready.notify_all()
-
-    def waited_last_step(self, msg) -> float:
-        return 1.0  # as if every receive waited long: the spent graphs go before each (none may matter)
 
 
 @pytest.mark.parametrize(
@@ -153,13 +167,13 @@ class ThreadComm:
 )
 def test_the_rank_loop_gives_the_reference_gradients(corpus, schedule, ranks, virtual, m):
     spec = make_spec(TrainConfig(**TINY, microbatches=m), schedule, ranks, virtual=virtual)
-    built = [build_rank(spec, r, torch.device("cpu"))[1] for r in range(ranks)]
+    built = [PipelineRank(spec, r, torch.device("cpu")) for r in range(ranks)]
     batch = split_microbatches(*first_batch(corpus, spec.cfg), m)
     box, ready, errors = {}, threading.Condition(), []
 
     def rank_thread(rank):
         try:
-            recorder = StepRecorder(rank.index, None, time.perf_counter, torch.device("cpu"))
+            recorder = StepRecorder(time.perf_counter, torch.device("cpu"), None)
             run_schedule(rank, batch, ThreadComm(box, ready), recorder)
         except BaseException as err:  # reported below, in the test's thread
             errors.append(err)
@@ -180,24 +194,24 @@ def test_the_rank_loop_gives_the_reference_gradients(corpus, schedule, ranks, vi
 def test_injected_link_queues_bandwidth_but_overlaps_latency(monkeypatch):
     sent = []
     monkeypatch.setattr(
-        links_injected.dist,
+        p2p.dist,
         "isend",
         lambda t, dst, group, tag: sent.append((time.perf_counter(), tag)) or "work",
     )
-    links = links_injected.InjectedLinks()
+    wire = p2p.Wire(dst=1)
     # 10 kB take 0.1 s on the wire, then 0.2 s of latency: wide margins, so a busy machine that pauses
     # this test for tens of milliseconds cannot change what is checked
     link = Link(latency_s=0.2, bandwidth_Bps=1e5)
     t0 = time.perf_counter()
-    due = [links.enqueue(torch.zeros(1), 1, tag, 10_000, link) for tag in range(3)]
+    due = [wire.enqueue(torch.zeros(1), tag, 10_000, link) for tag in range(3)]
     returned = time.perf_counter()
     assert returned < due[0]  # every enqueue returned before the first delivery: the sender goes on
     # the wire is busy 0.1 s per message; the 0.2 s latencies overlap
     gaps = [b - a for a, b in zip(due, due[1:], strict=False)]
     assert gaps == pytest.approx([0.1, 0.1], abs=1e-3)
     assert 0.3 <= due[0] - t0 <= 0.3 + (returned - t0)
-    assert links.drain() == ["work"] * 3
-    links.close()
+    assert wire.drain() == ["work"] * 3
+    wire.close()
     for (when, tag), deadline in zip(sent, due, strict=True):
         assert when >= deadline - 1e-4 and tag in (0, 1, 2)
     assert [tag for _, tag in sent] == [0, 1, 2]
@@ -220,7 +234,7 @@ def test_merge_makes_one_measured_timeline_with_transfers():
     rec1 = RankRecord(stage=1, global_rank=1, losses=[2.5], n_params=20, steps=[step(
         [(f1, 1.2, 1.3), (b1, 1.3, 1.4)], [SendEvent(b1, 0, 1.4, None, 64)], [RecvEvent(f0, 0, 1.1, 1.2)],
     )])  # fmt: skip
-    result = build_result([rec1, rec0], RunSpec(TrainConfig(**TINY), sched, uniform(8, 2), ranks=2))
+    result = build_result([rec1, rec0], RunSpec(TrainConfig(**TINY), sched, uniform(8, 2)))
     tl = result.timeline
     assert tl.source == MEASURED and result.losses == [2.5] and result.n_params == 30
     assert result.runner == "distributed" and result.csv_text is None

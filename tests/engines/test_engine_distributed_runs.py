@@ -8,10 +8,11 @@ import tempfile
 import pytest
 from support.distributed_runs import TINY, assert_matches_reference, specs_for
 
+import course_lib.engines.idle_release  # noqa: F401 (as the lessons run: graphs released while idle)
+from course_lib.engines.faults import Fault
 from course_lib.shelf.costs import Link
 from course_lib.shelf.distributed_engine import DistributedError, launch, make_spec, run_distributed
 from course_lib.shelf.first_schedules import build_schedule
-from course_lib.shelf.rank_loop import Fault
 from course_lib.shelf.reference import TrainConfig
 
 pytestmark = pytest.mark.processes

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+import course_lib.engines.torch_pipelining  # noqa: F401 (the room: adds runner= to make_spec)
 from course_lib.shelf import distributed_engine as distributed
 from course_lib.shelf.errors import CourseError
 from course_lib.shelf.local_engine import LocalPipelineTrainer

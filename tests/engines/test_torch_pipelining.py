@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+import course_lib.engines.torch_pipelining  # noqa: F401 (the room: adds runner= to make_spec)
+import course_lib.tp.mesh  # noqa: F401 (adds tp=, refused with a torch runner below)
 from course_lib.shelf.costs import Link
 from course_lib.shelf.distributed_engine import launch, make_spec
 from course_lib.shelf.errors import CourseError
