@@ -30,7 +30,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from course_lib.plots import save_timeline_png  # noqa: E402
+from course_lib.charts.gantt import save_timeline_png  # noqa: E402
 from course_lib.shelf.registry import build_schedule  # noqa: E402
 from course_lib.shelf.simulator import simulate  # noqa: E402
 

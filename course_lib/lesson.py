@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 import course_lib
-from course_lib.plots import SERIES_COLORS
+from course_lib.charts.bubble_and_memory import SERIES_COLORS
 from course_lib.shelf.devices import accelerator, describe_devices
 from course_lib.shelf.reference import TrainConfig, accelerator_config
 
