@@ -1,4 +1,4 @@
-"""Benchmark the automatic zero-bubble scheduler (course_lib/autoschedule/zero_bubble.py).
+"""Benchmark the automatic zero-bubble scheduler (course_lib/autoschedule/auto_zero_bubble.py).
 
 Prints, each as the median of a few repeats:
 
@@ -26,7 +26,7 @@ import os
 import statistics
 import time
 
-from course_lib.autoschedule.zero_bubble import auto_zero_bubble, heuristic_plans, problem
+from course_lib.autoschedule.auto_zero_bubble import auto_zero_bubble, heuristic_orders, problem
 from course_lib.shelf.costs import Link, StageCosts
 from course_lib.shelf.simulator import simulate
 
@@ -59,7 +59,7 @@ def main() -> None:
         print(f"auto_zero_bubble p={p} m={m} limit={limit}: {cpu:.2f} s CPU, {wall:.2f} s wall "
               f"(target < {TARGET_S:.0f} s, on the CPU time) {verdict}")  # fmt: skip
     pb = problem(p, m, 2 * p, COSTS, COMM)
-    grid_wall, grid_cpu = median_seconds(lambda: heuristic_plans(pb), args.repeats)
+    grid_wall, grid_cpu = median_seconds(lambda: heuristic_orders(pb), args.repeats)
     schedule = auto_zero_bubble(p, m, 2 * p, COSTS, COMM)
     link = Link(latency_s=COMM)
     sim_wall, sim_cpu = median_seconds(lambda: simulate(schedule, COSTS, links=link), args.repeats)

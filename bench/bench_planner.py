@@ -18,7 +18,7 @@ import statistics
 import time
 
 from course_lib.planner import plan
-from course_lib.planner.published import table
+from course_lib.planner.published import published_table
 
 
 def main() -> None:
@@ -40,7 +40,7 @@ def main() -> None:
     )
     if not args.no_table:
         print(f"{'model':14s} {'GPUs':>6s}  t   p    d published predicted error")
-        for row in table():
+        for row in published_table():
             mark = "  (calibration)" if row["calibration"] else ""
             print(
                 f"{row['model']:14s} {row['gpus']:6d} {row['t']:2d} {row['p']:3d} {row['d']:4d} "

@@ -37,7 +37,7 @@ matplotlib.use("Agg")
 
 import course_lib.fast_simulator  # noqa: E402, F401  (registers the fast path: fast=True below)
 import course_lib.schedules  # noqa: E402, F401  (registers every schedule by name)
-from course_lib.plots import save_timeline_png  # noqa: E402
+from course_lib.charts.gantt import save_timeline_png  # noqa: E402
 from course_lib.shelf.first_schedules import build_schedule  # noqa: E402
 from course_lib.shelf.simulator import simulate  # noqa: E402
 

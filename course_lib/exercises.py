@@ -1,10 +1,10 @@
 """Checked exercises for the lessons: a friendly verdict and a hint, never a bare AssertionError.
 
-    from course_lib.exercises import check
-    answer = None            # the student writes their number here
-    check("03.1", answer)    # lesson 03, exercise 1: its answer and hint live in course_lib.lessons.answers
+    from course_lib.exercises import check_answer
+    answer = None                 # the student writes their number here
+    check_answer("03.1", answer)  # lesson 03, exercise 1: answer and hint live in course_lib.lessons.answers
 
-``check`` prints one line (and returns nothing, so a notebook shows only that line); it never raises on
+``check_answer`` prints one line (and returns nothing, so a notebook shows only that line); it never raises on
 a student's answer, so a lesson keeps running while an exercise is still open. The line says "too high"
 or "too low", never by how much: that would give the answer away. Graded assignments use
 ``course_lib.grading`` instead, which does raise.
@@ -57,7 +57,7 @@ def verdict(
     return f"too {'high' if value > expected else 'low'} by {abs(off):.0%}"
 
 
-def check(key: str, answer: object, **measured: object) -> None:
+def check_answer(key: str, answer: object, **measured: object) -> None:
     """Print whether `answer` is the answer to exercise `key` (a key of course_lib.lessons.answers, such as
     "03.1"), and the exercise's hint if not. `measured`: the values the exercise says the notebook passes.
     """

@@ -29,8 +29,7 @@ import torch
 import course_lib
 import course_lib.engines  # noqa: F401  (the rooms the lessons run: the split backward registers itself)
 import course_lib.schedules  # noqa: F401  (registers every schedule by name in the shelf's registry)
-from course_lib.engines import faults, idle_release, torch_pipelining  # noqa: F401 (rooms: add their run options)
-from course_lib.plots import SERIES_COLORS
+from course_lib.charts.bubble_and_memory import SERIES_COLORS
 from course_lib.shelf.reference import TrainConfig, accelerator_config
 from course_lib.shelf.stage import accelerator, describe_devices
 from course_lib.tp import mesh  # noqa: F401 (a room: adds tp= and dp= to run_distributed)

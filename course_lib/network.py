@@ -1,10 +1,15 @@
-"""The network between pipeline stages: link presets with their sources, and fiber latency from distance.
+"""The network between pipeline stages: where datacenters are, how far apart, and the links between them.
 
-    from course_lib.network import PRESETS, preset, fiber_latency_s, site_link
+    from course_lib.network import PRESETS, preset, fiber_latency_s, site_link, site, distance_km
     preset("transatlantic")                       # Link(latency_s=0.0295, bandwidth_Bps=12.5e9, ...)
     PRESETS["nvlink4"].source                     # where the numbers come from
+    distance_km(site("New York NY"), site("London"))   # about 5,570 km, great circle (haversine)
     fiber_latency_s(5570)                         # 0.0273 s one way: New York-London, great circle
     site_link("Ashburn VA", "Frankfurt", route_factor=1.5)   # a Link between two data/sites.csv sites
+
+Sites: data/sites.csv holds approximate city locations (see the comment at its top). A great-circle
+distance is the shortest path over the Earth's surface; a fiber route is always longer, so
+``fiber_latency_s`` takes a route factor for that.
 
 Every preset is a :class:`~course_lib.shelf.costs.Link` (latency + bandwidth, one direction) plus a source
 string naming where its numbers come from (the full list: REFERENCES.md at the repository root);
@@ -14,11 +19,70 @@ are per direction: NVLink's datasheet figures are bidirectional, so they are hal
 
 from __future__ import annotations
 
+import csv
+import math
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
-from course_lib.geo import distance_km, site
 from course_lib.shelf.costs import Link
-from course_lib.shelf.errors import require
+from course_lib.shelf.errors import CourseError, require
+
+SITES_CSV = Path(__file__).resolve().parent.parent / "data" / "sites.csv"
+EARTH_RADIUS_KM = 6371.0  # mean radius (IUGG); the choice moves distances by well under 1%
+
+
+@dataclass(frozen=True)
+class Site:
+    name: str
+    country: str
+    lat: float  # degrees north
+    lon: float  # degrees east
+    operators: str = ""
+
+
+def haversine_km(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
+    """Great-circle distance between two points given in degrees, on a sphere of mean Earth radius."""
+    for lat in (lat1, lat2):
+        require(-90 <= lat <= 90, f"latitude must be in [-90, 90] degrees, got {lat!r}")
+    for lon in (lon1, lon2):
+        require(-180 <= lon <= 180, f"longitude must be in [-180, 180] degrees, got {lon!r}")
+    p1, p2 = math.radians(lat1), math.radians(lat2)
+    dp, dl = p2 - p1, math.radians(lon2 - lon1)
+    # haversine form: stays accurate for short distances, where the spherical law of cosines does not
+    h = math.sin(dp / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(dl / 2) ** 2
+    return 2 * EARTH_RADIUS_KM * math.asin(min(1.0, math.sqrt(h)))
+
+
+def distance_km(a: Site, b: Site) -> float:
+    return haversine_km(a.lat, a.lon, b.lat, b.lon)
+
+
+@lru_cache(maxsize=4)
+def _read(path: str) -> dict[str, Site]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = [line for line in fh if line.strip() and not line.lstrip().startswith("#")]
+    return {
+        row["name"]: Site(
+            row["name"], row["country"], float(row["lat"]), float(row["lon"]), row.get("operators", "")
+        )
+        for row in csv.DictReader(rows)
+    }
+
+
+def load_sites(path: str | Path = SITES_CSV) -> dict[str, Site]:
+    """Site name -> Site, in the file's order."""
+    return dict(_read(str(path)))
+
+
+def site(name: str) -> Site:
+    """One site of data/sites.csv by name (case-insensitive)."""
+    sites = load_sites()
+    for key, value in sites.items():
+        if key.lower() == str(name).strip().lower():
+            return value
+    raise CourseError(f"unknown site {name!r}; data/sites.csv has: {', '.join(sites)}")
+
 
 FIBER_S_PER_KM = 1.0 / 204_000.0  # light in fiber: c / 1.468 (silica's group index), about 4.9 us per km
 

@@ -7,8 +7,18 @@ import random
 
 import pytest
 
-from course_lib.geo import distance_km, haversine_km, load_sites, site
-from course_lib.network import FIBER_S_PER_KM, PRESETS, fiber_latency_s, fiber_rtt_s, preset, site_link
+from course_lib.network import (
+    FIBER_S_PER_KM,
+    PRESETS,
+    distance_km,
+    fiber_latency_s,
+    fiber_rtt_s,
+    haversine_km,
+    load_sites,
+    preset,
+    site,
+    site_link,
+)
 from course_lib.schedules.latency_aware import (
     extra_activation_bytes,
     extra_in_flight,

@@ -1,5 +1,5 @@
 """Schedules found by search instead of drawn by hand: the Zero Bubble paper's automatic scheduler under a
-memory limit (``zero_bubble.py``, its heuristic in ``heuristic.py``), and an exact search for tiny sizes
+memory limit (``auto_zero_bubble.py``, its heuristic in ``heuristic.py``), and an exact search for tiny sizes
 (``exact.py``) that says how far the heuristic is from the best order.
 
 It stands a floor above the schedule spine because it judges a candidate by simulating it (``scoring.py``

@@ -55,7 +55,7 @@ class Problem:
 
 
 @dataclass
-class Plan:
+class HeuristicOrder:
     """One run: per-device (stage, kind, micro-batch) lists, the simulated step, the largest stage span.
     ``orders()`` makes the IR's Actions (only for the plan that is kept: fast)."""
 
@@ -91,7 +91,7 @@ class _Device:
 F, I, W = Kind.F, Kind.I, Kind.W  # noqa: E741 (bound once: the loops below are the scheduler's hot path)
 
 
-class Run:
+class HeuristicRun:
     """One run of the heuristic: decisions in time order over all devices, as the simulator plays them.
 
     Per-kind state is kept in plain lists (``next_f``, ``next_i``), not dicts keyed by Kind: the
@@ -109,7 +109,7 @@ class Run:
         self.left = [3 * m * len(dev.stages) for dev in self.devs]  # actions still to run
         self.heap = [(0.0, d) for d in range(pb.p)]
 
-    def play(self, give_up_after: float = INF) -> Plan | None:
+    def play(self, give_up_after: float = INF) -> HeuristicOrder | None:
         """Run to the end; None if the step will be longer than `give_up_after` (it cannot win)."""
         heap, devs = self.heap, self.devs
         while heap:
@@ -126,7 +126,7 @@ class Run:
         stuck = [d for d in range(self.pb.p) if self.left[d]]
         require(not stuck, f"auto_zero_bubble: devices {stuck} never finished (memory_limit {self.pb.limit})")
         span = max(dev.free - (dev.first or 0.0) for dev in devs)
-        return Plan([dev.order for dev in devs], max(dev.free for dev in devs), span)
+        return HeuristicOrder([dev.order for dev in devs], max(dev.free for dev in devs), span)
 
     def _wait(self, d: int, until: float, now: float) -> None:
         dev = self.devs[d]
@@ -257,18 +257,18 @@ def grid() -> list[Switches]:
     return often_best + [sw for sw in rest if sw not in often_best]
 
 
-def heuristic_plans(pb: Problem) -> dict[Switches, Plan]:
+def heuristic_orders(pb: Problem) -> dict[Switches, HeuristicOrder]:
     """Every grid point's plan: the heuristic alone, without the handcrafted schedules."""
-    return {sw: Run(pb, sw).play() for sw in grid()}
+    return {sw: HeuristicRun(pb, sw).play() for sw in grid()}
 
 
-def best_plan(pb: Problem, objective: str) -> Plan:
+def best_heuristic_order(pb: Problem, objective: str) -> HeuristicOrder:
     """The grid's best plan (the first of equals); with the step as objective a run stops as soon as
     it is sure to be longer than the best so far."""
-    best: Plan | None = None
+    best: HeuristicOrder | None = None
     for sw in grid():
         bound = best.step + 1e-9 if best is not None and objective == "step" else INF
-        plan = Run(pb, sw).play(give_up_after=bound)
+        plan = HeuristicRun(pb, sw).play(give_up_after=bound)
         if plan is not None and (best is None or plan.score(objective) < best.score(objective)):
             best = plan
     assert best is not None  # the first run has no bound

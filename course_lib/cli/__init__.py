@@ -1,8 +1,8 @@
 """Command line: ``python -m course_lib <command> [flags]``.
 
-Each command lives in its own module with two functions, ``add_arguments(parser)`` and
-``run(args) -> int``; this file only wires them together, so adding a command is one line in
-COMMANDS. Try ``python -m course_lib train --help``.
+Each command NAME lives in its own module, ``cli/NAME_command.py``, with two functions,
+``NAME_arguments(parser)`` and ``NAME_command(args) -> int``; this file only wires them together, so
+adding a command is one line in COMMANDS. Try ``python -m course_lib train --help``.
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ from collections.abc import Callable
 import course_lib.schedules  # noqa: F401  (registers every schedule by name in the shelf's registry)
 from course_lib.shelf.errors import CourseError
 
-# command name -> (module, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("course_lib.cli.train", "train the toy transformer (reference or pipelined)"),
-    "schedule": ("course_lib.cli.schedule", "print a schedule's per-device orders (text or PyTorch CSV)"),
-    "simulate": ("course_lib.cli.simulate", "simulate a schedule: time, bubble and memory per device"),
-    "tp": ("course_lib.cli.tp", "tensor vs pipeline parallelism: message counts, latency sweep, measured TP"),
-    "plan": ("course_lib.cli.plan", "plan a run: layouts (t, p, d, b, schedule, v), fastest step first"),
+# command name -> one-line help; the command lives in course_lib/cli/NAME_command.py
+COMMANDS: dict[str, str] = {
+    "shelf": "list the files a student reads beside the lessons, in reading order",
+    "train": "train the toy transformer (reference or pipelined)",
+    "schedule": "print a schedule's per-device orders (text or PyTorch CSV)",
+    "simulate": "simulate a schedule: time, bubble and memory per device",
+    "tp": "tensor vs pipeline parallelism: message counts, latency sweep, measured TP",
+    "plan": "plan a run: layouts (t, p, d, b, schedule, v), fastest step first",
 }
 
 
@@ -37,12 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     formatter = argparse.RawDescriptionHelpFormatter  # --help shows each module's docstring as written
-    for name, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(module_name)
+    for name, help_text in COMMANDS.items():
+        module = importlib.import_module(f"course_lib.cli.{name}_command")
         description = as_help(module.__doc__)
         command = sub.add_parser(name, help=help_text, description=description, formatter_class=formatter)
-        module.add_arguments(command)
-        command.set_defaults(_run=module.run)
+        getattr(module, f"{name}_arguments")(command)
+        command.set_defaults(_run=getattr(module, f"{name}_command"))
     return parser
 
 

@@ -81,7 +81,7 @@ def save_chart(timeline: Timeline, args: argparse.Namespace, **options) -> None:
     """Save --gantt's chart once the result is out, so that a failed save cannot lose it; a save that
     fails all the same (the disk filled up meanwhile) is one line naming the file."""
     if args.gantt:
-        from course_lib.plots import save_timeline_png
+        from course_lib.charts.gantt import save_timeline_png
 
         try:
             save_timeline_png(timeline, args.gantt, **options)

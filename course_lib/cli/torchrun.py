@@ -30,8 +30,12 @@ if _QUIET_CPP:  # as torchrun's launcher: before torch loads, which reads it onc
 
 import torch.distributed as dist  # noqa: E402
 
-from course_lib import netif  # noqa: E402  (multi-node: the interface towards the peers, threads, each node's line)
-from course_lib.cli import as_help, flags, report_errors  # noqa: E402
+from course_lib.cli import (  # noqa: E402
+    across_nodes,  # noqa: E402  (multi-node: the interface towards the peers, threads, each node's line)
+    as_help,
+    flags,
+    report_errors,
+)
 from course_lib.engines import faults, idle_release, torch_pipelining  # noqa: E402, F401 (rooms: their make_spec options)
 from course_lib.shelf.distributed_engine import make_spec  # noqa: E402
 from course_lib.shelf.errors import require  # noqa: E402
@@ -41,7 +45,7 @@ from course_lib.shelf.run_spec import DistributedResult  # noqa: E402
 from course_lib.tp import mesh  # noqa: E402, F401 (a room: adds tp= and dp= to make_spec)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def torchrun_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torchrun --nproc-per-node P -m course_lib.cli.torchrun", description=as_help(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -73,7 +77,7 @@ def spec_from_flags(args: argparse.Namespace, world: int) -> RunSpec:
     return make_spec(
         flags.config_from_flags(args), pipe.schedule, stages, virtual=pipe.virtual,
         checkpoint=pipe.checkpoint, links=pipe.links, timeout_s=pipe.timeout,
-        threads=args.threads or netif.default_threads(),  # multi-node: 1 per rank (netif.py says why)
+        threads=args.threads or across_nodes.default_threads(),  # across nodes: 1 per rank (see why there)
         local_ranks=int(os.environ.get("LOCAL_WORLD_SIZE", world)), tp=tp, dp=dp, runner=pipe.runner,
     )  # fmt: skip
 
@@ -82,14 +86,14 @@ def run_this_rank(spec: RunSpec, rank: int, world: int) -> DistributedResult | N
     """Join the process group, run the schedule's actions for this rank; rank 0 gets the result."""
     if "MASTER_ADDR" not in os.environ:  # plain `python -m ...` with one rank
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    netif.use_interface_towards(os.environ["MASTER_ADDR"])  # across nodes: not the loopback
+    across_nodes.use_interface_towards(os.environ["MASTER_ADDR"])  # across nodes: not the loopback
     try:
         device = init_rank(spec, rank, world)
         record = run_rank(spec, rank, device)
         result = gather_and_merge(spec, rank, record)
         dist.barrier()  # no rank ends while another still has work: a rank that fails before fails all
         # across nodes, every rank says it finished
-        netif.print_node_finished(rank, [st.time_s for st in record.steps])
+        across_nodes.print_node_finished(rank, [st.time_s for st in record.steps])
     except Exception as err:
         print(f"[rank {rank}] failed: {type(err).__name__}: {err}", file=sys.stderr)
         if world == 1 and dist.is_initialized():  # in-process run: leave no process group behind
@@ -100,7 +104,7 @@ def run_this_rank(spec: RunSpec, rank: int, world: int) -> DistributedResult | N
 
 
 def _main(argv: list[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    args = torchrun_parser().parse_args(argv)
     world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     result = run_this_rank(spec_from_flags(args, world), rank, world)
     if result is None:  # ranks other than 0
@@ -122,7 +126,7 @@ def _main(argv: list[str] | None) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def torchrun_main(argv: list[str] | None = None) -> int:
     """Run as one rank under torchrun (RANK, WORLD_SIZE, MASTER_ADDR... come from torchrun)."""
     return report_errors(lambda: _main(argv))
 
@@ -212,7 +216,7 @@ def end_rank(code: int) -> None:
 if __name__ == "__main__":  # torchrun -m course_lib.cli.torchrun (the old path runs this too)
     if "-m" in sys.argv[1:]:  # torchrun's syntax (no flag of ours is -m): launch, as torchrun does
         sys.exit(launch_nodes(sys.argv[1:]))
-    code = main()
+    code = torchrun_main()
     if "TORCHELASTIC_RUN_ID" in os.environ:  # a rank of torchrun's (a plain python run exits as usual)
         end_rank(code)
     sys.exit(code)

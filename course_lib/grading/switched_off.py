@@ -93,7 +93,7 @@ SWITCHED_OFF: dict[str, dict[str, dict[str, str]]] = {
         "my_layout": {
             "course_lib.planner.enumerate:plan": "this part asks you to choose the layout yourself",
             "__main__:predicted_step_s": "choose the layout from the takeaways, not by timing every one",
-            "course_lib.planner.cost:simulate_pipeline": "choose the layout from the takeaways",
+            "course_lib.planner.step_time:simulate_pipeline": "choose the layout from the takeaways",
         },
         "tflops_per_gpu": _A5_FLOPS,
     },

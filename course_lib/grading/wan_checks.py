@@ -15,10 +15,9 @@ import math
 from collections.abc import Callable, Sequence
 
 from course_lib import grading
-from course_lib.geo import distance_km, site
 from course_lib.grading.guard import without
 from course_lib.lessons.wan_plan import WanPlan, WanProblem, check_plan, even_sizes, throughput
-from course_lib.network import fiber_latency_s, site_link
+from course_lib.network import distance_km, fiber_latency_s, site, site_link
 from course_lib.schedules import latency_aware
 from course_lib.shelf.simulator import simulate
 

@@ -1,9 +1,9 @@
 """Schedules side by side, simulated: lessons 07a-07c's tables and charts (step, bubble, peak memory,
 messages).
 
-    from course_lib.lessons.compare_schedules import compare, format_table, plot_comparison
+    from course_lib.lessons.compare_schedules import compare, format_comparison, plot_comparison
     rows = compare(p=4, m=8)            # a few named candidates; T_F = T_I = T_W = 1 per device's share
-    print(format_table(rows))
+    print(format_comparison(rows))
     plot_comparison(rows)
 
     from course_lib.lessons.compare_schedules import family_rows, format_family, plot_family
@@ -51,7 +51,7 @@ DEFAULT_CANDIDATES = (
 
 
 @dataclass(frozen=True)
-class Row:
+class ComparisonRow:
     """One candidate's simulated figures (all None, and `error` set, when the sizes do not fit)."""
 
     label: str
@@ -78,7 +78,7 @@ class Row:
 def compare(
     p: int, m: int, candidates: Sequence[Candidate] = DEFAULT_CANDIDATES, costs: StageCosts | None = None,
     link: Link | None = None,
-) -> list[Row]:  # fmt: skip
+) -> list[ComparisonRow]:  # fmt: skip
     """Simulate every candidate at p devices and m micro-batches; `costs` are per device's share
     (scalars; default T_F = T_I = T_W = 1), `link` the same for every stage boundary (default free)."""
     costs = costs if costs is not None else StageCosts(f=1.0, i=1.0, w=1.0)
@@ -87,10 +87,10 @@ def compare(
         try:
             tl = simulate_named(c.schedule, p, m, c.virtual, costs, links=link)
         except CourseError as err:  # sizes this schedule refuses: a row that says why
-            rows.append(Row(c.label, c.schedule, c.virtual, error=str(err)))
+            rows.append(ComparisonRow(c.label, c.schedule, c.virtual, error=str(err)))
             continue
         case = Case.of(p, m, c.virtual, costs.per_virtual_stage(c.virtual), link)
-        rows.append(Row(
+        rows.append(ComparisonRow(
             c.label, c.schedule, c.virtual, makespan=tl.makespan, bubble=tl.bubble_fraction,
             idle=max(tl.idle(d) for d in range(p)), messages=len(tl.transfers),
             peak_per_device=tuple(tl.peak_inflight(d) / c.virtual for d in range(p)),
@@ -99,7 +99,7 @@ def compare(
     return rows
 
 
-def family_rows(p: int, m: int, costs: StageCosts | None = None) -> list[Row]:
+def family_rows(p: int, m: int, costs: StageCosts | None = None) -> list[ComparisonRow]:
     """Every registered schedule at p devices, m micro-batches, with its default stages per device
     (2 for one that takes v, as the CLI gives it); `costs` per device's share, links free."""
     every = [Candidate(name, name, info.default_virtual) for name, info in SCHEDULES.items()]
@@ -115,7 +115,7 @@ def idle_inside(tl: Timeline, device: int) -> float:
     return max(s.end for s in spans) - min(s.start for s in spans) - tl.busy(device)
 
 
-def format_table(rows: Sequence[Row], unit: str = "T") -> str:
+def format_comparison(rows: Sequence[ComparisonRow], unit: str = "T") -> str:
     """A plain-text table (deterministic: rounded simulated numbers only)."""
     head = f"{'schedule':24s} {'step':>7s} {'bubble':>7s} {'idle/dev':>9s} {'peak act.':>9s} {'messages':>9s}"
     lines = [head, "-" * len(head)]
@@ -130,7 +130,7 @@ def format_table(rows: Sequence[Row], unit: str = "T") -> str:
     return "\n".join(lines)
 
 
-def format_family(rows: Sequence[Row]) -> str:
+def format_family(rows: Sequence[ComparisonRow]) -> str:
     """``family_rows`` as text (rounded simulated numbers, the registry's formula, each device's peak)."""
     head = f"{'schedule':20s} {'v':>2s} {'step':>6s} {'bubble':>7s} {'formula':>8s} {'messages':>8s}"
     head += "  peak per device"
@@ -147,7 +147,7 @@ def format_family(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-def plot_comparison(rows: Sequence[Row], title: str = ""):
+def plot_comparison(rows: Sequence[ComparisonRow], title: str = ""):
     """Three bar charts (bubble, peak activations, messages) for the rows that fit; returns the figure."""
     import matplotlib.pyplot as plt
 
@@ -168,7 +168,7 @@ def plot_comparison(rows: Sequence[Row], title: str = ""):
     return fig
 
 
-def plot_family(rows: Sequence[Row], title: str = ""):
+def plot_family(rows: Sequence[ComparisonRow], title: str = ""):
     """Four bar charts (step, bubble, peak activations per device, messages); returns the figure."""
     import matplotlib.pyplot as plt
 
@@ -196,7 +196,7 @@ def plot_family(rows: Sequence[Row], title: str = ""):
 
 
 def _label_rows(axes, labels: Sequence[str]) -> None:
-    """Row labels on the first chart only, the first row on top in every chart."""
+    """ComparisonRow labels on the first chart only, the first row on top in every chart."""
     for ax in axes:
         ax.set_yticks(range(len(labels)))
         ax.set_yticklabels(labels if ax is axes[0] else [])

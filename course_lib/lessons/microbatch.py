@@ -6,10 +6,10 @@ which a machine runs more efficiently per sequence. Narayanan et al. 2021 (arXiv
 the step as (B/b + p - 1) * (t_f(b) + t_b(b)); this module measures t_f(b) + t_b(b) of one toy stage in
 CPU time, predicts the step from it, and trains each setting for real::
 
-    from course_lib.lessons.microbatch import slot_cpu_ms, predicted_step_ms, sweep
+    from course_lib.lessons.microbatch import slot_cpu_ms, predicted_step_ms, microbatch_sweep
     slots = slot_cpu_ms(sizes=(1, 2, 4, 8), n_blocks=4)       # Spread of ms per micro-batch, per b
     predicted_step_ms(slots[4].median, global_batch=32, b=4, p=4)
-    rows = sweep(global_batch=32, p=4, sizes=(1, 2, 4, 8), n_layers=16, repeats=3)   # trained
+    rows = microbatch_sweep(global_batch=32, p=4, sizes=(1, 2, 4, 8), n_layers=16, repeats=3)   # trained
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class SizeRow:
     last: LessonRun
 
 
-def sweep(
+def microbatch_sweep(
     global_batch: int = 32, p: int = 4, sizes: tuple[int, ...] = (1, 2, 4, 8), n_layers: int = 16,
     repeats: int = 3, schedule: str = "1f1b",
 ) -> list[SizeRow]:  # fmt: skip

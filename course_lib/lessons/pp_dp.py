@@ -86,7 +86,7 @@ def step_with_dp(
 
 def draw(tl: Timeline, timings: list, ax, title: str) -> None:
     """The pipeline's Gantt chart with each device's all-reduce drawn as dark hatched boxes."""
-    from course_lib.plots import plot_timeline, time_scale
+    from course_lib.charts.gantt import plot_timeline, time_scale
 
     extent = max(a.end for a in timings) - tl.start
     plot_timeline(tl, ax=ax, extent_s=extent, title=title)

@@ -1,9 +1,9 @@
 """Lesson 11's runs: activation recomputation measured on the toy, and its price at scale in the cost model.
 
-    from course_lib.lessons.recompute import at_scale, measure_checkpointing, stage_cpu_ms
+    from course_lib.lessons.recompute import at_scale, checkpoint_cpu_ms, measure_checkpointing
     runs = measure_checkpointing(p=4, m=8, n_layers=80, repeats=3)   # GPipe and 1F1B, with and without
     runs["gpipe", "always"].peak_bytes[0]    # median bytes stage 0 held for backward
-    stage_cpu_ms(n_blocks=20)                # one micro-batch's F + B, CPU time, per checkpoint mode
+    checkpoint_cpu_ms(n_blocks=20)              # one micro-batch's F + B, CPU time, per checkpoint mode
     at_scale("megatron-145b", t=8, b=1)      # bytes per layer and FLOPs spent again, per mode
 
 The engines checkpoint a whole stage (``checkpoint="always"``: a micro-batch keeps only the stage's input,
@@ -51,7 +51,9 @@ def measure_checkpointing(
     return out
 
 
-def stage_cpu_ms(n_blocks: int = 20, repeats: int = 7, passes: int = 8, seed: int = 0) -> dict[str, Spread]:
+def checkpoint_cpu_ms(
+    n_blocks: int = 20, repeats: int = 7, passes: int = 8, seed: int = 0
+) -> dict[str, Spread]:
     """CPU time of one micro-batch's forward + backward through `n_blocks` toy blocks, per checkpoint mode
     ("never", "always"): ``cpu_clock.stage_cpu_ms``, whose CPU clock a busy laptop does not blur."""
     configs = {"never": (1, "never"), "always": (1, "always")}

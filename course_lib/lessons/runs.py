@@ -39,7 +39,7 @@ class LessonRun:
         import matplotlib.pyplot as plt
         from matplotlib.figure import Figure
 
-        from course_lib.plots import plot_timeline
+        from course_lib.charts.gantt import plot_timeline
 
         size = (11, 2 + 0.9 * self.measured.n_devices)
         fig = plt.figure(figsize=size) if pyplot else Figure(figsize=size)

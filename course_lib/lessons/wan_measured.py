@@ -241,9 +241,9 @@ class WanMeasurement:
     def table(self) -> str:
         """Plain 1F1B against the formula, latency-aware against the flush bound, the effects against
         their spread (times in ms; a measured column is the median, [low-high] its range)."""
-        from course_lib.lessons.wan_report import table
+        from course_lib.lessons.wan_report import wan_table
 
-        return table(self)
+        return wan_table(self)
 
     def plot_gantt(self, fig=None):
         """Plain and latency-aware 1F1B at aware_latency_s: measured above simulated, one time axis."""

@@ -4,7 +4,7 @@ Every measured point is a median with its range over the repeats; the replays an
 it, so that a reader sees how far the effect stands above the noise::
 
     wan = run_wan_experiment(WanExperiment())
-    print(table(wan)); plot_summary(wan); plot_gantt(wan)
+    print(wan_table(wan)); plot_summary(wan); plot_gantt(wan)
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import Any
 from course_lib.lessons.repeats import Spread
 from course_lib.schedules.latency_aware import plain_1f1b_step
 
-# A wan_measured.WanMeasurement; not imported, not even for type checking: that module calls this one
+# A wan_measured._WanMeasurement; not imported, not even for type checking: that module calls this one
 # (its table() and plot methods), and the floors allow no circle.
-WanMeasurement = Any
+_WanMeasurement = Any
 
 
-def table(wan: WanMeasurement) -> str:
+def wan_table(wan: _WanMeasurement) -> str:
     """Plain 1F1B against the formula, then latency-aware against the flush bound, then the effects
     against their spread (times in ms; a measured column is the median, [low-high] its range)."""
     e, ms = wan.experiment, 1e3
@@ -72,11 +72,11 @@ def table(wan: WanMeasurement) -> str:
     ])  # fmt: skip
 
 
-def plot_gantt(wan: WanMeasurement, fig=None):
+def plot_gantt(wan: _WanMeasurement, fig=None):
     """Plain and latency-aware 1F1B at aware_latency_s: measured above simulated, one time axis."""
     import matplotlib.pyplot as plt
 
-    from course_lib.plots import plot_timeline
+    from course_lib.charts.gantt import plot_timeline
 
     runs = [wan.plain_at(wan.experiment.aware_latency_s), wan.aware_run()]
     pairs = [(r, tl) for r in runs for tl in (r.measured[-1], r.simulated)]
@@ -103,7 +103,7 @@ def _ranged(ax, xs, spreads: list[Spread], label: str) -> None:
     ax.plot(xs, [sp.median * ms for sp in spreads], "o-", color="C0", label=label)
 
 
-def plot_summary(wan: WanMeasurement, fig=None):
+def plot_summary(wan: _WanMeasurement, fig=None):
     """Left: plain 1F1B's latency part against L (measured median and range, simulated, formula).
     Right: the worst device's idle against k at aware_latency_s (the same), the flush bound, the needed k."""
     import matplotlib.pyplot as plt

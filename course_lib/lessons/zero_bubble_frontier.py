@@ -9,12 +9,12 @@ start to the last end (1F1B, ZB-H1) and differ where every device starts late an
 pipeline's slant (ZB-H2's parallelogram): there the makespan counts the fill and drain, theirs does not.
 
 **The frontier.** For given costs and a link time, every schedule is a point (peak activations held,
-bubble); the automatic scheduler (``autoschedule.zero_bubble``) is a curve over the memory limit.
+bubble); the automatic scheduler (``autoschedule.auto_zero_bubble``) is a curve over the memory limit.
 
 Try it::
 
-    from course_lib.lessons.zero_bubble_frontier import published_vs_predicted, format_table
-    print(format_table(published_vs_predicted()))
+    from course_lib.lessons.zero_bubble_frontier import published_vs_predicted, format_paper_table
+    print(format_paper_table(published_vs_predicted()))
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from course_lib.autoschedule.auto_zero_bubble import auto_zero_bubble
 from course_lib.autoschedule.scoring import stage_span
-from course_lib.autoschedule.zero_bubble import auto_zero_bubble
 from course_lib.schedules.controllable_memory import v_half_memory, v_min_memory  # noqa: F401 (lesson 10)
 from course_lib.shelf.costs import Link, StageCosts
 from course_lib.shelf.first_schedules import build_schedule, one_f_one_b
@@ -117,7 +117,7 @@ def largest_difference(rows: Sequence[TableRow]) -> tuple[float, TableRow]:
     return abs(worst.published - worst.paper_rate), worst
 
 
-def format_table(rows: Sequence[TableRow]) -> str:
+def format_paper_table(rows: Sequence[TableRow]) -> str:
     """Published against predicted, both definitions side by side."""
     head = (f"{'model':6s} {'p':>3s} {'m':>4s} {'schedule':9s} {'Table 5':>8s} {'paper def':>10s} "
             f"{'diff':>7s} {'makespan def':>13s} {'peak':>5s}")  # fmt: skip

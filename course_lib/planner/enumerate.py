@@ -14,8 +14,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from course_lib.planner.clusters import Cluster, cluster
-from course_lib.planner.cost import (
-    MEGATRON,
+from course_lib.planner.layout import Layout
+from course_lib.planner.memory import USABLE_SHARE, Memory, memory_per_gpu
+from course_lib.planner.shapes import ModelShape, model
+from course_lib.planner.step_time import (
+    MEGATRON_OVERLAP,
     Overlap,
     Parts,
     estimate,
@@ -23,9 +26,6 @@ from course_lib.planner.cost import (
     played_microbatches,
     simulate_pipeline,
 )
-from course_lib.planner.layout import Layout
-from course_lib.planner.memory import USABLE_SHARE, Memory, memory_per_gpu
-from course_lib.planner.shapes import ModelShape, model
 from course_lib.shelf.errors import divisors, require, whole
 from course_lib.shelf.first_schedules import resolve_name
 from course_lib.shelf.timeline import Timeline
@@ -101,7 +101,7 @@ class Plan:
     global_batch: int
     layouts: list[Planned] = field(default_factory=list)  # fastest first
     candidates: int = 0  # layouts that divide the GPUs and the batch, before memory
-    overlap: Overlap = MEGATRON  # what communication hides behind compute in every layout's cost
+    overlap: Overlap = MEGATRON_OVERLAP  # what communication hides behind compute in every layout's cost
 
     @property
     def best(self) -> Planned:
@@ -150,7 +150,7 @@ def planned_from(
 
 
 def simulated(
-    shape: ModelShape, cl: Cluster, x: Planned, batch: int, overlap: Overlap = MEGATRON
+    shape: ModelShape, cl: Cluster, x: Planned, batch: int, overlap: Overlap = MEGATRON_OVERLAP
 ) -> Planned:
     """`x` re-costed by the simulator (``simulate_pipeline``), with the timeline it played."""
     tl = pipeline_timeline(shape, cl, x.layout, played_microbatches(x.layout, batch))
@@ -162,18 +162,18 @@ def plan(
     shape: ModelShape | str, cluster_: Cluster | str, gpus: int, global_batch: int, *,
     schedules: Sequence[str] = ("1f1b", "interleaved-1f1b"), recompute: Sequence[bool] = (True, False),
     zero1: bool = False, simulate_top: int = 3, only: tuple[int, int] | None = None,
-    overlap: Overlap = MEGATRON,
+    overlap: Overlap = MEGATRON_OVERLAP,
 ) -> Plan:  # fmt: skip
     """Rank every layout of `shape` on `gpus` GPUs of `cluster_` for `global_batch` sequences a step.
     `only=(t, p)` keeps the layouts with that t and p (a published layout, sec 5.4's comparisons);
-    `overlap`: what the costs let communication hide (``planner.cost.Overlap``; Megatron-LM's by default)."""
+    `overlap`: what the costs let communication hide (``step_time.Overlap``; Megatron-LM's by default)."""
     shape = model(shape) if isinstance(shape, str) else shape
     cl = cluster(cluster_) if isinstance(cluster_, str) else cluster_
     require(
         isinstance(shape, ModelShape), f"shape must be a model preset's name or a ModelShape, got {shape!r}"
     )
     require(isinstance(cl, Cluster), f"cluster_ must be a cluster preset's name or a Cluster, got {cl!r}")
-    require(isinstance(overlap, Overlap), f"overlap must be a planner.cost.Overlap, got {overlap!r}")
+    require(isinstance(overlap, Overlap), f"overlap must be a planner.step_time.Overlap, got {overlap!r}")
     gpus, global_batch = check_request(cl, gpus, global_batch, schedules)
     names = [resolve_name(s) for s in schedules]
     fitting, total = [], 0

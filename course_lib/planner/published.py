@@ -17,14 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from course_lib.planner.clusters import CLUSTERS
-from course_lib.planner.cost import estimate, simulate_pipeline
 from course_lib.planner.enumerate import Planned, plan, planned_from
 from course_lib.planner.memory import memory_per_gpu
 from course_lib.planner.shapes import MODELS
+from course_lib.planner.step_time import estimate, simulate_pipeline
 
 
 @dataclass(frozen=True)
-class Row:
+class PublishedRow:
     model: str
     cluster: str
     gpus: int
@@ -43,22 +43,22 @@ class Row:
 
 _T1 = "arXiv 2104.04473 Table 1"
 _T4 = "arXiv 2407.21783 Table 4"
-ROWS: tuple[Row, ...] = (
-    Row("megatron-18b", "a100-selene", 256, 1024, 8, 1, 135, True, _T1),
-    Row("megatron-39b", "a100-selene", 512, 1536, 8, 2, 138, True, _T1),
-    Row("megatron-76b", "a100-selene", 1024, 1792, 8, 4, 140, True, _T1),
-    Row("megatron-145b", "a100-selene", 1536, 2304, 8, 8, 148, True, _T1),
-    Row("megatron-310b", "a100-selene", 1920, 2160, 8, 16, 155, True, _T1),
-    Row("megatron-530b", "a100-selene", 2520, 2520, 8, 35, 163, True, _T1),
-    Row("megatron-1t", "a100-selene", 3072, 3072, 8, 64, 163, True, _T1),
-    Row("llama3-405b", "h100-llama3", 8192, 2048, 8, 16, 430, False, _T4, zero1=True),
-    Row("llama3-405b", "h100-llama3", 16384, 2048, 8, 16, 400, False, _T4, zero1=True),
+ROWS: tuple[PublishedRow, ...] = (
+    PublishedRow("megatron-18b", "a100-selene", 256, 1024, 8, 1, 135, True, _T1),
+    PublishedRow("megatron-39b", "a100-selene", 512, 1536, 8, 2, 138, True, _T1),
+    PublishedRow("megatron-76b", "a100-selene", 1024, 1792, 8, 4, 140, True, _T1),
+    PublishedRow("megatron-145b", "a100-selene", 1536, 2304, 8, 8, 148, True, _T1),
+    PublishedRow("megatron-310b", "a100-selene", 1920, 2160, 8, 16, 155, True, _T1),
+    PublishedRow("megatron-530b", "a100-selene", 2520, 2520, 8, 35, 163, True, _T1),
+    PublishedRow("megatron-1t", "a100-selene", 3072, 3072, 8, 64, 163, True, _T1),
+    PublishedRow("llama3-405b", "h100-llama3", 8192, 2048, 8, 16, 430, False, _T4, zero1=True),
+    PublishedRow("llama3-405b", "h100-llama3", 16384, 2048, 8, 16, 400, False, _T4, zero1=True),
 )
 # one row per GPU type sets its efficiency factor; every other row is a prediction
 CALIBRATION = {"a100-selene": ROWS[6], "h100-llama3": ROWS[7]}
 
 
-def predict(row: Row, efficiency: float | None = None, simulate_top: int = 1) -> Planned:
+def predict(row: PublishedRow, efficiency: float | None = None, simulate_top: int = 1) -> Planned:
     """The planner's best layout at the row's published (t, p) (d follows), recomputing activations."""
     cl = CLUSTERS[row.cluster] if efficiency is None else CLUSTERS[row.cluster].with_efficiency(efficiency)
     result = plan(
@@ -68,14 +68,14 @@ def predict(row: Row, efficiency: float | None = None, simulate_top: int = 1) ->
     return result.best
 
 
-def predicted_tflops(row: Row, planned: Planned) -> float:
+def predicted_tflops(row: PublishedRow, planned: Planned) -> float:
     """The planner's figure in the row's own convention (Megatron's count, or MFU x peak)."""
     if row.counts_recompute:
         return planned.tflops_per_gpu
     return planned.mfu * CLUSTERS[row.cluster].peak_flops / 1e12
 
 
-def calibrate(row: Row, rounds: int = 6) -> float:
+def calibrate(row: PublishedRow, rounds: int = 6) -> float:
     """The efficiency at which the planner reproduces `row`, to 3 decimals, on the layout it picks
     for the row. Throughput is nearly proportional to the factor (only the communication does not
     scale), so rescaling by published / predicted converges in a few rounds."""
@@ -90,7 +90,7 @@ def calibrate(row: Row, rounds: int = 6) -> float:
     return round(efficiency, 3)
 
 
-def table() -> list[dict]:
+def published_table() -> list[dict]:
     """Published against predicted, row by row (the calibration rows say so)."""
     out = []
     for row in ROWS:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from course_lib.shelf.errors import require
 
-MEGATRON = "Narayanan et al. 2021, arXiv 2104.04473, Table 1 (vocabulary 51,200, sequence 2,048)"
+MEGATRON_TABLE_1 = "Narayanan et al. 2021, arXiv 2104.04473, Table 1 (vocabulary 51,200, sequence 2,048)"
 LLAMA3 = "Llama Team 2024, The Llama 3 Herd of Models, arXiv 2407.21783, Table 3"
 
 
@@ -98,7 +98,7 @@ class ModelShape:
 
 
 def _gpt(name: str, heads: int, hidden: int, layers: int) -> ModelShape:
-    return ModelShape(name, layers, hidden, heads, 4 * hidden, 51_200, 2_048, source=MEGATRON)
+    return ModelShape(name, layers, hidden, heads, 4 * hidden, 51_200, 2_048, source=MEGATRON_TABLE_1)
 
 
 MODELS: dict[str, ModelShape] = {

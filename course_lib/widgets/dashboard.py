@@ -37,20 +37,19 @@ from dataclasses import dataclass
 
 import ipywidgets as widgets
 
+from course_lib.charts.gantt import GanttPNG, key_html
 from course_lib.network import PRESETS
-from course_lib.plots import format_bytes
 from course_lib.schedules.closed_forms import Case
 from course_lib.shelf.costs import FREE, Link, check_costs
 from course_lib.shelf.errors import require, whole
 from course_lib.shelf.first_schedules import SCHEDULES, resolve_name
 from course_lib.shelf.simulator import StageCosts, simulate_named
-from course_lib.shelf.timeline import Timeline
+from course_lib.shelf.timeline import Timeline, format_bytes
 from course_lib.widgets.controls import WRAP_AT_SPACES, Shown, wide_slider
-from course_lib.widgets.gantt_png import GanttPNG, key_html
 from course_lib.widgets.run_panel import RunControl, RunPanel
 
 NBSP = "\u00a0"  # a non-breaking space: number and unit stay on one line
-CACHE_SIZE = 64  # settings kept (timeline, PNG, figures): moving back to one is instant
+DASHBOARD_CACHE_SIZE = 64  # settings kept (timeline, PNG, figures): moving back to one is instant
 
 
 def link_presets() -> dict[str, Link]:
@@ -198,7 +197,7 @@ class PipelineDashboard(Shown, widgets.VBox):
             self._show_problem(err)
             return
         self._cache[key] = (tl, self._gantt.png(tl), self._figures(tl))
-        if len(self._cache) > CACHE_SIZE:
+        if len(self._cache) > DASHBOARD_CACHE_SIZE:
             self._cache.popitem(last=False)
         self._display(*self._cache[key])
 

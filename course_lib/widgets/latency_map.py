@@ -33,9 +33,8 @@ from collections.abc import Sequence
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
-from course_lib.geo import distance_km, load_sites, site
-from course_lib.network import Gbit, site_link
-from course_lib.plots import plot_timeline
+from course_lib.charts.gantt import plot_timeline
+from course_lib.network import Gbit, distance_km, load_sites, site, site_link
 from course_lib.schedules.latency_aware import extra_in_flight, flush_bound, latency_aware_1f1b
 from course_lib.shelf.costs import Link
 from course_lib.shelf.errors import CourseError, require
@@ -44,7 +43,7 @@ from course_lib.shelf.simulator import StageCosts, simulate
 from course_lib.shelf.timeline import Timeline
 from course_lib.widgets.controls import Shown, slider_size
 
-SCHEDULE_CHOICES = ("1f1b", "latency-aware-1f1b")
+LATENCY_MAP_SCHEDULES = ("1f1b", "latency-aware-1f1b")
 
 
 def placement_links(
@@ -76,7 +75,10 @@ def simulate_placement(
 ) -> Timeline:  # fmt: skip
     """Simulate one training step with stage s at sites[s]. `schedule`: '1f1b' or
     'latency-aware-1f1b' (extra micro-batches per link from extra_in_flight)."""
-    require(schedule in SCHEDULE_CHOICES, f"unknown schedule {schedule!r}; choose one of {SCHEDULE_CHOICES}")
+    require(
+        schedule in LATENCY_MAP_SCHEDULES,
+        f"unknown schedule {schedule!r}; choose one of {LATENCY_MAP_SCHEDULES}",
+    )
     require(t_f > 0 and t_b > 0, f"compute times must be > 0 seconds, got t_f={t_f!r}, t_b={t_b!r}")
     links = placement_links(sites, route_factor, bandwidth_Bps)
     if schedule == "1f1b":
@@ -117,7 +119,9 @@ class LatencyMap(Shown, widgets.VBox):
             value=1.0, min=1.0, max=3.0, step=0.1, description="route factor", continuous_update=False,
             **slider_size(21),
         )  # fmt: skip
-        self.schedule = widgets.ToggleButtons(options=SCHEDULE_CHOICES, value="1f1b", description="schedule")
+        self.schedule = widgets.ToggleButtons(
+            options=LATENCY_MAP_SCHEDULES, value="1f1b", description="schedule"
+        )
         self.m_slider = widgets.IntSlider(
             value=microbatches, min=1, max=64, description="m", continuous_update=False, **slider_size(64)
         )

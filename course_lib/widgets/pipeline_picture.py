@@ -14,7 +14,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
-from course_lib.plots import COLORS, IDLE_COLOR, plot_timeline
+from course_lib.charts.gantt import COLORS, IDLE_COLOR, plot_timeline
 from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.model import uniform
 from course_lib.shelf.schedule import Kind

@@ -23,12 +23,12 @@ import html
 
 import ipywidgets as widgets
 
+from course_lib.charts.gantt import GanttPNG, swatches_html
 from course_lib.planner import MODELS, cluster, plan
-from course_lib.planner.cost import pipeline_timeline, played_microbatches
 from course_lib.planner.enumerate import Plan, Planned
+from course_lib.planner.step_time import pipeline_timeline, played_microbatches
 from course_lib.shelf.errors import require, whole
 from course_lib.widgets.controls import WRAP_AT_SPACES, Shown
-from course_lib.widgets.gantt_png import GanttPNG, swatches_html
 
 GPU_CHOICES = (8, 16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072)
 GIB = 2**30  # memory in GiB, as everywhere in the course

@@ -29,7 +29,7 @@ from course_lib.widgets.controls import Shown, slider_size
 
 M_CHOICES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)  # a mouse can pick each of these
 TRAINING, DECODE = "training step", "decode (one token)"
-CACHE_SIZE = 64  # charts kept: moving back to a setting is instant
+WHAT_IF_CACHE_SIZE = 64  # charts kept: moving back to a setting is instant
 PLAIN = FuncFormatter(lambda value, _pos: f"{value:g}")  # 1, 10, 100, 1000, 10000 on log axes
 
 
@@ -98,7 +98,7 @@ class TpWhatIf(Shown, widgets.VBox):
             buffer = io.BytesIO()  # it draws the figure once more, doubling the redraw
             fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})  # fast; size barely grows
             self._cache[key] = buffer.getvalue()
-            if len(self._cache) > CACHE_SIZE:
+            if len(self._cache) > WHAT_IF_CACHE_SIZE:
                 self._cache.popitem(last=False)
         self._cache.move_to_end(key)
         return self._cache[key]

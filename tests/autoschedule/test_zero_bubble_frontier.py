@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from support.torch_csv import assert_torch_loads
 
-from course_lib.autoschedule import zero_bubble as azb
+from course_lib.autoschedule import auto_zero_bubble as azb
 from course_lib.autoschedule.scoring import stage_span
 from course_lib.lessons.zero_bubble_frontier import (
     LINE,
@@ -94,7 +94,7 @@ def test_every_plan_is_valid_within_its_limit_and_timed_as_the_simulator_times_i
     for p, m, costs, comm in grid():
         for limit in sorted({1, p, 2 * p}):
             pb = azb.problem(p, m, limit, costs, comm)
-            for sw, plan in azb.heuristic_plans(pb).items():
+            for sw, plan in azb.heuristic_orders(pb).items():
                 sched = Schedule("t", p, m, plan.orders(), list(range(p)), split_backward=True)
                 assert check(sched) == [], (p, m, limit, sw)
                 tl = simulate(sched, costs, links=Link(latency_s=comm))
@@ -199,7 +199,7 @@ def test_the_heuristic_alone_finds_the_optimum_on_tiny_pipelines():
                 for limit in (1, 2, p):
                     exact, optimum = best_order(p, m, limit, costs, comm)
                     assert check(exact) == []
-                    plans = azb.heuristic_plans(azb.problem(p, m, limit, costs, comm))
+                    plans = azb.heuristic_orders(azb.problem(p, m, limit, costs, comm))
                     assert min(plan.step for plan in plans.values()) == pytest.approx(optimum), (p, m, limit)
     with pytest.raises(CourseError, match="would simulate .* combinations"):
         best_order(4, 4, 4)

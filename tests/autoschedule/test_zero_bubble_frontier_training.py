@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_lib.autoschedule.zero_bubble import auto_zero_bubble
+from course_lib.autoschedule.auto_zero_bubble import auto_zero_bubble
 from course_lib.shelf.costs import StageCosts
 from course_lib.shelf.local_engine import LocalPipelineTrainer
 from course_lib.shelf.reference import TrainConfig, reference_gradients, reference_run

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from support.torch_csv import assert_torch_loads
 
-from course_lib.autoschedule import zero_bubble as azb
+from course_lib.autoschedule import auto_zero_bubble as azb
 from course_lib.schedules.controllable_memory import v_half_memory, v_min_memory
 from course_lib.schedules.torch_csv import read_csv, write_csv
 from course_lib.schedules.torch_orders import torch_schedule
@@ -37,7 +37,7 @@ def test_every_v_plan_is_valid_within_its_limit_and_timed_as_the_simulator_times
         for limit in sorted({1, (p + 2) / 2, p, 1.5 * p}):
             pb = azb.problem(p, m, limit, costs, comm, placement="v")
             assert pb.comm[p - 1] == 0.0  # the turn of the V stays on one device
-            for sw, plan in azb.heuristic_plans(pb).items():
+            for sw, plan in azb.heuristic_orders(pb).items():
                 sched = Schedule("t", 2 * p, m, plan.orders(), v_placement(p), split_backward=True)
                 assert check(sched) == [], (p, m, limit, sw)
                 tl = simulate(sched, costs, links=Link(latency_s=comm))

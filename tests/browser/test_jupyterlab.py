@@ -26,7 +26,7 @@ from lab_page import (
 )
 from lab_server import ARTIFACTS, LabServer
 
-from course_lib.plots import gantt_figsize
+from course_lib.charts.gantt import gantt_figsize
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.processes]  # a JupyterLab server and a browser
 

@@ -74,7 +74,7 @@ def test_what_the_runner_would_not_read_or_run_is_one_line_before_any_process(
 
 
 def test_torchrun_refuses_the_same_flags_before_joining(tmp_path, no_processes, capsys):
-    code = torchrun.main([*TINY, "--runner", "torch", "--gantt", str(tmp_path / "s.png")])
+    code = torchrun.torchrun_main([*TINY, "--runner", "torch", "--gantt", str(tmp_path / "s.png")])
     err = one_error_line(code, capsys)
     assert "--runner torch (torch.distributed.pipelining) does not use --gantt (torch records no" in err
 
@@ -119,10 +119,10 @@ def test_the_summary_and_json_say_which_runner_ran_and_that_torch_has_no_timelin
 def test_torchrun_says_the_same(monkeypatch, capsys):
     monkeypatch.setattr(torchrun, "run_this_rank", lambda spec, rank, world: torch_result(spec.runner))
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert torchrun.main([*TINY, "--runner", "torch", "--schedule", "1f1b"]) == 0
+    assert torchrun.torchrun_main([*TINY, "--runner", "torch", "--schedule", "1f1b"]) == 0
     first, runner = capsys.readouterr().out.splitlines()
     assert first.endswith("median step 30.0 ms") and runner.startswith("runner torch: torch.distributed.")
-    assert torchrun.main([*TINY, "--runner", "torch-csv", "--json"]) == 0
+    assert torchrun.torchrun_main([*TINY, "--runner", "torch-csv", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["engine"], out["runner"], out["torch_class"]) == ("distributed", "torch-csv",
                                                                    "_PipelineScheduleRuntime")  # fmt: skip

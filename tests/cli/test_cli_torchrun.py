@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from course_lib.cli import torchrun, train
+from course_lib.cli import torchrun, train_command
 from course_lib.shelf import reference
 
 TINY = ["--layers", "6", "--width", "16", "--heads", "2", "--seq-len", "16", "--batch-size", "8",
@@ -26,9 +26,9 @@ def one_rank(monkeypatch):
 
 def test_every_torchrun_flag_means_what_it_means_for_train():
     train_parser = argparse.ArgumentParser()
-    train.add_arguments(train_parser)
+    train_command.train_arguments(train_parser)
     same = {s: a for a in train_parser._actions for s in a.option_strings}
-    for action in torchrun.build_parser()._actions:
+    for action in torchrun.torchrun_parser()._actions:
         if action.dest == "help":
             continue
         twin = same[action.option_strings[0]]
@@ -45,7 +45,7 @@ def test_every_torchrun_flag_means_what_it_means_for_train():
     ],
 )
 def test_bad_flags_are_refused_before_joining(flags, words, one_rank, capsys):
-    assert torchrun.main([*TINY, *flags]) == 2
+    assert torchrun.torchrun_main([*TINY, *flags]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ")
     for w in words:
@@ -56,7 +56,7 @@ def test_bad_flags_are_refused_before_joining(flags, words, one_rank, capsys):
 @pytest.mark.timeout(120)
 def test_one_rank_trains_like_the_reference(one_rank, capsys, tmp_path):
     gantt = tmp_path / "step.png"
-    assert torchrun.main([*TINY, "--threads", "1", "--json", "--gantt", str(gantt)]) == 0
+    assert torchrun.torchrun_main([*TINY, "--threads", "1", "--json", "--gantt", str(gantt)]) == 0
     out = json.loads(capsys.readouterr().out)
     same = dict(n_layers=6, d_model=16, n_heads=2, seq_len=16, batch_size=8, microbatches=4, steps=2)
     cfg = reference.TrainConfig(**same)

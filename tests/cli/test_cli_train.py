@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from course_lib.cli import main, train
+from course_lib.cli import main, train_command
 from course_lib.shelf.distributed_engine import DistributedError
 from course_lib.shelf.model import DEFAULT_CORPUS
 
@@ -99,9 +99,9 @@ def test_a_flag_the_engine_would_ignore_is_refused(engine, flags, words, capsys)
 def test_every_engine_specific_flag_is_known_to_the_parser():
     # USED_BY names real flags: a typo there would let a flag through unchecked
     parser = argparse.ArgumentParser()
-    train.add_arguments(parser)
+    train_command.train_arguments(parser)
     options = {s for action in parser._actions for s in action.option_strings}
-    assert set(train.USED_BY) <= options
+    assert set(train_command.USED_BY) <= options
 
 
 @pytest.fixture
@@ -118,7 +118,7 @@ def test_training_runs_on_one_thread_unless_told(restore_threads, monkeypatch, c
         threads_while_training.append(torch.get_num_threads())
         return SimpleNamespace(to_json=lambda: {"losses": []})
 
-    monkeypatch.setattr(train, "train", reference_trainer)
+    monkeypatch.setattr(train_command, "train", reference_trainer)
     torch.set_num_threads(2)
     assert main(["train", *TINY, "--json"]) == 0
     assert main(["train", *TINY, "--threads", "3", "--json"]) == 0
@@ -136,13 +136,13 @@ def test_a_failed_rank_is_one_line_not_a_traceback(monkeypatch, capsys):
     def failing_run(*args):
         raise DistributedError("rank 1 failed: RuntimeError: boom", 1, "RuntimeError: boom", {})
 
-    monkeypatch.setattr(train, "_run_distributed", failing_run)
+    monkeypatch.setattr(train_command, "_run_distributed", failing_run)
     assert main(["train", "--engine", "distributed", "--stages", "2", *TINY]) == 1
     assert capsys.readouterr().err.strip().splitlines() == ["error: rank 1 failed: RuntimeError: boom"]
 
 
 def test_other_exceptions_still_raise(monkeypatch):
-    monkeypatch.setattr(train, "_run_local", lambda *args: 1 / 0)
+    monkeypatch.setattr(train_command, "_run_local", lambda *args: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         main(["train", "--engine", "local", "--stages", "2", *TINY])
 

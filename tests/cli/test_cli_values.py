@@ -11,10 +11,11 @@ import math
 import pytest
 import torch
 
-from course_lib import cli, plots
-from course_lib.cli import flags, main, simulate, torchrun, train
-from course_lib.shelf.errors import LIMITS, CourseError
-from course_lib.shelf.first_schedules import check_sizes
+from course_lib import cli
+from course_lib.charts import gantt
+from course_lib.cli import flags, main, simulate_command, torchrun, train_command
+from course_lib.shelf.errors import CourseError
+from course_lib.shelf.first_schedules import LIMITS, check_sizes
 
 SIM = ["simulate", "--schedule", "1f1b", "--stages", "2", "--microbatches", "2"]
 TINY = ["--layers", "2", "--width", "16", "--heads", "2", "--seq-len", "16", "--batch-size", "4",
@@ -52,7 +53,7 @@ def forbidden(*args, **kwargs):
     ],
 )
 def test_a_bad_number_is_refused_naming_the_flag_the_value_and_the_range(argv, words, capsys, monkeypatch):
-    monkeypatch.setattr(train, "train", forbidden)
+    monkeypatch.setattr(train_command, "train", forbidden)
     err = refused(argv, capsys)
     for w in words:
         assert w in err, err
@@ -76,7 +77,7 @@ def test_every_number_flag_of_every_command_reads_through_the_converter():
     # the class at its root: a plain int or float parser would let inf, nan or a negative through.
     # `schedule` leaves its sizes to check_sizes (tests/cli/test_schedules_csv_cli.py pins that message)
     commands = cli.build_parser()._subparsers._group_actions[0].choices
-    parsers = [sub for name, sub in commands.items() if name != "schedule"] + [torchrun.build_parser()]
+    parsers = [sub for name, sub in commands.items() if name != "schedule"] + [torchrun.torchrun_parser()]
     plain = [a.option_strings for parser in parsers for a in parser._actions if a.type in (int, float)]
     assert plain == []
     numbers = [a for parser in parsers for a in parser._actions if a.type is not None]
@@ -95,8 +96,8 @@ def test_the_converter_accepts_its_bounds_and_refuses_beyond_them():
 
 @pytest.mark.parametrize("path", ["/nonexistent/x.png", "{tmp}", "{tmp}/chart.foo", "{tmp}/chart"])
 def test_an_output_path_is_checked_before_any_work(path, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(train, "_run_local", forbidden)
-    monkeypatch.setattr(simulate, "_simulate", forbidden)
+    monkeypatch.setattr(train_command, "_run_local", forbidden)
+    monkeypatch.setattr(simulate_command, "_simulate", forbidden)
     path = path.format(tmp=tmp_path)
     for argv in (["train", "--engine", "local", *TINY], SIM):
         err = refused([*argv, "--gantt", path], capsys)
@@ -109,7 +110,7 @@ def test_the_result_comes_before_the_chart_so_a_failed_save_loses_none(argv, tmp
     def disk_full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(plots, "save_timeline_png", disk_full)  # flags.save_chart imports it when called
+    monkeypatch.setattr(gantt, "save_timeline_png", disk_full)  # flags.save_chart imports it when called
     assert main([*argv, "--gantt", str(tmp_path / "chart.png")]) == 2
     out, err = capsys.readouterr()
     assert json.loads(out) if "--json" in argv else "makespan: " in out  # the whole result came out
@@ -161,7 +162,7 @@ def test_check_sizes_takes_up_to_the_limit_and_no_more():
 
 def test_the_timeout_default_suits_the_runs_size():
     parser = argparse.ArgumentParser()
-    train.add_arguments(parser)
+    train_command.train_arguments(parser)
     timeout = lambda *argv: flags.PipelineFlags.from_args(parser.parse_args(argv)).timeout  # noqa: E731
     assert timeout() == 60.0  # the default run: a pessimistic step is far below the start-up floor
     assert timeout("--layers", "1000") == pytest.approx(10 * 1000 * 4 * 5e-3)  # 10 pessimistic steps

@@ -85,7 +85,10 @@ def hosts():
 
 @on_two_hosts
 def test_each_node_finds_the_interface_towards_node_0(hosts):
-    probe = f"from course_lib.netif import interface_towards; print(interface_towards({hosts.address(0)!r}))"
+    probe = (
+        "from course_lib.cli.across_nodes import interface_towards; "
+        f"print(interface_towards({hosts.address(0)!r}))"
+    )
     for node in (0, 1):
         out, _ = hosts.start(node, [sys.executable, "-c", probe], ROOT, clean_env()).communicate(timeout=60)
         assert out.strip() == hosts.interface(node)  # not the loopback that the hostname resolves to
@@ -93,7 +96,7 @@ def test_each_node_finds_the_interface_towards_node_0(hosts):
     second = f"10.231.{hosts.subnet}.200"
     add = ["ip", "-n", hosts.names[1], "addr", "add", f"{second}/32", "dev", hosts.interface(1)]
     subprocess.run(add, check=True, timeout=30)
-    probe = f"from course_lib.netif import interface_of; print(interface_of({second!r}))"
+    probe = f"from course_lib.cli.across_nodes import interface_of; print(interface_of({second!r}))"
     out, _ = hosts.start(1, [sys.executable, "-c", probe], ROOT, clean_env()).communicate(timeout=60)
     assert out.strip() == hosts.interface(1)
 

@@ -89,7 +89,7 @@ def test_the_command_line_refuses_a_bad_mesh_before_any_process(flags, words, ca
 
 
 def test_under_torchrun_the_ranks_are_t_x_p_x_d():
-    args = torchrun.build_parser().parse_args(["--tp", "2", "--dp", "2", *SIZE])
+    args = torchrun.torchrun_parser().parse_args(["--tp", "2", "--dp", "2", *SIZE])
     spec = torchrun.spec_from_flags(args, world=8)
     assert (spec.extras["tp"], spec.ranks, spec.extras["dp"], spec.world) == (2, 2, 2, 8)
     with pytest.raises(CourseError, match="started 6 ranks.*--tp 2 x --dp 2 = 4 does not divide"):

@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 
 import pytest
 
-from course_lib.lessons.compare_schedules import Candidate, compare, format_table, plot_comparison
+from course_lib.lessons.compare_schedules import Candidate, compare, format_comparison, plot_comparison
 from course_lib.schedules.latency_aware import plain_1f1b_step
 from course_lib.shelf.costs import Link
 
@@ -46,7 +46,7 @@ def test_latency_counts_and_bad_sizes_become_rows():
     assert rows["interleaved 1F1B, v=4"].makespan > rows["1F1B"].makespan  # more crossings, more latency
     bad = compare(4, 9, [Candidate("interleaved", "interleaved-1f1b", 2)])[0]
     assert bad.makespan is None and "m=9" in bad.error
-    text = format_table([*compare(4, 8)[:2], bad])
+    text = format_comparison([*compare(4, 8)[:2], bad])
     assert "does not fit" in text and "1F1B" in text
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from support.paths import REPO_ROOT
 
-from course_lib.exercises import check, verdict
+from course_lib.exercises import check_answer, verdict
 from course_lib.lessons.answers import EXERCISES, exercise
 from course_lib.shelf.errors import MAX_CHARS, MAX_LINES, CourseError, capped
 from course_lib.shelf.simulator import StageCosts
@@ -44,11 +44,11 @@ def test_a_share_given_as_a_percent_is_told_its_unit():
 def test_check_prints_hint_and_never_raises(capsys):
     from course_lib.schedules.closed_forms import gpipe_bubble
 
-    check("03.1", None)
+    check_answer("03.1", None)
     assert "no answer yet. Hint: count the idle slots" in capsys.readouterr().out
-    check("03.1", gpipe_bubble(4, 8))
+    check_answer("03.1", gpipe_bubble(4, 8))
     assert capsys.readouterr().out.startswith("[correct] 03.1")
-    check("03.1", 0.5)
+    check_answer("03.1", 0.5)
     out = capsys.readouterr().out
     assert "which is too high. Hint: count" in out and "%" not in out.split("Hint")[0]
 
@@ -70,7 +70,7 @@ ODD_ANSWERS = [10**400, -(10**400), 10**5000, float("nan"), float("inf"), "abc",
 
 @pytest.mark.parametrize("answer", ODD_ANSWERS, ids=lambda a: type(a).__name__)
 def test_check_never_raises_and_prints_one_short_line(answer, capsys):
-    check("03.1", answer)
+    check_answer("03.1", answer)
     out = capsys.readouterr().out
     assert out.startswith("[not yet] 03.1 GPipe bubble, p = 4, m = 8: you gave ") and " Hint: count " in out
     assert out.count("\n") == 1 and len(out) < 300
@@ -98,7 +98,7 @@ SAMPLE_MEASURED = {  # what the notebooks pass: ms per slot by b (13.1), the toy
     "costs": StageCosts.fused([0.0036, 0.0035, 0.0035, 0.0034], 0.0),
 }
 # a key is its lesson's number, with the letter of a lesson split in parts ("07a.1"), then the exercise's
-KEY_CALL = re.compile(r"""\bcheck\(\s*["'](\d\d[a-z]?\.\d+)["']""")
+KEY_CALL = re.compile(r"""\bcheck_answer\(\s*["'](\d\d[a-z]?\.\d+)["']""")
 LESSON_OF_FILE = re.compile(r"\d\d[a-z]?(?=_)")
 
 
@@ -140,11 +140,11 @@ def test_a_wrong_answer_is_told_only_its_direction(key, capsys):
     ex = EXERCISES[key]
     value = expected_of(ex)
     for wrong in (value * 1.3 + 1, value * 0.6 - 1, value * 10 + 7):
-        check(key, wrong, **{n: SAMPLE_MEASURED[n] for n in ex.measured})
+        check_answer(key, wrong, **{n: SAMPLE_MEASURED[n] for n in ex.measured})
         out = capsys.readouterr().out
         said = out.split("which is ", 1)[1].split(". Hint:", 1)[0]
         assert said in ("too high", "too low") or said.startswith("not a whole number"), (key, out)
-    check(key, value, **{n: SAMPLE_MEASURED[n] for n in ex.measured})
+    check_answer(key, value, **{n: SAMPLE_MEASURED[n] for n in ex.measured})
     assert capsys.readouterr().out.startswith(f"[correct] {key} ")
 
 
@@ -152,15 +152,15 @@ def test_bad_keys_and_missing_measurements_are_refused_by_name():
     with pytest.raises(CourseError, match="no exercise '99.9'; registered: 00.1"):
         exercise("99.9")
     with pytest.raises(CourseError, match=r"13.1 needs the measured value\(s\) \['slot_ms'\]"):
-        check("13.1", 2)
+        check_answer("13.1", 2)
     with pytest.raises(CourseError, match=r"03.1 takes no \['slot_ms'\]"):
-        check("03.1", 0.5, slot_ms={})
+        check_answer("03.1", 0.5, slot_ms={})
 
 
 def exercise_cells(path: Path) -> list[str]:
     cells = json.loads(path.read_text())["cells"]
     sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
-    return [s for s in sources if "from course_lib.exercises import check" in s or KEY_CALL.search(s)]
+    return [s for s in sources if "from course_lib.exercises import check_answer" in s or KEY_CALL.search(s)]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: LESSON_OF_FILE.match(p.name).group(0))

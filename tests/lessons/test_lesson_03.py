@@ -7,7 +7,7 @@ import re
 
 from support.committed import output_text, source
 
-from course_lib.plots import gpipe_bubble
+from course_lib.schedules.closed_forms import gpipe_bubble
 
 LESSON = "03_gpipe"
 

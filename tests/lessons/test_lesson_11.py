@@ -2,7 +2,7 @@
 
 import pytest
 
-from course_lib.lessons.recompute import at_scale, measure_checkpointing, stage_cpu_ms
+from course_lib.lessons.recompute import at_scale, checkpoint_cpu_ms, measure_checkpointing
 from course_lib.planner.layout import Layout
 from course_lib.planner.memory import activation_bytes, activation_bytes_per_layer, memory_per_gpu
 from course_lib.planner.shapes import model
@@ -57,6 +57,6 @@ def test_checkpointing_brings_gpipe_down_to_1f1b_but_for_the_stage_inputs():
 
 
 def test_stage_cpu_time_has_a_spread_per_mode():
-    cpu = stage_cpu_ms(n_blocks=2, repeats=3, passes=2)
+    cpu = checkpoint_cpu_ms(n_blocks=2, repeats=3, passes=2)
     assert set(cpu) == {"never", "always"}
     assert all(len(s.values) == 3 and s.low > 0 for s in cpu.values())

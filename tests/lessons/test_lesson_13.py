@@ -3,7 +3,7 @@
 import pytest
 
 from course_lib.lessons.cpu_clock import stage_cpu_ms
-from course_lib.lessons.microbatch import predicted_step_ms, slot_cpu_ms, sweep
+from course_lib.lessons.microbatch import microbatch_sweep, predicted_step_ms, slot_cpu_ms
 from course_lib.shelf.errors import CourseError
 
 
@@ -22,7 +22,7 @@ def test_a_larger_micro_batch_costs_more_per_micro_batch_and_less_per_sequence()
 
 
 def test_the_sweep_trains_every_size_to_the_same_losses():
-    rows = sweep(global_batch=8, p=2, sizes=(1, 4), n_layers=2, repeats=3)
+    rows = microbatch_sweep(global_batch=8, p=2, sizes=(1, 4), n_layers=2, repeats=3)
     assert [(r.b, r.m) for r in rows] == [(1, 8), (4, 2)]
     assert rows[0].last.losses == pytest.approx(rows[1].last.losses, rel=1e-5)  # b changes timing only
     assert all(len(r.step_ms.values) == 3 for r in rows)
@@ -30,6 +30,6 @@ def test_the_sweep_trains_every_size_to_the_same_losses():
 
 def test_bad_sizes_are_refused_with_the_value_named():
     with pytest.raises(CourseError, match="divide the global batch 8, got \\[3\\]"):
-        sweep(global_batch=8, p=2, sizes=(1, 3))
+        microbatch_sweep(global_batch=8, p=2, sizes=(1, 3))
     with pytest.raises(CourseError, match="micro-batch size >= 1"):
         stage_cpu_ms({"zero": (0, "never")})

@@ -1,12 +1,14 @@
-"""The planner's overlap assumptions (``planner.cost.Overlap``): each one alone changes only its own term."""
+"""The planner's overlap assumptions (``planner.step_time.Overlap``): each alone changes only its own term."""
 
 from __future__ import annotations
 
 import pytest
 
 from course_lib.planner.clusters import cluster
-from course_lib.planner.cost import (
-    MEGATRON,
+from course_lib.planner.layout import Layout
+from course_lib.planner.shapes import model
+from course_lib.planner.step_time import (
+    MEGATRON_OVERLAP,
     Overlap,
     boundary_message_s,
     compute_times,
@@ -15,8 +17,6 @@ from course_lib.planner.cost import (
     simulate_pipeline,
     tp_times,
 )
-from course_lib.planner.layout import Layout
-from course_lib.planner.shapes import model
 from course_lib.shelf.errors import CourseError
 
 SELENE = cluster("a100-selene")
@@ -26,8 +26,8 @@ BATCH = 96
 
 
 def test_the_default_is_megatrons_blocking_sends_and_dp_after_the_flush():
-    assert MEGATRON == Overlap("blocking", dp_overlapped=False) and not MEGATRON.tp_overlapped
-    assert estimate(T1, SELENE, LAYOUT, BATCH) == estimate(T1, SELENE, LAYOUT, BATCH, MEGATRON)
+    assert MEGATRON_OVERLAP == Overlap("blocking", dp_overlapped=False) and not MEGATRON_OVERLAP.tp_overlapped
+    assert estimate(T1, SELENE, LAYOUT, BATCH) == estimate(T1, SELENE, LAYOUT, BATCH, MEGATRON_OVERLAP)
 
 
 def test_overlapped_sends_pay_the_boundary_only_in_fill_and_drain():
@@ -67,11 +67,11 @@ def test_the_plan_costs_every_layout_under_the_overlap_it_is_given():
 
     blocking = plan(T1, SELENE, 3072, 3072, simulate_top=1)
     hidden = plan(T1, SELENE, 3072, 3072, simulate_top=1, overlap=Overlap("overlapped", dp_overlapped=True))
-    assert blocking.overlap == MEGATRON and hidden.overlap.pipeline_sends == "overlapped"
+    assert blocking.overlap == MEGATRON_OVERLAP and hidden.overlap.pipeline_sends == "overlapped"
     by_layout = {x.layout: x.step_s for x in blocking.layouts}
     assert all(x.step_s <= by_layout[x.layout] + 1e-9 for x in hidden.layouts)  # hiding never costs
     assert hidden.best.step_s < blocking.best.step_s
-    with pytest.raises(CourseError, match="overlap must be a planner.cost.Overlap, got 'overlapped'"):
+    with pytest.raises(CourseError, match="overlap must be a planner.step_time.Overlap, got 'overlapped'"):
         plan(T1, SELENE, 3072, 3072, overlap="overlapped")
 
 

@@ -8,7 +8,11 @@ import pytest
 
 from course_lib.planner import plan
 from course_lib.planner.clusters import CLUSTERS, cluster
-from course_lib.planner.cost import (
+from course_lib.planner.layout import Layout
+from course_lib.planner.memory import memory_per_gpu, parameters_per_gpu
+from course_lib.planner.published import CALIBRATION, ROWS, calibrate, predict, predicted_tflops
+from course_lib.planner.shapes import model
+from course_lib.planner.step_time import (
     boundary_link,
     dp_time,
     estimate,
@@ -17,10 +21,6 @@ from course_lib.planner.cost import (
     simulate_pipeline,
     tp_times,
 )
-from course_lib.planner.layout import Layout
-from course_lib.planner.memory import memory_per_gpu, parameters_per_gpu
-from course_lib.planner.published import CALIBRATION, ROWS, calibrate, predict, predicted_tflops
-from course_lib.planner.shapes import model
 from course_lib.shelf.costs import Link, ring_all_reduce_s
 from course_lib.shelf.errors import CourseError
 

@@ -1,6 +1,6 @@
 """The time of one training step, part by part: compute, bubble, pipeline messages, TP, DP.
 
-    from course_lib.planner.cost import estimate
+    from course_lib.planner.step_time import estimate
     parts = estimate(model("megatron-1t"), cluster("a100-selene"), layout, global_batch=3072)
     parts.step_s, parts.bubble_s, parts.tp_s
 
@@ -24,7 +24,8 @@ Each part alone:
   overlapped with the backward (a pessimistic choice: Megatron-LM overlaps part of it).
 
 What hides behind compute is an assumption, stated in one place, ``Overlap`` (``estimate``'s and
-``simulate_pipeline``'s `overlap`; the default, ``MEGATRON``, is what every lesson's planner figure uses):
+``simulate_pipeline``'s `overlap`; the default, ``MEGATRON_OVERLAP``, is what every lesson's planner figure
+uses):
 
 - ``pipeline_sends="blocking"`` (default): the boundary messages above sit between one stage's compute
   and the next, on every micro-batch; ``"overlapped"``: they travel while the sender computes on
@@ -84,7 +85,7 @@ class Overlap:
         return max(0.0, dp_s - backward_s) if self.dp_overlapped else dp_s
 
 
-MEGATRON = Overlap()  # Megatron-LM (2021) as the planner models it: blocking p2p, DP after the flush
+MEGATRON_OVERLAP = Overlap()  # Megatron-LM (2021) as the planner models it: blocking p2p, DP after the flush
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,8 @@ def dp_time(shape: ModelShape, cluster: Cluster, layout: Layout) -> float:
 
 
 def estimate(
-    shape: ModelShape, cluster: Cluster, layout: Layout, global_batch: int, overlap: Overlap = MEGATRON
+    shape: ModelShape, cluster: Cluster, layout: Layout, global_batch: int,
+    overlap: Overlap = MEGATRON_OVERLAP,
 ) -> Parts | None:
     """The step's parts by closed forms, under the `overlap` assumptions; None where the schedule's
     bubble formula does not hold."""
@@ -204,7 +206,7 @@ def played_microbatches(layout: Layout, global_batch: int) -> int:
 
 def simulate_pipeline(
     shape: ModelShape, cluster: Cluster, layout: Layout, global_batch: int, parts: Parts,
-    timeline: Timeline | None = None, overlap: Overlap = MEGATRON,
+    timeline: Timeline | None = None, overlap: Overlap = MEGATRON_OVERLAP,
 ) -> Parts:  # fmt: skip
     """`parts` with bubble and boundary time from the simulator. It plays `played_microbatches` and
     adds one steady-state slot, f + b, per micro-batch beyond: with equal stages each extra

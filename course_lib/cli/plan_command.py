@@ -17,15 +17,15 @@ import argparse
 
 from course_lib.cli.flags import COUNT, figure_path, print_json
 from course_lib.planner import CLUSTERS, MODELS, cluster, model, plan
-from course_lib.planner.cost import MEGATRON, PIPELINE_SENDS, Overlap
 from course_lib.planner.enumerate import Plan, Planned
+from course_lib.planner.step_time import MEGATRON_OVERLAP, PIPELINE_SENDS, Overlap
 
 COLUMNS = (
     "  t   p     d   b  schedule          v  recompute  step s  TFLOP/s  MFU  memory GiB  bubble  comm s"
 )
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help=f"model preset: {', '.join(MODELS)}")
     parser.add_argument("--cluster", required=True, help=f"cluster preset: {', '.join(CLUSTERS)}")
     parser.add_argument("--gpus", type=COUNT, required=True, help="GPUs in all (whole nodes)")
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-recompute", action="store_true", help="never recompute activations")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument(
-        "--sends", choices=PIPELINE_SENDS, default=MEGATRON.pipeline_sends,
+        "--sends", choices=PIPELINE_SENDS, default=MEGATRON_OVERLAP.pipeline_sends,
         help="pipeline messages: 'blocking' (Megatron-LM 2021: on every micro-batch's path, the default) "
         "or 'overlapped' (hidden behind compute but in the fill and drain)",
     )  # fmt: skip
@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def run(args: argparse.Namespace) -> int:
+def plan_command(args: argparse.Namespace) -> int:
     shape = model(args.model)  # CourseError (exit 2) naming an unknown preset and the choices
     if args.seq_len:
         shape = shape.with_seq_len(args.seq_len)
@@ -105,8 +105,8 @@ def _row(x: Planned) -> str:
 
 
 def _save_gantt(result: Plan, args: argparse.Namespace) -> None:
-    from course_lib.planner.cost import pipeline_timeline
-    from course_lib.plots import save_timeline_png
+    from course_lib.charts.gantt import save_timeline_png
+    from course_lib.planner.step_time import pipeline_timeline
 
     best = result.best
     m = min(best.layout.microbatches(result.global_batch), 2 * best.p)

@@ -12,7 +12,7 @@ whether other nodes share its cores (containers or namespaces on one host), and 
 gets many times slower when ranks oversubscribe the cores. Every rank prints that it finished, with its
 step times, so that each node's terminal ends with a line of its own.
 
-    from course_lib.netif import interface_towards
+    from course_lib.cli.across_nodes import interface_towards
     interface_towards("127.0.0.1")   # None: the loopback, nothing to choose
     interface_towards("10.0.0.2")    # e.g. 'eth0', the interface whose address reaches 10.0.0.2
 """

@@ -27,7 +27,7 @@ from course_lib.shelf.simulator import StageCosts, simulate_named
 from course_lib.shelf.timeline import Timeline
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def simulate_arguments(parser: argparse.ArgumentParser) -> None:
     names = ", ".join(SCHEDULES)
     parser.add_argument("--schedule", required=True, help=f"{names} (or PyTorch's class names)")
     parser.add_argument("--stages", type=COUNT, required=True, help="P: pipeline devices")
@@ -81,7 +81,7 @@ def _closed_form(form: ClosedForm, case: Case) -> dict[str, object]:
     }  # fmt: skip
 
 
-def run(args: argparse.Namespace) -> int:
+def simulate_command(args: argparse.Namespace) -> int:
     tl, setup, info, case = _simulate(args)
     summary = tl.summary()  # once: its per-device peaks take a pass over every span
     if args.json:

@@ -20,7 +20,7 @@ from course_lib.shelf.first_schedules import SCHEDULES, build_schedule, resolve_
 from course_lib.shelf.validate import validate
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def schedule_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--schedule", help=f"{', '.join(SCHEDULES)} (or PyTorch's class names)")
     parser.add_argument("--stages", type=int,
                         help="P: pipeline devices (ranks); with --virtual V, P*V stages")  # fmt: skip
@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="list the schedules, their closed forms and where those hold")  # fmt: skip
 
 
-def run(args: argparse.Namespace) -> int:
+def schedule_command(args: argparse.Namespace) -> int:
     if args.list:  # what each schedule is, the sizes it takes, its closed forms and where they hold
         for info in SCHEDULES.values():
             alias = f" (PyTorch: {info.torch_class})" if info.torch_class else ""

@@ -1,19 +1,16 @@
-"""Pictures of Timelines: the Gantt chart, bubble-versus-m curves, memory held per device.
+"""Charts beside the Gantt chart: the bubble against m for several p, and the activations each device held.
 
 Every figure says where its numbers come from (simulated / measured compute + simulated links /
-measured) and, for a Gantt chart, the bubble fraction. Colours are the Okabe-Ito palette, which
-stays distinct for colour-blind readers. Where a device holds several stages (interleaved, looped or
-V-shape schedules) each of its chunks gets its own shade of the kind's colour, lighter for later
-stages, as in Megatron-LM's interleaving figure (Narayanan et al. 2021, arXiv 2104.04473 Fig. 4).
+measured). Colours are the Okabe-Ito palette, which stays distinct for colour-blind readers; the
+Gantt chart itself is in ``course_lib.charts.gantt``.
 
 Try it::
 
     from course_lib.shelf.first_schedules import build_schedule
     from course_lib.shelf.simulator import simulate
-    from course_lib.plots import plot_timeline, plot_bubble_vs_m, plot_memory, save_timeline_png
-    tl = simulate(build_schedule("1f1b", 4, 8))
-    plot_timeline(tl)                    # in a notebook
-    save_timeline_png(tl, "1f1b.png")    # anywhere (no display needed)
+    from course_lib.charts.bubble_and_memory import plot_bubble_vs_m, plot_memory
+    plot_bubble_vs_m(ps=(2, 4, 8), schedule="gpipe")
+    plot_memory(simulate(build_schedule("1f1b", 4, 8)))
 """
 
 from __future__ import annotations
@@ -23,19 +20,8 @@ from dataclasses import replace
 
 from matplotlib.axes import Axes
 
-from course_lib.plot_gantt import COLORS as COLORS  # the Gantt chart lives in plot_gantt; its names here too
-from course_lib.plot_gantt import IDLE_COLOR as IDLE_COLOR
-from course_lib.plot_gantt import LABELS as LABELS
-from course_lib.plot_gantt import _default_title
-from course_lib.plot_gantt import chunks_of as chunks_of
-from course_lib.plot_gantt import gantt_figsize as gantt_figsize
-from course_lib.plot_gantt import new_axes as _new_axes
-from course_lib.plot_gantt import plot_timeline as plot_timeline
-from course_lib.plot_gantt import save_timeline_png as save_timeline_png
-from course_lib.plot_gantt import shade as shade
-from course_lib.plot_gantt import time_scale as time_scale
+from course_lib.charts.gantt import chart_title, new_axes
 from course_lib.schedules.closed_forms import Case, megatron
-from course_lib.schedules.closed_forms import gpipe_bubble as gpipe_bubble  # notebooks import it from here
 from course_lib.shelf.errors import CourseError, require
 from course_lib.shelf.timeline import SIMULATED, Timeline, format_bytes
 
@@ -60,7 +46,7 @@ def plot_bubble_vs_m(
     )
     name = resolve_name(schedule)
     virtual = SCHEDULES[name].default_virtual if virtual is None else virtual  # V shapes take v = 2 only
-    ax = _new_axes(ax, (8.0, 4.5))
+    ax = new_axes(ax, (8.0, 4.5))
     form = SCHEDULES[name].bubble  # the schedule's closed form, drawn where it holds
     everywhere = True  # does it hold at every m plotted?
     for i, p in enumerate(ps):
@@ -98,7 +84,7 @@ def plot_bubble_vs_m(
 
 def plot_memory(tl: Timeline, ax: Axes | None = None) -> Axes:
     """Peak micro-batches whose activations each device held at once (bytes on the bars if known)."""
-    ax = _new_axes(ax, (7.0, 3.5))
+    ax = new_axes(ax, (7.0, 3.5))
     devices = list(range(tl.n_devices))
     peaks = [tl.peak_inflight(d) for d in devices]
     bars = ax.bar(devices, peaks, color=SERIES_COLORS[0])
@@ -111,5 +97,5 @@ def plot_memory(tl: Timeline, ax: Axes | None = None) -> Axes:
     caption = "source: simulated" if tl.source == SIMULATED else counted
     if any(nbytes) and tl.stash_is_lower_bound:
         caption += " · bytes: boundary tensors only (a lower bound on what a stage stashes)"
-    ax.set_title(f"{_default_title(tl)}: activations held per device\n{caption}", fontsize=10)
+    ax.set_title(f"{chart_title(tl)}: activations held per device\n{caption}", fontsize=10)
     return ax

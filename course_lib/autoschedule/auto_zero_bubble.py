@@ -39,7 +39,7 @@ as 32h of a forward's 34h + 5as per token (their Table 1; sail-sg/zero-bubble-pi
 
 Try it::
 
-    from course_lib.autoschedule.zero_bubble import auto_zero_bubble
+    from course_lib.autoschedule.auto_zero_bubble import auto_zero_bubble
     from course_lib.shelf.costs import StageCosts
     s = auto_zero_bubble(8, 24, memory_limit=16, costs=StageCosts(18.522, 18.086, 9.337), comm=0.601)
 """
@@ -49,7 +49,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from course_lib.autoschedule.heuristic import Problem, Switches, best_plan, grid, heuristic_plans
+from course_lib.autoschedule.heuristic import Problem, Switches, best_heuristic_order, grid, heuristic_orders
 from course_lib.autoschedule.scoring import OBJECTIVES, simulated_score
 from course_lib.schedules.controllable_memory import v_half, v_half_memory, v_min, v_min_memory
 from course_lib.schedules.v_shape import v_placement, zb_v
@@ -60,7 +60,7 @@ from course_lib.shelf.first_schedules import check_sizes
 from course_lib.shelf.schedule import Schedule
 
 # the heuristic's engine lives in heuristic.py; these names are importable from here too
-__all__ = ["Problem", "Switches", "auto_zero_bubble", "grid", "heuristic_plans", "paper_memory", "problem"]
+__all__ = ["Problem", "Switches", "auto_zero_bubble", "grid", "heuristic_orders", "paper_memory", "problem"]
 
 def paper_memory(hidden: int, heads: int, seq_len: int) -> float:
     """The share of a micro-batch's activations a pending W holds, as the Zero Bubble authors count it
@@ -110,7 +110,7 @@ def auto_zero_bubble(
     that fit the limit: ZB-H1 / ZB-H2, or ZB-V / V-Half / V-Min (module docstring)."""
     require(objective in OBJECTIVES, f"objective must be one of {OBJECTIVES}, got {objective!r}")
     pb = problem(n_devices, n_microbatches, memory_limit, costs, comm, w_memory, placement)
-    best = best_plan(pb, objective)
+    best = best_heuristic_order(pb, objective)
     found = Schedule(name, pb.n_stages, pb.m, best.orders(), list(pb.stage_device), split_backward=True)
     p, m = pb.p, pb.m
     line = ((zb_h1, min(p, m)), (zb_h2, min(2 * p - 1, m)))

@@ -1,28 +1,51 @@
 """The Gantt chart of a Timeline: a row per device, a box per action, coloured by kind (and chunk).
 
-``plot_timeline`` draws it on matplotlib Axes (notebooks, the dashboard), with matplotlib's own
-ticks and legend; ``save_timeline_png`` writes it to a file and draws its ticks and colour key as
-plain text, lines and boxes instead, in the same places (``gantt_artists``): the same picture
-without matplotlib's tick and legend machinery, which cost half of the drawing time. What the
-key says (``chart_key``) is decided in one place for both. Colours are the Okabe-Ito palette
-(distinct for colour-blind readers); where a device holds several stages each of its chunks gets
-its own shade of the kind's colour, lighter for later stages, as in Megatron-LM's interleaving
-figure (Narayanan et al. 2021, arXiv 2104.04473 Fig. 4). ``course_lib.plots`` re-exports all this.
+One idea, read whole (past 300 lines on purpose): the chart, in the three places it is drawn.
+
+- ``plot_timeline`` draws it on matplotlib Axes (notebooks), with matplotlib's own ticks and legend.
+- ``save_timeline_png`` writes it to a file and draws its ticks and colour key as plain text, lines
+  and boxes instead, in the same places (``draw_x_axis``, ``draw_key``): the same picture without
+  matplotlib's tick and legend machinery, which cost half of the drawing time.
+- ``GanttPNG`` draws it as PNG bytes for the dashboard, with its title and key as HTML under it
+  (``key_html``, ``swatches_html``): a third of the drawing time saved, and a key that wraps with
+  the page instead of being clipped.
+
+What the key says (``chart_key``) is decided in one place for all three. Colours are the Okabe-Ito
+palette (distinct for colour-blind readers); where a device holds several stages each of its chunks
+gets its own shade of the kind's colour, lighter for later stages, as in Megatron-LM's interleaving
+figure (Narayanan et al. 2021, arXiv 2104.04473 Fig. 4).
+
+Try it::
+
+    from course_lib.shelf.first_schedules import build_schedule
+    from course_lib.shelf.simulator import simulate
+    from course_lib.charts.gantt import GanttPNG, plot_timeline, save_timeline_png
+    tl = simulate(build_schedule("1f1b", 4, 8))
+    plot_timeline(tl)                    # in a notebook
+    save_timeline_png(tl, "1f1b.png")    # anywhere (no display needed)
+    GanttPNG().png(tl)                   # bytes for an ipywidgets Image
 """
 
 from __future__ import annotations
 
+import html
+import io
+from collections.abc import Sequence
 from typing import NamedTuple
 
+import matplotlib as mpl
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PathCollection, PolyCollection
 from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
+from matplotlib.lines import Line2D
+from matplotlib.markers import TICKDOWN, TICKLEFT
 from matplotlib.patches import Patch
 from matplotlib.path import Path
+from matplotlib.transforms import Affine2D, ScaledTranslation
 
-from course_lib import gantt_artists
 from course_lib.shelf.schedule import Kind
 from course_lib.shelf.timeline import Timeline
 
@@ -109,13 +132,13 @@ def plot_timeline(
 
 def save_timeline_png(tl: Timeline, path: str, show_transfers: bool = False, dpi: int = 100) -> str:
     """Render the Gantt chart straight to a PNG file (no pyplot, no display); returns the path. Its
-    axes' ticks and its key are plain artists here (``gantt_artists``): the figure is never handed
-    out, so nothing can ask it for ticks or a Legend."""
+    axes' ticks and its key are plain artists here (``draw_x_axis``, ``draw_key`` below): the figure
+    is never handed out, so nothing can ask it for ticks or a Legend."""
     fig = Figure(figsize=gantt_figsize(tl.n_devices), dpi=dpi)
     ax = fig.add_axes((0.1, 0.12, 0.62, 0.72))
     key = _draw_chart(tl, ax, show_transfers, None, 600, None)
-    gantt_artists.draw_x_axis(ax)
-    gantt_artists.draw_key(ax, key.rows, key.entries, _KEY_FONTSIZE)
+    draw_x_axis(ax)
+    draw_key(ax, key.rows, key.entries, _KEY_FONTSIZE)
     ax.set_title(key.title, fontsize=10)
     fig.savefig(path, dpi=dpi, pil_kwargs={"compress_level": 1})  # the same pixels; zlib's fastest level
     return path
@@ -133,7 +156,7 @@ def chart_key(tl: Timeline, n_chunks: int, show_transfers: bool, title: str | No
     entries.append((IDLE_COLOR, "idle (bubble)"))
     if show_transfers and tl.transfers:
         entries.append(("#444444", "transfer (send -> arrival)"))
-    heading = title if title is not None else _default_title(tl)
+    heading = title if title is not None else chart_title(tl)
     caption = f"source: {tl.source} · bubble {tl.bubble_fraction:.1%} of device-time idle"
     return ChartKey(f"{heading}\n{caption}", [f"device {d}" for d in range(tl.n_devices)], entries)
 
@@ -216,7 +239,7 @@ def _boxes_path(x0: np.ndarray, x1: np.ndarray, rows: np.ndarray) -> Path:
     return Path(corners.reshape(-1, 2), np.tile(np.array(_BOX_CODES, dtype=Path.code_type), len(x0)))
 
 
-def _default_title(tl: Timeline) -> str:
+def chart_title(tl: Timeline) -> str:
     m = tl.n_microbatches
     name = tl.schedule_name or "schedule"
     return f"{name}: p={tl.n_devices}" + (f", m={m}" if m is not None else "")
@@ -243,3 +266,137 @@ def _label_boxes(ax: Axes, tl: Timeline, columns: Columns, px_per_x: float, max_
             (x0[i] + x1[i]) / 2, rows[i], text, ha="center", va="center", fontsize=fontsize, color="black"
         )
         placed += 1
+
+
+# Ticks and a colour key as plain artists, where matplotlib's axes and legend would put theirs.
+# A Tick is five artists made anew for every figure, and a Legend lays out its entries several
+# times; together they cost half of a Gantt chart's drawing time. Only for a figure nobody else
+# gets: these marks do not follow later changes of the axes' limits. Sizes and paddings come from
+# rcParams, as matplotlib's do; a test checks that the texts land within a pixel of matplotlib's.
+
+
+def draw_x_axis(ax: Axes) -> None:
+    """The x axis's ticks, their labels and the axis label, as matplotlib would place them for the
+    axes' present limits (its own locator and formatter choose them); kept as they are if the
+    formatter wants an offset or a multiplier (1e6 at the axis' end), which this does not draw."""
+    rc, axis = mpl.rcParams, ax.xaxis
+    locs = axis.get_major_locator()()
+    labels = axis.get_major_formatter().format_ticks(locs)
+    if axis.get_major_formatter().get_offset() or rc["xtick.direction"] != "out":
+        return
+    lo, hi = sorted(ax.get_xlim())
+    close = 1e-10 * (hi - lo)  # matplotlib's tolerance for a tick at the very end of the axis
+    shown = [(x, label) for x, label in zip(locs, labels, strict=True) if lo - close <= x <= hi + close]
+    title = ax.get_xlabel()
+    ax.set_xticks([])
+    ax.set_xlabel("")
+    size, pad = rc["xtick.major.size"], rc["xtick.major.pad"]
+    width, colour = rc["xtick.major.width"], rc["xtick.color"]
+    marks = Line2D([x for x, _ in shown], [0] * len(shown), transform=ax.get_xaxis_transform("tick1"),
+                   linestyle="none", marker=TICKDOWN, markersize=size, markeredgewidth=width, color=colour,
+                   clip_on=False)  # fmt: skip
+    ax.add_artist(marks)
+    text_at, va, ha = ax.get_xaxis_text1_transform(pad + size)
+    colour = colour if rc["xtick.labelcolor"] == "inherit" else rc["xtick.labelcolor"]
+    for x, label in shown:
+        ax.text(x, 0, label, transform=text_at, va=va, ha=ha, fontsize=rc["xtick.labelsize"], color=colour,
+                clip_on=False)  # fmt: skip
+    # the axis label hangs below the tick labels (a text's box is one font size tall) by labelpad
+    below = pad + size + FontProperties(size=rc["xtick.labelsize"]).get_size_in_points() + rc["axes.labelpad"]
+    at = ax.transAxes + ScaledTranslation(0, -below / 72, ax.figure.dpi_scale_trans)
+    ax.text(0.5, 0, title, transform=at, va="top", ha="center", fontsize=rc["axes.labelsize"],
+            color=rc["axes.labelcolor"], fontweight=rc["axes.labelweight"], clip_on=False)  # fmt: skip
+
+
+def draw_key(ax: Axes, rows: Sequence[str], entries: Sequence[tuple[str, str]], fontsize: float) -> None:
+    """A label per row (row r at y = r) with its tick mark, and the colour key (colour, label) right
+    of the axes, where ``legend(loc="upper left", bbox_to_anchor=(1, 1), frameon=False)`` puts it
+    (its paddings, in font sizes, from rcParams; a text's ascent and height as DejaVu Sans has them)."""
+    rc, fig = mpl.rcParams, ax.figure
+    ax.set_yticks([])
+    size, pad = rc["ytick.major.size"], rc["ytick.major.pad"]
+    at = range(len(rows))
+    marks = Line2D([0] * len(rows), at, transform=ax.get_yaxis_transform("tick1"), linestyle="none",
+                   marker=TICKLEFT, markersize=size, markeredgewidth=rc["ytick.major.width"],
+                   color=rc["ytick.color"], clip_on=False)  # fmt: skip
+    ax.add_artist(marks)
+    text_at, va, ha = ax.get_yaxis_text1_transform(pad + size)
+    colour = rc["ytick.color"] if rc["ytick.labelcolor"] == "inherit" else rc["ytick.labelcolor"]
+    for row, label in zip(at, rows, strict=True):
+        ax.text(0, row, label, transform=text_at, va=va, ha=ha, fontsize=rc["ytick.labelsize"], color=colour,
+                clip_on=False)  # fmt: skip
+    fs = fontsize  # the key, in points from the axes' top right corner (y up)
+    points = Affine2D().scale(1 / 72) + fig.dpi_scale_trans + ScaledTranslation(1.0, 1.0, ax.transAxes)
+    left = (rc["legend.borderaxespad"] + rc["legend.borderpad"]) * fs
+    top = -left - 0.81 * fs  # the first row's baseline: below the top padding by the text's ascent
+    pitch = (1.05 + rc["legend.labelspacing"]) * fs  # a row's text height, then the spacing
+    width, height = rc["legend.handlelength"] * fs, rc["legend.handleheight"] * fs
+    swatches = [_swatch(left, top - i * pitch, width, height) for i in range(len(entries))]
+    faces = [color for color, _ in entries]
+    ax.add_artist(
+        PolyCollection(swatches, facecolors=faces, edgecolors="none", transform=points, clip_on=False)
+    )
+    text_x = left + width + rc["legend.handletextpad"] * fs
+    for i, (_, label) in enumerate(entries):
+        ax.text(text_x, top - i * pitch, label, transform=points, va="baseline", ha="left", fontsize=fs,
+                clip_on=False)  # fmt: skip
+
+
+def _swatch(x: float, baseline: float, width: float, height: float) -> list[tuple[float, float]]:
+    return [(x, baseline), (x + width, baseline), (x + width, baseline + height), (x, baseline + height)]
+
+
+# The dashboard's chart: PNG bytes, its title and key as HTML under it.
+
+LABELLED_ACTIONS = 64  # micro-batch numbers in the boxes up to this many actions (each costs ~0.5 ms)
+DASHBOARD_DPI = 80  # the dashboard's PNGs; save_timeline_png takes its own dpi
+
+
+class GanttPNG:
+    """Draws Timelines as PNGs on Figures it keeps, one per chart height (never pyplot). After each
+    chart, ``title`` and ``key`` hold the title and the colour key that plot_timeline made for it.
+    `max_rows`: a chart is at most that many devices tall (beyond, its rows get thinner)."""
+
+    def __init__(self, max_rows: int | None = None) -> None:
+        self.max_rows = max_rows
+        self._figure_of_size: dict[tuple[float, float], Figure] = {}
+        self.title = ""
+        self.key: list[tuple[str, str]] = []  # (colour, label) of each legend entry
+
+    def png(self, tl: Timeline, title: str | None = None) -> bytes:
+        rows = tl.n_devices if self.max_rows is None else min(tl.n_devices, self.max_rows)
+        size = gantt_figsize(rows)
+        if size not in self._figure_of_size:
+            self._figure_of_size[size] = Figure(figsize=size, dpi=DASHBOARD_DPI)
+        fig = self._figure_of_size[size]
+        fig.clear()
+        ax = fig.add_axes((0.1, 0.17, 0.87, 0.78))
+        labels = len(tl.spans) if len(tl.spans) <= LABELLED_ACTIONS else 0  # all or none, never half a chart
+        plot_timeline(tl, ax=ax, title=title, max_labels=labels)
+        legend = ax.get_legend()
+        entries = zip(legend.legend_handles, legend.get_texts(), strict=True)
+        self.key = [(to_hex(patch.get_facecolor()), text.get_text()) for patch, text in entries]
+        self.title = ax.get_title()
+        legend.remove()
+        ax.set_title("")
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})  # fast; size barely grows
+        return buffer.getvalue()
+
+
+def swatches_html(entries: list[tuple[str, str]]) -> str:
+    """A colour key as HTML: a small square of each colour, then its label; wraps between entries."""
+    return " ".join(
+        f"<span style='white-space:nowrap'><span style='background:{color}; border:1px solid #999; "
+        f"display:inline-block; width:0.9em; height:0.9em'></span> {html.escape(label)}</span>"
+        for color, label in entries
+    )
+
+
+def key_html(tl: Timeline) -> str:
+    """The chart's title and colour key, as one line of HTML under the figures."""
+    kinds = [k for k in (Kind.F, Kind.B, Kind.I, Kind.W) if any(s.action.kind is k for s in tl.spans)]
+    key = swatches_html([(COLORS[k], LABELS[k]) for k in kinds] + [(IDLE_COLOR, "idle (bubble)")])
+    name = tl.schedule_name or "schedule"
+    what = f"{name}: p={tl.n_devices}" + (f", m={tl.n_microbatches}" if tl.n_microbatches is not None else "")
+    return f"<div>chart: {html.escape(what)}, source: {tl.source} &nbsp; {key}</div>"

@@ -11,14 +11,9 @@ from matplotlib.figure import Figure
 
 matplotlib.use("Agg")
 
-from course_lib.plots import (  # noqa: E402
-    gpipe_bubble,
-    plot_bubble_vs_m,
-    plot_memory,
-    plot_timeline,
-    save_timeline_png,
-    time_scale,
-)
+from course_lib.charts.bubble_and_memory import plot_bubble_vs_m, plot_memory  # noqa: E402
+from course_lib.charts.gantt import plot_timeline, save_timeline_png, time_scale  # noqa: E402
+from course_lib.schedules.closed_forms import gpipe_bubble  # noqa: E402
 from course_lib.shelf.costs import (
     Link,  # noqa: E402
     StageCosts,  # noqa: E402
@@ -130,7 +125,7 @@ def test_memory_bars_match_peaks():
 def test_a_devices_chunks_are_told_apart_by_shade(name, v):
     """Fails before chunk shading: every box of a kind had one colour, whichever stage it belonged to."""
 
-    from course_lib.plots import COLORS, chunks_of, shade
+    from course_lib.charts.gantt import COLORS, chunks_of, shade
 
     tl = simulate(build_schedule(name, 2, 4, v))
     chunk = chunks_of(tl)
@@ -152,7 +147,7 @@ def test_a_devices_chunks_are_told_apart_by_shade(name, v):
 
 def test_one_stage_per_device_keeps_plain_colours_and_no_chunk_legend():
 
-    from course_lib.plots import COLORS
+    from course_lib.charts.gantt import COLORS
 
     tl = simulate(build_schedule("zb-h2", 3, 5))
     ax = plot_timeline(tl, ax=_axes())
@@ -162,12 +157,11 @@ def test_one_stage_per_device_keeps_plain_colours_and_no_chunk_legend():
 
 
 def test_png_ticks_and_key_land_where_matplotlibs_do():
-    """save_timeline_png draws its ticks and key as plain artists (``gantt_artists``): the same words
+    """save_timeline_png draws its ticks and key as plain artists (``draw_key``...): the same words
     as plot_timeline's ticks, axis label and legend, within a pixel of where matplotlib puts those."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from course_lib.gantt_artists import draw_key, draw_x_axis
-    from course_lib.plot_gantt import _draw_chart
+    from course_lib.charts.gantt import _draw_chart, draw_key, draw_x_axis
 
     tl = simulate(build_schedule("zb-v", 4, 8, 2))
 

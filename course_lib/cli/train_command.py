@@ -67,7 +67,7 @@ USED_BY: dict[str, tuple[str, ...]] = dict.fromkeys(
 ) | dict.fromkeys(("--timeout", "--tp", "--dp", "--runner"), ("distributed",))  # fmt: skip
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", default="reference", help=f"{', '.join(ENGINES)} (default reference)")
     flags.add_model_flags(parser)
     pipeline = flags.add_pipeline_flags(parser)
@@ -124,7 +124,7 @@ def _run_distributed(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Names
     return result, max_grad_diff(probe_result.grads, reference_gradients(cfg)[1])
 
 
-def run(args: argparse.Namespace) -> int:
+def train_command(args: argparse.Namespace) -> int:
     require(args.engine in ENGINES, f"unknown engine {args.engine!r}; expected one of {', '.join(ENGINES)}")
     refuse_flags_the_engine_ignores(args)
     flags.refuse_what_torch_ignores(args)

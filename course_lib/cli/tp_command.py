@@ -21,7 +21,7 @@ from course_lib.tp.accounting import Workload, comparison, tp_allreduces
 from course_lib.tp.cost import Scenario, describe, sweep
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def tp_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("what", choices=["counts", "sweep", "measure"])
     parser.add_argument("--layers", type=LAYERS, default=80, help="transformer blocks (default 80)")
     parser.add_argument("--devices", type=number(low=2), default=8, help="t for TP and p for PP (default 8)")
@@ -93,7 +93,7 @@ def _table(times: dict, alphas, slope: float) -> None:
         )
 
 
-def run(args: argparse.Namespace) -> int:
+def tp_command(args: argparse.Namespace) -> int:
     if args.what == "counts":
         _counts(args)
     elif args.what == "sweep":

@@ -1,0 +1,109 @@
+"""Where moved modules went: a lesson kept from before fails with an error naming each new home.
+
+A notebook saved before a module moved still says, say, ``from course_lib.simulator import simulate``.
+Instead of Python's bare "No module named 'course_lib.simulator'", the import fails with::
+
+    ModuleNotFoundError: course_lib.simulator has moved: import from course_lib.shelf.simulator instead
+
+MOVED_MODULES is the one table of moves: old module -> new module, or, for a module split in several, old
+module -> {new module: the names it now holds}. Add a line here whenever a module moves or is renamed.
+``course_lib/__init__.py`` installs the finder right after Python's own path finder: a module file that
+exists is always found first, and an editable install of an older checkout cannot answer for a moved
+module instead. The finder never imports anything.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from importlib.abc import MetaPathFinder
+from importlib.machinery import PathFinder
+from types import ModuleType
+
+_GANTT = "course_lib.charts.gantt"
+
+MOVED_MODULES: dict[str, str | dict[str, tuple[str, ...]]] = {
+    # the shelf (commit 282ea6d: the pipeline machine a student reads)
+    "course_lib.errors": "course_lib.shelf.errors",
+    "course_lib.checks": "course_lib.shelf.errors",
+    "course_lib.schedules.ir": "course_lib.shelf.schedule",
+    "course_lib.schedules.messages": "course_lib.shelf.schedule",
+    "course_lib.schedules.basic": "course_lib.shelf.first_schedules",
+    "course_lib.schedules.builders": "course_lib.shelf.first_schedules",
+    "course_lib.schedules.validate": "course_lib.shelf.validate",
+    "course_lib.costs": "course_lib.shelf.costs",
+    "course_lib.links": "course_lib.shelf.costs",
+    "course_lib.sim_inputs": "course_lib.shelf.costs",
+    "course_lib.timeline": "course_lib.shelf.timeline",
+    "course_lib.simulator_fast": "course_lib.fast_simulator",
+    "course_lib.simulator": "course_lib.shelf.simulator",
+    "course_lib.model": "course_lib.shelf.model",
+    "course_lib.data": "course_lib.shelf.model",
+    "course_lib.reference": "course_lib.shelf.reference",
+    "course_lib.partition": "course_lib.shelf.model",
+    "course_lib.devices": "course_lib.shelf.stage",
+    "course_lib.engines.runtime": "course_lib.shelf.stage",
+    "course_lib.engines.local": "course_lib.shelf.local_engine",
+    "course_lib.engines.dist_worker": "course_lib.shelf.rank_loop",
+    "course_lib.engines.comm": "course_lib.shelf.p2p",
+    "course_lib.engines.distributed": "course_lib.shelf.distributed_engine",
+    "course_lib.engines.dist_result": "course_lib.shelf.run_spec",
+    "course_lib.launch_diagnosis": "course_lib.shelf.launch_diagnosis",
+    "course_lib.launch": "course_lib.shelf.launcher",
+    # charts: one home, the Gantt chart included
+    "course_lib.plots": {
+        _GANTT: (
+            "plot_timeline", "save_timeline_png", "COLORS", "IDLE_COLOR", "LABELS", "chunks_of", "shade",
+            "gantt_figsize", "time_scale",
+        ),
+        "course_lib.charts.bubble_and_memory": ("plot_bubble_vs_m", "plot_memory", "SERIES_COLORS"),
+        "course_lib.schedules.closed_forms": ("gpipe_bubble",),
+        "course_lib.shelf.timeline": ("format_bytes",),
+    },
+    "course_lib.plot_gantt": _GANTT,
+    "course_lib.gantt_artists": _GANTT,
+    "course_lib.widgets.gantt_png": _GANTT,
+    # the network: sites, distances and links in one module; torchrun's multi-node helpers by the CLI
+    "course_lib.geo": "course_lib.network",
+    "course_lib.netif": "course_lib.cli.across_nodes",
+    # one meaning per name: "plan" is the planner's answer; no two files share a name
+    "course_lib.planner.cost": "course_lib.planner.step_time",
+    "course_lib.autoschedule.zero_bubble": "course_lib.autoschedule.auto_zero_bubble",
+    # the command line: each command in cli/NAME_command.py
+    "course_lib.cli.plan": "course_lib.cli.plan_command",
+    "course_lib.cli.schedule": "course_lib.cli.schedule_command",
+    "course_lib.cli.simulate": "course_lib.cli.simulate_command",
+    "course_lib.cli.tp": "course_lib.cli.tp_command",
+    "course_lib.cli.train": "course_lib.cli.train_command",
+}  # fmt: skip
+
+
+def moved_message(old: str, moves: Mapping[str, str | dict[str, tuple[str, ...]]] = MOVED_MODULES) -> str:
+    """The sentence a student reads when importing `old`, which moved."""
+    new = moves[old]
+    if isinstance(new, str):
+        return f"{old} has moved: import from {new} instead"
+    homes = "; ".join(f"{', '.join(names)} from {module}" for module, names in new.items())
+    return f"{old} was split: import {homes}"
+
+
+class MovedModuleFinder(MetaPathFinder):
+    """Raises ModuleNotFoundError naming the new home of a module in `moves`; finds nothing else."""
+
+    def __init__(self, moves: Mapping[str, str | dict[str, tuple[str, ...]]] = MOVED_MODULES) -> None:
+        self.moves = moves
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> None:
+        if fullname in self.moves:
+            # name=None on purpose: `from course_lib import plots` swallows an error whose name is the
+            # module it asked for, and would say only "cannot import name 'plots'"
+            raise ModuleNotFoundError(moved_message(fullname, self.moves), name=None)
+        return None
+
+
+def install() -> None:
+    """Put the finder on sys.meta_path right after the path finder, once (a reload adds no second)."""
+    if any(type(finder).__name__ == MovedModuleFinder.__name__ for finder in sys.meta_path):
+        return
+    after = [i for i, finder in enumerate(sys.meta_path) if finder is PathFinder]
+    sys.meta_path.insert(after[0] + 1 if after else len(sys.meta_path), MovedModuleFinder())
