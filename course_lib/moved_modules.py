@@ -40,7 +40,10 @@ MOVED_MODULES: dict[str, str | dict[str, tuple[str, ...]]] = {
     "course_lib.model": "course_lib.shelf.model",
     "course_lib.data": "course_lib.shelf.model",
     "course_lib.reference": "course_lib.shelf.reference",
-    "course_lib.partition": "course_lib.shelf.model",
+    "course_lib.partition": {
+        "course_lib.shelf.model": ("Partition", "uniform", "stage_modules"),
+        "course_lib.balance": ("optimal", "stage_totals"),
+    },
     "course_lib.devices": "course_lib.shelf.stage",
     "course_lib.engines.runtime": "course_lib.shelf.stage",
     "course_lib.engines.local": "course_lib.shelf.local_engine",
@@ -48,8 +51,12 @@ MOVED_MODULES: dict[str, str | dict[str, tuple[str, ...]]] = {
     "course_lib.engines.comm": "course_lib.shelf.p2p",
     "course_lib.engines.distributed": "course_lib.shelf.distributed_engine",
     "course_lib.engines.dist_result": "course_lib.shelf.run_spec",
-    "course_lib.launch_diagnosis": "course_lib.shelf.launch_diagnosis",
+    "course_lib.launch_diagnosis": "course_lib.shelf.launcher",
     "course_lib.launch": "course_lib.shelf.launcher",
+    "course_lib.saved_memory": "course_lib.shelf.stage",
+    "course_lib.engines.weight_grad": "course_lib.engines.split_backward",
+    "course_lib.engines.plan": "course_lib.shelf.local_engine",
+    "course_lib.engines.links_injected": "course_lib.shelf.p2p",
     # charts: one home, the Gantt chart included
     "course_lib.plots": {
         _GANTT: (

@@ -25,31 +25,22 @@ SHELF_DIR = Path(__file__).resolve().parent.parent / "shelf"
 
 # Reading order: (file name in course_lib/shelf/, the lessons it serves). Edit here when the shelf moves.
 SHELF: tuple[tuple[str, str], ...] = (
-    ("schedule.py", "02-04"),  # the IR: actions per device, the one rule for dependencies
-    ("messages.py", "02-04, 08"),  # what crosses devices, derived from the IR
-    ("basic_schedules.py", "02-04"),  # naive, GPipe, 1F1B
-    ("registry.py", "02-04"),  # every schedule by name
-    ("validate.py", "02-04"),  # the one check any schedule passes
-    ("costs.py", "02-04"),
-    ("links.py", "02-04, 06"),
-    ("sim_inputs.py", "02-04"),
-    ("simulator.py", "02-04"),  # the plain event loop
+    ("errors.py", "all"),  # the course's error and the checks at every door
+    ("schedule.py", "02-04"),  # the IR: actions per device, the one rule for dependencies and messages
+    ("first_schedules.py", "02-04"),  # naive, GPipe, 1F1B, and the registry
+    ("validate.py", "02-04"),  # the one check any schedule passes, and the one order actions run in
+    ("costs.py", "02-04, 06"),  # stage costs and links: the simulator's inputs
     ("timeline.py", "02-04"),  # what every chart and bubble figure reads
-    ("errors.py", "all"),
-    ("checks.py", "all"),
-    ("model.py", "00, 08"),
-    ("data.py", "00, 08"),
+    ("simulator.py", "02-04"),  # the plain event loop
+    ("model.py", "00, 05, 08"),  # the toy transformer, its data, how it is cut into stages
     ("reference.py", "00, 08"),  # the ground truth
-    ("partition.py", "05, 08"),
-    ("devices.py", "00, 08"),
     ("stage.py", "04, 08"),  # a stage's runtime
     ("local_engine.py", "04"),
     ("p2p.py", "08"),  # the sends and receives
-    ("rank_loop.py", "08"),  # the distributed engine's rank loop
+    ("rank_loop.py", "04, 08"),  # the distributed engine's rank loop
     ("run_spec.py", "08"),
     ("distributed_engine.py", "08"),
     ("launcher.py", "08"),
-    ("launch_diagnosis.py", "08"),
 )
 
 
