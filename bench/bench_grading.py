@@ -38,7 +38,7 @@ from support.assignments import ASSIGNMENTS, HARD_CODED, hard_coded_notebook  # 
 from support.course_copy import course_copy  # noqa: E402
 from support.tricks import LIBRARY_COPY, ROBUSTNESS, trick  # noqa: E402
 
-from course_lib.grading import sandbox  # noqa: E402
+from course_grading import sandbox  # noqa: E402
 
 TRICKS = ("exec_source", "transformer", "patch_checks", "frame_reader", "gradebook", "library_copy")
 ROBUST_ON = "a03_bubble"  # the robustness cases replace lines of its solution

@@ -1,4 +1,4 @@
-"""A clever student against the real `nbgrader autograde` (course_lib/grading/execute.py's sandbox).
+"""A clever student against the real `nbgrader autograde` (course_grading/execute.py's sandbox).
 
 Each trick (tests/support/tricks.py) got 5-10/10 when a submission shared one kernel with its tests
 and ran in the course directory. Here each must score at most 3/10 (which tricks, on which assignments:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from course_lib.grading.switched_off import SWITCHED_OFF
+from course_grading.switched_off import SWITCHED_OFF
 from support.assignments import COURSE, grade_info
 
 EXEC_SOURCE = """

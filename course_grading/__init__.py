@@ -1,0 +1,15 @@
+"""course_grading: the instructor's side of the course, installed for instructors and CI, not for students.
+
+It grades the assignments in notebooks/assignments with nbgrader (`make instructor`, the guide in
+notebooks/assignments/README.md). What runs where:
+
+- nbgrader's own process (the grader) reads the release's cells from the gradebook, runs the test cells
+  and the hidden tests, and writes scores and feedback (``execute``, ``intake``, ``feedback``);
+- each submission's code runs in sandboxes (``sandbox``: bubblewrap, no network, no course directory,
+  bounded memory, processes and wall clock), started as ``worker``, which imports the assignment's
+  grading edition of course_lib (``edition``: the answers named in ``switched_off`` are cut out) and,
+  of this package, only ``worker``, ``plain`` (the only data that crosses back) and ``names``.
+
+The student's side stays in course_lib: the checks released assignments import (course_lib.grading),
+the kit that builds lab/ and the lessons' self-checks. Nothing there imports this package.
+"""
