@@ -8,13 +8,14 @@ autograde`` itself (nbgrader_config.py lists it in ``Autograde.autograde_preproc
   sources), never from the submitted notebook's metadata; a cell is the instructor's only where its id
   is one of those, the first time it appears, and then its source is the gradebook's;
 - the student's cells run in a sandbox (``course_grading.sandbox``: bubblewrap, no network, no course
-  directory) whose library is the assignment's grading edition (``course_grading.edition``): every answer
-  the assignment names (``course_grading.switched_off``) is cut out of it, so no cell can compute one;
+  directory); what they compute reaches the tests only as plain data;
 - the instructor's locked cells run there too (the student's code may use what they define), and again
   here, in the grader's process, which is where their outputs shown in the feedback come from;
 - the test cells run only here. A name the student's cells define reaches them as plain data, or, for
-  a function, as a stand-in whose calls run in a sandbox whose edition leaves out what that function may
-  not use (started when first called, the student's cells replayed in it), and hand back plain data;
+  a function, as a stand-in whose calls run in a sandbox whose library is the grading edition
+  (``course_grading.edition``) that leaves out what that function may not use
+  (``course_grading.switched_off``): started when first called, the student's cells replayed in it, so
+  nothing a cell computed with an answer reaches the graded call; they hand back plain data;
   no student name may take a name the instructor's cells bind, a builtin, or a private name;
 - the submission has a wall clock (``submission_s``) over all its sandboxes: past it, nothing of the
   student's runs, and the cell where it ran out says so;
@@ -39,7 +40,7 @@ from traitlets import Bool, Float, Integer
 from course_grading import plain
 from course_grading.edition import edition, stubbed
 from course_grading.sandbox import Budget, Limits, Sandbox, StudentError, unavailable
-from course_grading.switched_off import everything, table
+from course_grading.switched_off import table
 
 try:
     from nbgrader.preprocessors import NbGraderPreprocessor
@@ -143,20 +144,28 @@ class Unavailable:
 
 
 class Editions:
-    """The submission's sandboxes: one for its cells, whose edition leaves out every answer of the
-    assignment, and one per set of names a graded function may not use, started when first called with
-    the cells run so far replayed in it. All share the submission's wall clock."""
+    """The submission's sandboxes: one for its cells, with the whole library (what a cell computes there
+    reaches the tests only as plain data, and the values asked for have no answer to cut), and one per set
+    of names a graded function may not use, whose edition leaves them out, started when that function is
+    first called with the cells run so far replayed in it: so whatever a cell computes for a graded
+    function is computed again without the answers. All share the submission's wall clock."""
 
     def __init__(self, assignment: str, limits: Limits, contained: bool, budget: Budget) -> None:
         self.table, self.limits, self.contained, self.budget = table(assignment), limits, contained, budget
         self.cells: list[tuple[str, bool]] = []  # (source, the instructor's?) as run: replayed in the others
-        self.everything = everything(assignment)
-        self.main = self._box(self.everything)
+        # every edition is written now, before any test runs (a check may have switched a library function
+        # off in this process while it calls the student's, and an edition reads the library's constants)
+        self.editions = {self._key(off): edition(off) for off in self.table.values() if off}
+        self.main = Sandbox(limits, library=None, contained=contained, budget=budget)
         self.others: dict[tuple, Sandbox] = {}
         self.replayed: dict[tuple, int] = {}  # how many of the cells each other sandbox has run
 
+    @staticmethod
+    def _key(off: dict[str, str]) -> tuple:
+        return tuple(sorted(off.items()))
+
     def _box(self, left_out: dict[str, str]) -> Sandbox:
-        library = edition(left_out) if left_out else None
+        library = self.editions.get(self._key(left_out))
         return Sandbox(self.limits, library=library, contained=self.contained, budget=self.budget)
 
     def __enter__(self) -> Editions:
@@ -181,14 +190,17 @@ class Editions:
 
     def exec(self, source: str, instructors: bool = False) -> tuple[str, dict | None, dict]:
         """Run a cell in the cells' sandbox."""
-        self.cells.append((source, instructors))
-        return self.main.exec(self._cut(source, instructors, self.everything))
+        ran = len(self.main._cells)
+        result = self.main.exec(source)
+        if len(self.main._cells) > ran:  # a cell that ended the process is not replayed anywhere
+            self.cells.append((source, instructors))
+        return result
 
     def _for(self, name: str) -> Sandbox:
         off = self.table.get(name)
         if off is None:
             return self.main
-        key = tuple(sorted(off.items()))
+        key = self._key(off)
         box = self.others.get(key)
         if box is None:
             box = self.others[key] = self._box(dict(off))

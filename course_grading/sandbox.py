@@ -289,10 +289,12 @@ class Sandbox:
             try:
                 self._request({"op": "exec", "code": code})
                 kept.append(code)
-            except StudentError:
+            except StudentError:  # this cell ends the process: a fresh one, with the cells kept so far
                 if self.spent():
                     raise
                 self._start()
+                for done in kept:
+                    self._request({"op": "exec", "code": done})
         self._cells = kept
         self._output.take()  # the replay's output is not the next cell's
 
