@@ -27,7 +27,12 @@ from pathlib import Path
 
 from course_grading.names import LIBRARY, Found, definitions, matches, walk
 
-CACHE = Path(tempfile.gettempdir()) / "course-grading-editions"
+
+def cache() -> Path:
+    """Where editions are kept: the grader's own cache folder, never a shared one such as /tmp (where
+    anyone could plant a folder under the name an edition would take)."""
+    home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(home) / "course-grading" / "editions"
 
 
 def refusal(qualname: str, why: str) -> str:
@@ -136,11 +141,12 @@ def edition(left_out: Mapping[str, str], source: Path = LIBRARY, mounted_at: Pat
     replaced by its stub, compiled for `mounted_at` (where the sandbox mounts it; `source` by default),
     readable by everyone and cached by content. Returns the copy's course_lib folder."""
     mounted_at = mounted_at or source
-    target = CACHE / _key(source, left_out) / source.name
+    folder = cache()
+    target = folder / _key(source, left_out) / source.name
     if target.exists():
         return target
-    CACHE.mkdir(mode=0o755, parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="building-", dir=CACHE))
+    folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="building-", dir=folder))
     copy = work / source.name
     shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__"))
     by_file: dict[Path, list[tuple[Found, str]]] = {}
