@@ -67,14 +67,14 @@ lab-refresh: | $(SETUP)
 
 # Instructors: nbgrader on, served from the course directory (nbgrader reads nbgrader_config.py there),
 # with .venv/bin on PATH (nbgrader runs `alembic` to set up its gradebook). Autograde runs students' code
-# in bubblewrap (course_lib/grading/sandbox.py): installed here when it is missing and we may.
+# in bubblewrap (course_grading/sandbox.py): installed here when it is missing and we may.
 instructor: $(SETUP)
-	@bash course_lib/grading/ensure_sandbox.sh || true
+	@bash course_grading/ensure_sandbox.sh || true
 	cd notebooks/assignments && PATH="$(abspath $(BIN)):$$PATH" JUPYTER_PREFER_ENV_PATH=1 \
 	  $(abspath $(BIN))/jupyter lab --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
 
 lint: $(SETUP)
-	$(BIN)/ruff check course_lib tests bench data
+	$(BIN)/ruff check course_lib course_grading tests bench data
 
 # The suite runs this many tests at a time (pytest-xdist; 0: one after another, in one process). Each
 # worker takes one file, or one notebook, at a time (--dist loadfile: a file's fixtures are made once,

@@ -6,8 +6,9 @@ Not part of the test suite (it autogrades about 120 submissions). Through the re
 1. a table assignment x attempt -> score out of 10: the solution, the untouched student version, the
    hard-coded submission and every trick of ``tests/grading/test_assignments_tricks.py`` (exec the source
    solution, an input transformer, patched checks, a frame-reading float, the gradebook, a library copy
-   made before it is switched off, where the assignment has one), and on A03 the solution with
-   ``os._exit(0)`` in one function, ``sys.exit(1)`` in another, and 40 MB of printed output;
+   made before it is switched off, where the assignment has one; issue 41's: test cells unlocked with the
+   checks patched, a pasted test cell, a call of the library's answer, a table of its answers), and on A03
+   the solution with ``os._exit(0)`` in one function, ``sys.exit(1)`` in another, and 40 MB of printed output;
 2. autograde wall time per submission, median of ``--repeats`` (solution and untouched), and the
    robustness cases' time and feedback size;
 3. what the sandbox blocks: network (the grader's loopback and the outside), the gradebook and the
@@ -36,17 +37,19 @@ sys.path.insert(0, str(ROOT / "tests"))  # tests/support: one definition of each
 
 from support.assignments import ASSIGNMENTS, HARD_CODED, hard_coded_notebook  # noqa: E402
 from support.course_copy import course_copy  # noqa: E402
-from support.tricks import LIBRARY_COPY, ROBUSTNESS, trick  # noqa: E402
+from support.tricks import ANSWER_TABLE, LIBRARY_CALL, LIBRARY_COPY, ROBUSTNESS, trick  # noqa: E402
 
-from course_lib.grading import sandbox  # noqa: E402
+from course_grading import sandbox  # noqa: E402
 
-TRICKS = ("exec_source", "transformer", "patch_checks", "frame_reader", "gradebook", "library_copy")
+TRICKS = ("exec_source", "transformer", "patch_checks", "frame_reader", "gradebook", "library_copy",
+          "unlocked", "pasted_test", "library_call", "answer_table")  # fmt: skip
+ONLY_ON = {"library_copy": LIBRARY_COPY, "library_call": LIBRARY_CALL, "answer_table": ANSWER_TABLE}
 ROBUST_ON = "a03_bubble"  # the robustness cases replace lines of its solution
 
 
 def attempts(name: str) -> list[str]:
     found = ["solution", "untouched"] + (["hardcoded"] if name in HARD_CODED else [])
-    found += [t for t in TRICKS if t != "library_copy" or name in LIBRARY_COPY]
+    found += [t for t in TRICKS if t not in ONLY_ON or name in ONLY_ON[t]]
     return found + (list(ROBUSTNESS) if name == ROBUST_ON else [])
 
 

@@ -27,7 +27,9 @@ from __future__ import annotations
 import functools
 import math
 import reprlib
+import traceback
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from course_lib.exercises import verdict
 
@@ -38,11 +40,44 @@ from course_lib.shelf.errors import capped
 from course_lib.shelf.schedule import Schedule
 from course_lib.shelf.validate import check
 
+HERE = str(Path(__file__).resolve().parent)
+IPYTHON = "/IPython/core/"  # the shell's own frames (run_code) above a cell
+
+
+def _not_ours(tb) -> list[traceback.FrameSummary]:
+    """The frames of a traceback outside this package and IPython, and not marked ``__tracebackhide__``
+    (the grader's stand-ins for a student's function): the notebook's cell, the student's code."""
+    shown = [(f, n) for f, n in traceback.walk_tb(tb) if not f.f_locals.get("__tracebackhide__")]
+    frames = traceback.StackSummary.extract(iter(shown))
+    return [f for f in frames if not f.filename.startswith(HERE) and IPYTHON not in f.filename]
+
+
+class CheckFailed(AssertionError):
+    """A failed check: an AssertionError (what nbgrader counts as a failed test) whose traceback in a
+    notebook shows the cell that called the check and the message, not this package's frames."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython draws a failed cell's traceback with this
+        frames = "".join(traceback.format_list(_not_ours(self.__traceback__))).rstrip("\n")
+        return ["Traceback (most recent call last):", frames, f"AssertionError: {self}"]
+
+
+CheckFailed.__name__ = CheckFailed.__qualname__ = "AssertionError"  # the name a student and nbgrader see
+
 
 def fail(message: str) -> None:
     """Raise the AssertionError nbgrader counts as a failed test, with `message` (capped) as its text."""
     __tracebackhide__ = True  # IPython and pytest hide this frame: the message is what matters
-    raise AssertionError(capped(message))
+    raise CheckFailed(capped(message))
+
+
+def _where(err: BaseException) -> str:
+    """' (line 3 of your code: `return x[p]`)': where the student's function failed."""
+    frames = _not_ours(err.__traceback__)  # from call() down: the student's function and what it called
+    if not frames:
+        return ""
+    last = frames[-1]
+    code = f": `{last.line.strip()[:80]}`" if last.line else ""
+    return f" (line {last.lineno} of your code{code})"
 
 
 def _graded(grader: Callable) -> Callable:
@@ -115,8 +150,8 @@ def call(name: str, fn: Callable, *args, hint: str = "", **kwargs):
         pass  # reported below, outside the except block, so the stub's traceback is not shown too
     except AssertionError:
         raise
-    except Exception as err:  # a student's bug: name it; the traceback above it shows their line
-        fail(f"{name}({shown}) raised {type(err).__name__}: {err}.{_hint(hint)}")
+    except Exception as err:  # a student's bug: name it, and the line of theirs it came from
+        fail(f"{name}({shown}) raised {type(err).__name__}: {err}{_where(err)}.{_hint(hint)}")
     fail(
         f"{name} is not written yet: replace `raise NotImplementedError()` in its cell with your code, "
         f"run that cell, then this one.{_hint(hint)}"

@@ -26,12 +26,25 @@ c.Execute.timeout = 600
 # Same kernel the lessons use; a student's notebook says "python3".
 c.Execute.kernel_name = "python3"
 
+# A submission's nbgrader metadata is rebuilt from the gradebook before nbgrader reads it: a pasted copy of
+# a test cell ("nbgrader": {}) or an edited schema no longer stops the whole class's run
+# (course_grading/intake.py); a deleted test cell is put back, and scores what it scores.
+c.Autograde.sanitize_preprocessors = [
+    "course_grading.intake.Intake",
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "nbgrader.preprocessors.OverwriteCells",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+c.OverwriteCells.add_missing_cells = True
+
 # The student's code runs in a sandbox (bubblewrap: no network, no course directory or gradebook, bounded
 # time, memory and processes); the test cells run in nbgrader's own process, where student code never
-# runs, and receive only plain data from it (course_lib/grading/execute.py; README.md, "What the sandbox
+# runs, and receive only plain data from it (course_grading/execute.py; README.md, "What the sandbox
 # protects"). Everything else is nbgrader's own autograde.
 c.Autograde.autograde_preprocessors = [
-    "course_lib.grading.execute.SandboxedExecute",
+    "course_grading.execute.SandboxedExecute",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
@@ -40,13 +53,16 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 c.SandboxedExecute.timeout = 600  # seconds per cell or graded call: A2 and A7 train the 80-layer model
+# wall-clock seconds for all of one submission's code (its cells and graded calls, in every sandbox): a
+# `sleep` is not bounded by the CPU limit; past this the rest is not run and its feedback says why
+c.SandboxedExecute.submission_s = 1800
 
 # The feedback students get shows each failed test's teaching message, wrapped to the page, but not the
-# hidden tests' code, their tracebacks or their expected values (course_lib/grading/feedback.py).
+# hidden tests' code, their tracebacks or their expected values (course_grading/feedback.py).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
-    "course_lib.grading.feedback.StudentFeedback",
+    "course_grading.feedback.StudentFeedback",
 ]
 
 # nbgrader 0.9's gradebook trips SQLAlchemy 2's "Object of type ... not in session" warning on every

@@ -1,4 +1,4 @@
-"""A clever student against the real `nbgrader autograde` (course_lib/grading/execute.py's sandbox).
+"""A clever student against the real `nbgrader autograde` (course_grading/execute.py's sandbox).
 
 Each trick (tests/support/tricks.py) got 5-10/10 when a submission shared one kernel with its tests
 and ran in the course directory. Here each must score at most 3/10 (which tricks, on which assignments:
@@ -9,9 +9,13 @@ only its own tests.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from support.assignments import ASSIGNMENTS, cells, solution_secrets
-from support.tricks import ROBUSTNESS, trick_submissions
+from support.tricks import CLASS_RUN_S, CLASS_STUDENTS, ROBUSTNESS, trick_submissions
+
+from course_grading.intake import NOTE
 
 nbgrader = pytest.importorskip("nbgrader", reason="nbgrader is in the dev extra: pip install -e '.[dev]'")
 pytestmark = [
@@ -71,3 +75,48 @@ def test_a_flood_of_output_is_capped_in_the_feedback(tricked):
     assert scores[("a03_bubble", "flood")][0] == 10  # the solution still gets its points
     (page,) = (course / "feedback" / "flood" / "a03_bubble").glob("*.html")
     assert page.stat().st_size < 1_000_000 and "more characters of output not shown" in page.read_text()
+
+
+# Issue 41's round: what the student controls (metadata, the process, the modules in it) decides nothing
+NEW_TRICKS = [s for s in SUBMISSIONS if s[1] in ("library_call", "answer_table")]
+
+
+@pytest.mark.parametrize(("name", "kind"), NEW_TRICKS)
+def test_a_library_answer_cannot_be_reached_from_the_students_process(tricked, name, kind):
+    """The answer is not in the grading edition the student's code imports: calling it, or filling a
+    table with it while a cell runs, gets nothing (the rest of the notebook is the untouched release)."""
+    course, scores = tricked
+    assert scores[(name, kind)] == (0, 10)
+    (notebook,) = (course / "autograded" / kind / name).glob("*.ipynb")
+    text = json.dumps(cells(notebook))
+    # a call says why; a table's cell failed where the function was graded, so the function is not there
+    said = "not available while grading" if kind == "library_call" else "is not defined"
+    assert said in text
+
+
+def test_a_class_run_with_a_malformed_and_a_slow_submission_completes(tricked):
+    """One `nbgrader autograde` over the class (CLASS_RUN): the unlocked test cells and the patched checks
+    score 0, a pasted copy of a test cell ("nbgrader": {}) neither stops the run nor scores, the slow
+    submission is cut at its wall clock with a line saying so, and the untouched one is graded too."""
+    course, scores = tricked
+    got = {student: scores[("a03_bubble", student)][0] for student in CLASS_STUDENTS}
+    assert got == {"class-untouched": 0, "class-unlocked": 0, "class-pasted_test": 0, "class-slow": 0}
+    graded = {p.parent.parent.name for p in (course / "autograded").glob("class-*/a03_bubble/*.ipynb")}
+    assert graded == set(CLASS_STUDENTS)
+    (notebook,) = (course / "autograded" / "class-slow" / "a03_bubble").glob("*.ipynb")
+    said = json.dumps(cells(notebook))
+    assert f"used up its {CLASS_RUN_S:g} s of grading time" in said
+    (pasted,) = (course / "autograded" / "class-pasted_test" / "a03_bubble").glob("*.ipynb")
+    assert NOTE.strip() in json.dumps(cells(pasted))
+
+
+def test_hidden_tests_leave_no_output_and_no_grader_frame_in_the_feedback(tricked):
+    course, _ = tricked
+    for student in ("class-unlocked", "untouched", "buggy"):
+        (page,) = (course / "feedback" / student / "a03_bubble").glob("*.html")
+        text = page.read_text()
+        assert "course_grading/" not in text and "course_lib/grading/__init__.py" not in text  # no frame
+        assert "### BEGIN HIDDEN TESTS" not in text
+    (page,) = (course / "feedback" / "buggy" / "a03_bubble").glob("*.html")
+    text = " ".join(page.read_text().split())
+    assert "IndexError" in text and "your cell" in text  # the student's own line, named

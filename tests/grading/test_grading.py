@@ -235,7 +235,7 @@ def _peaks(schedule):
 def test_feedback_cuts_hidden_tests_and_tracebacks_and_wraps():
     import nbformat
 
-    from course_lib.grading.feedback import StudentFeedback, without_hidden_tests, wrapped
+    from course_grading.feedback import StudentFeedback, without_hidden_tests, wrapped
 
     source = "check(1)\n### BEGIN HIDDEN TESTS\ncheck(118)\n### END HIDDEN TESTS\nprint('after')"
     assert without_hidden_tests(source) == "check(1)\nprint('after')"

@@ -1,4 +1,4 @@
-"""The grading sandbox (course_lib/grading/sandbox.py), tried the way a student's code would try it:
+"""The grading sandbox (course_grading/sandbox.py), tried the way a student's code would try it:
 each attack runs as a cell or inside a graded call, and must fail only itself, with a message, leaving
 the sandbox usable (it is restarted and its cells replayed) and nothing behind."""
 
@@ -13,7 +13,8 @@ import pytest
 from support.assignments import sandbox_or_skip
 from support.paths import REPO_ROOT
 
-from course_lib.grading import sandbox
+from course_grading import sandbox
+from course_grading.edition import edition
 from course_lib.shelf.schedule import Schedule
 
 ROOT = REPO_ROOT
@@ -23,8 +24,8 @@ pytestmark = pytest.mark.processes
 @pytest.fixture(scope="module")
 def box():
     sandbox_or_skip()
-    gates = ("course_lib.shelf.first_schedules:one_f_one_b",)
-    with sandbox.Sandbox(sandbox.Limits(request_s=4, output_chars=2000), gates=gates) as box:
+    library = edition({"one_f_one_b": "write 1F1B yourself"})
+    with sandbox.Sandbox(sandbox.Limits(request_s=4, output_chars=2000), library=library) as box:
         output, error, names = box.exec("def double(x):\n    return 2 * x\nprint('ready')")
         assert (output, error, names["double"]) == ("ready\n", None, {"kind": "callable"})
         yield box
@@ -136,7 +137,7 @@ def _is_worker(path: Path) -> bool:
         argv = (path / "cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return Path(argv[0].decode()).name.startswith("python") and b"course_lib.grading.worker" in argv
+    return Path(argv[0].decode()).name.startswith("python") and b"course_grading.worker" in argv
 
 
 def _pid_namespace(pid: int) -> str | None:
@@ -184,13 +185,24 @@ def test_what_a_cell_prints_comes_back_with_that_cell_and_no_other(box):
     assert box.exec("print('next')")[0] == "next\n"
 
 
-def test_a_switched_off_function_stays_off_in_copies_made_before_the_call(box):
+def test_a_left_out_answer_is_not_in_the_sandbox_at_all(box):
+    """The edition holds a stub where the library's 1F1B was: no copy, no re-import, no reading of its
+    source brings it back, and what the registry builds by name refuses too."""
     box.exec(
-        "import types\nfrom course_lib.shelf.first_schedules import one_f_one_b\n"
-        "copy = types.FunctionType(one_f_one_b.__code__, one_f_one_b.__globals__)\n"
-        "def attack(p, m):\n    return copy(p, m)\n"
+        "import importlib, inspect, types\nfrom course_lib.shelf import first_schedules as registry\n"
+        "def attack(p, m):\n    return registry.build_schedule('1f1b', p, m)\n"
+        "def source():\n    name = registry.one_f_one_b.__module__\n"
+        "    module = importlib.reload(importlib.import_module(name))\n"
+        "    return inspect.getsource(module)\n"
     )
-    assert box.call("attack", (2, 2)).n_devices == 2  # not graded: the library works
-    off = {"course_lib.shelf.first_schedules:one_f_one_b": "write 1F1B yourself"}
-    with pytest.raises(sandbox.StudentError, match="one_f_one_b is switched off while your code is graded"):
-        box.call("attack", (2, 2), off=off)
+    with pytest.raises(sandbox.StudentError, match="one_f_one_b is not available while grading: write 1F1B"):
+        box.call("attack", (2, 2))
+    text = box.call("source")
+    assert "def one_f_one_b(" in text and "not available while grading" in text
+    assert "orders" not in text.split("def one_f_one_b(")[1].split("\ndef ")[0]  # its body is gone
+
+
+def test_the_worker_needs_nothing_else_of_the_grader(box):
+    box.exec("import pathlib, course_grading\ndef mine():\n    return sorted(p.name for p in "
+             "pathlib.Path(course_grading.__file__).parent.glob('*.py'))\n")  # fmt: skip
+    assert box.call("mine") == sorted(sandbox.WORKER_FILES)

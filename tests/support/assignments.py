@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from course_grading.sandbox import unavailable
 from course_lib.balance import inflight_per_stage
-from course_lib.grading.sandbox import unavailable
 from course_lib.shelf.first_schedules import build_schedule
 from support.paths import REPO_ROOT
 
@@ -32,7 +32,7 @@ REGION = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", re.S)
 
 
 def sandbox_or_skip() -> None:
-    """Install bubblewrap if it is missing and we may (course_lib/grading/ensure_sandbox.sh: autograde runs
+    """Install bubblewrap if it is missing and we may (course_grading/ensure_sandbox.sh: autograde runs
     students' code in it); skip with its one line of why where it cannot be had."""
     script = COURSE.parent.parent / "course_lib" / "grading" / "ensure_sandbox.sh"
     installer = subprocess.run(["bash", str(script)], capture_output=True, text=True)

@@ -8,6 +8,7 @@ which tests/conftest.py's ONE_GROUP keeps the two files that use it on one worke
 
 from __future__ import annotations
 
+import copy
 import json
 import resource
 import shutil
@@ -29,7 +30,7 @@ from support.assignments import (
 )
 from support.course_copy import course_copy
 from support.feedback import recorded_answers
-from support.tricks import submit_tricks, trick_submissions
+from support.tricks import CLASS_RUN_S, CLASS_STUDENTS, submit_class_run, submit_tricks, trick_submissions
 
 # the course dir, the scores and max scores by (assignment, student), seconds late by FLOW's student,
 # and the graded answers each assignment's checks compared with
@@ -115,7 +116,17 @@ def _submit_all(api, config, tmp: Path, course: Path) -> dict[str, list[str]]:
             hard_coded_notebook(course / "release" / name, course / "submitted" / "hardcoded" / name)
     students[FLOW] += _exchange_flow(api, config, tmp, course)
     submit_tricks(course, TRICKS)
+    submit_class_run(course, FLOW)
     return students
+
+
+def _class_api(api):
+    """nbgrader's API with the course's config, but CLASS_RUN_S of wall clock per submission."""
+    from nbgrader.apps import NbGraderAPI
+
+    config = copy.deepcopy(api.config)  # a shallow copy would share (and change) the course's sections
+    config.SandboxedExecute.submission_s = CLASS_RUN_S
+    return NbGraderAPI(config=config)
 
 
 def _autograde_all(api, students: dict[str, list[str]]) -> dict[str, set[float]]:
@@ -130,6 +141,11 @@ def _autograde_all(api, students: dict[str, list[str]]) -> dict[str, set[float]]
             with recorded_answers(answers.setdefault(name, set())) if mine else nullcontext():
                 result = api.autograde(name, student, force=True, create=True)
             seconds[(name, student)] = (time.perf_counter() - start, _cpu_seconds() - cpu)
+            assert result["success"], result["log"] + result.get("error", "")
+        if name == FLOW:  # one nbgrader run for a class with a malformed and a slow submission in it
+            start = time.perf_counter()
+            result = _class_api(api).autograde(name, "class-*", force=True, create=True)
+            seconds[(name, "class run")] = (time.perf_counter() - start, 0.0)
             assert result["success"], result["log"] + result.get("error", "")
         result = api.generate_feedback(name)
         assert result["success"], result["log"] + result.get("error", "")
@@ -154,6 +170,7 @@ def graded_course(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Graded]:
         students = _submit_all(api, config, tmp, course)
         answers = _autograde_all(api, students)
         everyone = [(n, s) for n, names in students.items() for s in names] + TRICKS
+        everyone += [(FLOW, s) for s in CLASS_STUDENTS]
         with Gradebook(config.CourseDirectory.db_url) as gb:
             found = {(n, s): gb.find_submission(n, s) for n, s in everyone}
             scores = {key: (sub.score, sub.max_score) for key, sub in found.items()}

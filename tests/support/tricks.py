@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from course_lib.grading.switched_off import SWITCHED_OFF
+from course_grading.switched_off import SWITCHED_OFF
 from support.assignments import COURSE, grade_info
 
 EXEC_SOURCE = """
@@ -65,6 +65,24 @@ LIBRARY_COPY = {  # a copy of the library's answer, made before the grader switc
     "_copy = types.FunctionType(_b.one_f_one_b.__code__, _b.one_f_one_b.__globals__)\n"
     "my_1f1b = lambda p, m: _copy(p, m)",
 }
+# Issue 41's round: a student who reads the grader
+UNLOCK_AND_PATCH = PATCH_CHECKS + """
+import course_grading.worker as _w  # the worker's error reporter, if it ran the tests
+_w._error = lambda err: {"ename": "AssertionError", "evalue": "", "traceback": ""}
+"""
+LIBRARY_CALL = {  # the graded function calls the library's answer (the grader once switched it off in here)
+    "a04_one_f_one_b": "from course_lib.shelf.first_schedules import build_schedule\n"
+    "def my_1f1b(p, m):\n    return build_schedule('1f1b', p, m)\n",
+    "a07_zero_bubble": "from course_lib.schedules.zero_bubble import zb_h1\n"
+    "def my_zb_h1(p, m):\n    return zb_h1(p, m)\n",
+}
+ANSWER_TABLE = {  # a cell fills a table of the library's answers while it runs; the functions read it
+    "a03_bubble": "from course_lib.schedules.closed_forms import gpipe_bubble\n"
+    "_T = {(p, m): gpipe_bubble(p, m) for p in range(1, 17) for m in range(1, 65)}\n"
+    "_O = {(p, m): gpipe_bubble(p, m, convention='megatron') for p in range(1, 17) for m in range(1, 65)}\n"
+    "idle_fraction = lambda p, m: _T[(p, m)]\nbubble_over_ideal = lambda p, m: _O[(p, m)]\n",
+}
+SLEEP = "import time\ntime.sleep(600)  # longer than the submission's wall clock\n"
 FLOOD = "for _ in range(400_000):\n    print('x' * 99)  # 40 MB\n"
 EXITS = {  # the solution's line -> what replaces it
     "exit": ("    return (p - 1) / (m + p - 1)", "    import os\n    os._exit(0)"),  # in idle_fraction
@@ -85,7 +103,7 @@ def _code_cell(source: str) -> dict:
 
 def trick(course: Path, name: str, kind: str) -> dict:
     """The student version of `name` (or the solution, for the robustness cases) with `kind` applied."""
-    base = "source" if kind in ROBUSTNESS else "release"
+    base = "source" if kind in (*ROBUSTNESS, "slow") else "release"
     _, nb = notebook_of(course / base / name)
     answers = [c for c in nb["cells"] if grade_info(c).get("solution")]
     first = nb["cells"].index(answers[0])
@@ -104,6 +122,22 @@ def trick(course: Path, name: str, kind: str) -> dict:
         answers[0]["source"] = FRAME_READER.format(functions=functions)
     elif kind == "library_copy":
         answers[0]["source"] = LIBRARY_COPY[name]
+    elif kind == "library_call":
+        answers[0]["source"] = LIBRARY_CALL[name]
+    elif kind == "answer_table":
+        answers[0]["source"] = ANSWER_TABLE[name]
+    elif kind == "unlocked":  # every test cell unlocked in the metadata editor, the checks patched
+        for cell in nb["cells"]:
+            if grade_info(cell).get("grade"):
+                cell["metadata"]["nbgrader"]["locked"] = False
+        answers[0]["source"] = UNLOCK_AND_PATCH
+    elif kind == "pasted_test":  # a test cell copied and pasted: its metadata is "nbgrader": {}
+        test = next(c for c in nb["cells"] if grade_info(c).get("grade"))
+        pasted = json.loads(json.dumps(test))
+        pasted["metadata"]["nbgrader"] = {}
+        nb["cells"].insert(nb["cells"].index(test) + 1, pasted)
+    elif kind == "slow":  # the solution, but its first cell sleeps past the wall clock
+        answers[0]["source"] = SLEEP + "".join(answers[0]["source"])
     elif kind in EXITS:  # the solution, but one of its functions ends its process or calls sys.exit
         line, exits = EXITS[kind]
         source = "".join(answers[0]["source"])
@@ -122,13 +156,26 @@ A1_TRICKS = ("transformer", "patch_checks", "frame_reader", "gradebook", "librar
 def trick_submissions(assignments: list[str]) -> list[tuple[str, str]]:
     """(assignment, kind) of every trick and robustness case graded."""
     found = [(name, "exec_source") for name in assignments] + [("a03_bubble", kind) for kind in A1_TRICKS]
+    found += [(name, "library_call") for name in LIBRARY_CALL] + [(n, "answer_table") for n in ANSWER_TABLE]
     return found + [("a04_one_f_one_b", "library_copy"), *[("a03_bubble", kind) for kind in ROBUSTNESS]]
 
 
-def submit_tricks(course: Path, submissions: list[tuple[str, str]]) -> None:
-    """Write each (assignment, kind) to submitted/<kind>/<assignment>/, as nbgrader collects it."""
+# graded together in one class run of A1 (student ids "class-<kind>"), each submission with a wall clock of
+# CLASS_RUN_S (tests/support/autograde.py): the malformed and the slow among the others
+CLASS_RUN = ("untouched", "unlocked", "pasted_test", "slow")  # honest work is graded at full time above
+CLASS_RUN_S = 10.0
+CLASS_STUDENTS = tuple(f"class-{kind}" for kind in CLASS_RUN)
+
+
+def submit_class_run(course: Path, name: str) -> None:
+    """Write A1's class-run submissions to submitted/class-<kind>/<name>/ (student ids CLASS_STUDENTS)."""
+    submit_tricks(course, [(name, kind) for kind in CLASS_RUN], prefix="class-")
+
+
+def submit_tricks(course: Path, submissions: list[tuple[str, str]], prefix: str = "") -> None:
+    """Write each (assignment, kind) to submitted/<prefix><kind>/<assignment>/, as nbgrader collects it."""
     for name, kind in submissions:
-        folder = course / "submitted" / kind / name
+        folder = course / "submitted" / f"{prefix}{kind}" / name
         folder.mkdir(parents=True)
         path, _ = notebook_of(course / "release" / name)
         (folder / path.name).write_text(json.dumps(trick(course, name, kind)))

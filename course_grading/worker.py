@@ -1,80 +1,36 @@
 """The student's side of the wall: runs inside the sandbox, executes the student's cells, answers calls.
 
-Started by ``course_lib.grading.sandbox`` as ``python -m course_lib.grading.worker FD``. Requests arrive
+Started by ``course_grading.sandbox`` as ``python -m course_grading.worker FD``. Requests arrive
 on stdin, one JSON object a line; replies leave on file descriptor FD, one JSON object a line; whatever the
 student's code prints goes to stdout / stderr, which the grader reads, caps and shows. Every value that
-leaves is plain data (``course_lib.grading.plain``).
+leaves is plain data (``course_grading.plain``).
 
-- ``{"op": "gate", "functions": ["module:qualname", ...]}``, sent before any student code runs: each of
-  these library functions becomes a gate. Its code object is replaced, so a copy the student makes later
-  (``types.FunctionType(f.__code__, ...)``, ``functools.partial``, another name) is the gate too.
+- ``{"op": "ready"}``, sent before any student code runs: replies once the worker is up.
 - ``{"op": "exec", "code": ...}``: run a cell in the student's namespace; reply with the error (if any)
   and what each new or rebound name is: plain data, a function, or something else.
-- ``{"op": "call", "name": ..., "args": ..., "kwargs": ..., "off": {"module:qualname": why}}``: call the
-  student's function with those gates closed; reply with its value, as plain data, or its error.
+- ``{"op": "call", "name": ..., "args": ..., "kwargs": ...}``: call the student's function; reply with
+  its value, as plain data, or its error.
+
+Nothing here is trusted by the grader: the student's code may rewrite this module while it runs. The
+grader takes only plain data from it, and decides nothing from what it says beyond that data.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
 import traceback
-import types
 from typing import Any
 
-from course_lib.grading import plain
-
-
-class Gates:
-    """Library functions that refuse to answer while a graded call has them closed."""
-
-    def __init__(self, space: dict[str, Any]) -> None:
-        self.space = space  # the notebook's namespace: where "__main__:name" keys live
-        self.real: dict[str, types.FunctionType] = {}
-        self.closed: dict[str, str] = {}
-        self.pending: list[str] = []  # "__main__:name" keys whose function the notebook has not defined yet
-
-    def _find(self, key: str) -> types.FunctionType | None:
-        module, qualname = key.split(":")
-        owner: Any = self.space if module == "__main__" else importlib.import_module(module)
-        *path, name = qualname.split(".")
-        for part in path:
-            owner = getattr(owner, part)
-        found = owner.get(name) if isinstance(owner, dict) else vars(owner).get(name)
-        return getattr(found, "__func__", found)  # a classmethod's function
-
-    def install(self, key: str) -> None:
-        fn = self._find(key)
-        if fn is None and key.startswith("__main__:"):
-            self.pending.append(key)
-            return
-        if not isinstance(fn, types.FunctionType) or fn.__closure__:
-            raise TypeError(f"{key} cannot be switched off: only plain functions without a closure can")
-        real = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
-        real.__kwdefaults__ = fn.__kwdefaults__
-        self.real[key] = real
-        fn.__globals__["__course_gate__"] = self.through
-        source = f"def gate(*args, **kwargs):\n    return __course_gate__({key!r}, args, kwargs)\n"
-        space: dict = {}
-        exec(compile(source, f"<gate {key}>", "exec"), space)  # noqa: S102
-        fn.__code__ = space["gate"].__code__  # every reference to fn, and every copy made later, is the gate
-
-    def install_pending(self) -> None:
-        waiting, self.pending = self.pending, []
-        for key in waiting:
-            self.install(key)
-
-    def through(self, key: str, args: tuple, kwargs: dict) -> Any:
-        if key in self.closed:
-            name = key.split(":")[1]
-            raise AssertionError(f"{name} is switched off while your code is graded: {self.closed[key]}")
-        return self.real[key](*args, **kwargs)
+from course_grading import plain
 
 
 def _error(err: BaseException) -> dict:
-    lines = traceback.format_exception(type(err), err, err.__traceback__)
+    """The error as the student should read it: their frames and the library's, none of the worker's."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if "course_grading" not in f.filename]
+    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)] if frames else []
+    lines += traceback.format_exception_only(type(err), err)
     evalue = str(err)[:4000]
     if isinstance(err, SystemExit):  # sys.exit(3) says only "3"
         evalue = f"sys.exit({err.code!r}) ends the program: a graded function must return its answer instead"
@@ -104,12 +60,9 @@ class Worker:
     def __init__(self) -> None:
         self.space: dict[str, Any] = {"__name__": "__main__", "get_ipython": _Shell}
         self.seen: dict[str, int] = {}
-        self.gates = Gates(self.space)
         self.cells = 0
 
-    def gate(self, functions: list[str]) -> dict:
-        for key in functions:
-            self.gates.install(key)
+    def ready(self) -> dict:
         return {"ok": True}
 
     def exec(self, code: str) -> dict:
@@ -132,21 +85,18 @@ class Worker:
             names[name] = _describe(value)
         return {"ok": error is None, "error": error, "names": names}
 
-    def call(self, name: str, args: Any, kwargs: Any, off: dict[str, str]) -> dict:
+    def call(self, name: str, args: Any, kwargs: Any) -> dict:
         fn = self.space.get(name)
         if fn is None or not callable(fn):
             return {
                 "ok": False,
                 "error": {"ename": "NameError", "evalue": f"{name} is not defined", "traceback": ""},
             }
-        self.gates.closed = dict(off)
         try:
             value = fn(*plain.decode(args), **plain.decode(kwargs))
             return {"ok": True, "value": plain.encode(value)}
         except BaseException as err:  # sys.exit inside the function fails this call only
             return {"ok": False, "error": _error(err)}
-        finally:
-            self.gates.closed = {}
 
 
 def main() -> None:

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Make sure bubblewrap (Debian's `bubblewrap` package: the `bwrap` command) is there for the grading
-# sandbox (course_lib/grading/sandbox.py), installing it when it is missing and we may (Linux, root,
+# sandbox (course_grading/sandbox.py), installing it when it is missing and we may (Linux, root,
 # apt-get present). Idempotent and quiet: prints nothing when bwrap is (or becomes) available, else ONE
 # line saying why. Exits 0 when bwrap is there, 1 when it is not. `make instructor` and the grading
-# tests run it. Try it:  bash course_lib/grading/ensure_sandbox.sh; echo "rc=$?"
+# tests run it. Try it:  bash course_grading/ensure_sandbox.sh; echo "rc=$?"
 set -u
 if command -v bwrap >/dev/null 2>&1; then
     exit 0

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
+import importlib
 import json
 import math
 from typing import Any
@@ -28,14 +30,16 @@ class PlainDataError(ValueError):
     """A value that cannot cross the wall (the message says which part and why)."""
 
 
-def _registry() -> dict[str, type]:
-    from course_lib.balance import LayerProfile
-    from course_lib.lessons.wan_plan import WanPlan, WanProblem
-    from course_lib.planner.layout import Layout
-    from course_lib.shelf.costs import Link
-    from course_lib.shelf.schedule import Action, Kind, Schedule
+# The course's value types that may cross, by class name: found in the library by name
+# (course_grading.names), wherever its layout puts them this term
+TYPES = ("Action", "Kind", "Schedule", "WanPlan", "WanProblem", "Layout", "Link", "LayerProfile")
 
-    return {t.__name__: t for t in (Action, Kind, Schedule, WanPlan, WanProblem, Layout, Link, LayerProfile)}
+
+@functools.lru_cache(maxsize=1)
+def _registry() -> dict[str, type]:
+    from course_grading.names import module_of
+
+    return {name: getattr(importlib.import_module(module_of(name)), name) for name in TYPES}
 
 
 def _number(value: Any) -> Any:

@@ -1,12 +1,14 @@
 """The wall around a student's code: its own process, in bubblewrap, with bounded time, memory and tasks.
 
-``Sandbox`` starts ``course_lib.grading.worker`` under Debian's ``bwrap`` (bubblewrap): a new mount,
+``Sandbox`` starts ``course_grading.worker`` under Debian's ``bwrap`` (bubblewrap): a new mount,
 network, PID, IPC and UTS namespace whose file system holds only the system's read-only /usr (and /etc),
 the Python environment and ``course_lib`` / ``data`` (read-only) and an empty /tmp. The course directory
 (sources, gradebook.db, other students' submissions) is not there, and there is no network but a
 loopback of its own. Limits (setrlimit): address space, CPU seconds, processes (as ``nobody`` when the
 grader is root), file size, open files; and a wall clock per request, past which the sandbox is killed
-and started again with its cells replayed, so one runaway function fails only its own test.
+and started again with its cells replayed, so one runaway function fails only its own test; and a
+wall clock for the whole submission (``Budget``), shared by its sandboxes, past which nothing of the
+student's runs any more (CPU seconds do not bound a ``sleep``).
 
     with Sandbox() as box:
         box.exec("def f(x):\\n    return 2 * x")
@@ -28,10 +30,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_lib.grading import plain
-from course_lib.grading.sandbox_output import Output
+from course_grading import plain
+from course_grading.sandbox_output import Output
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 GiB = 2**30
 NOBODY = 65534
 
@@ -47,6 +49,23 @@ class Limits:
     output_chars: int = 10_000  # what one cell's printed output may show; the rest is counted, not kept
 
 
+@dataclass
+class Budget:
+    """The wall-clock seconds one submission's code may run in all, over all its sandboxes."""
+
+    seconds: float = 600.0
+    started: float = field(default_factory=time.monotonic)
+
+    def left(self) -> float:
+        return self.seconds - (time.monotonic() - self.started)
+
+    def message(self) -> str:
+        return (
+            f"grading stopped running your code here: your notebook used up its {self.seconds:g} s of "
+            "grading time (wall clock, all cells and graded calls together); what was not run scores 0"
+        )
+
+
 class StudentError(Exception):
     """The student's code failed (raised, ran too long, ended its process, or returned what cannot cross)."""
 
@@ -60,7 +79,7 @@ def unavailable() -> str | None:
     if platform.system() != "Linux":
         return f"the grading sandbox needs Linux (bubblewrap); this is {platform.system()}"
     if shutil.which("bwrap") is None:
-        return "bubblewrap is not installed: run course_lib/grading/ensure_sandbox.sh (as root)"
+        return "bubblewrap is not installed: run course_grading/ensure_sandbox.sh (as root)"
     probe = subprocess.run(
         [*bwrap_argv(), "true"], capture_output=True, text=True, preexec_fn=_limit(Limits()), timeout=30
     )
@@ -82,7 +101,12 @@ def python() -> Path:
     return inside if inside.exists() else Path(sys.executable).resolve()
 
 
-def bwrap_argv() -> list[str]:
+# What the sandbox holds of the grader: the worker and what it imports, nothing else of course_grading
+WORKER_FILES = ("__init__.py", "worker.py", "plain.py", "names.py")
+GRADER = Path(__file__).resolve().parent
+
+
+def bwrap_argv(library: Path | None = None) -> list[str]:
     """bubblewrap's command line: a file system of read-only system files, the course's library and an
     empty /tmp; no network, no view of other processes; killed with the grader. As root, bwrap makes the
     namespaces itself and the worker then becomes ``nobody`` (setpriv, no capabilities left); as anyone
@@ -103,19 +127,32 @@ def bwrap_argv() -> list[str]:
     for name in etc:
         if (Path("/etc") / name).exists():
             argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-    # the library and its data files, not notebooks/ (the course directory)
-    bound = [*_environment_paths(), ROOT / "course_lib", ROOT / "data"]
+    # the library (the grading edition, when given, in its place) and its data files, not notebooks/ (the
+    # course directory); of the grader, the worker's files only
+    worker = [GRADER / name for name in WORKER_FILES]
+    bound = {**{p: p for p in _environment_paths()}, ROOT / "course_lib": library or ROOT / "course_lib",
+             ROOT / "data": ROOT / "data", **{p: p for p in worker}}  # fmt: skip
     parents = sorted({str(a) for p in bound for a in p.parents if str(a) != "/"}, key=len)
     for parent in parents:  # made here, traversable by nobody (bwrap's own would be root's, mode 0700)
         argv += ["--perms", "0755", "--dir", parent]
-    for path in bound:
-        argv += ["--ro-bind", str(path), str(path)]
+    for inside, outside in bound.items():
+        argv += ["--ro-bind", str(outside), str(inside)]
     argv += ["--chdir", "/tmp", "--setenv", "HOME", "/tmp", "--setenv", "MPLCONFIGDIR", "/tmp"]
     argv += ["--setenv", "PYTHONPATH", str(ROOT), "--setenv", "MPLBACKEND", "Agg", "--"]
     if root:  # root is exempt from the process limit and may read anything: the worker is nobody
         argv += ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--no-new-privs"]
         argv += ["--inh-caps=-all", "--bounding-set=-all"]
     return argv
+
+
+def _beside(library: Path) -> Path:
+    """Without bubblewrap nothing is mounted: the edition's folder goes first on the path, with the data
+    files beside it (the library finds them next to itself)."""
+    data = library.parent / "data"
+    if not data.exists():
+        with contextlib.suppress(OSError):
+            data.symlink_to(ROOT / "data")
+    return library.parent
 
 
 def _own_processes() -> int:
@@ -148,8 +185,9 @@ def _limit(limits: Limits):
 @dataclass
 class Sandbox:
     limits: Limits = field(default_factory=Limits)
-    gates: tuple[str, ...] = ()  # library functions ("module:qualname") a call may switch off
+    library: Path | None = None  # the grading edition of course_lib to mount (None: course_lib itself)
     contained: bool = True  # False: the same worker process and limits, without bubblewrap
+    budget: Budget | None = None  # the submission's wall clock, shared with its other sandboxes
     _cells: list[str] = field(default_factory=list)
 
     def __enter__(self) -> Sandbox:
@@ -166,15 +204,16 @@ class Sandbox:
             try:
                 return self._start_once()
             except StudentError:
-                if attempt == attempts - 1:
+                if attempt == attempts - 1 or self.spent():
                     raise
                 time.sleep(0.25 * 2**attempt)  # 0.25 s, 0.5 s, ... about 30 s in all
 
     def _start_once(self) -> None:
         reply_read, reply_write = os.pipe()
-        worker = [str(python()), "-m", "course_lib.grading.worker", str(reply_write)]
-        argv = [*(bwrap_argv() if self.contained else []), *worker]
-        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": "/tmp", "MPLBACKEND": "Agg"}
+        worker = [str(python()), "-m", "course_grading.worker", str(reply_write)]
+        argv = [*(bwrap_argv(self.library) if self.contained else []), *worker]
+        path = str(ROOT) if self.contained or self.library is None else f"{_beside(self.library)}:{ROOT}"
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": path, "HOME": "/tmp", "MPLBACKEND": "Agg"}
         self._proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
             pass_fds=(reply_write,), preexec_fn=_limit(self.limits), start_new_session=True,
@@ -183,9 +222,7 @@ class Sandbox:
         os.close(reply_write)
         self._replies = os.fdopen(reply_read, "rb")
         self._output = Output(self._proc.stdout, self.limits.output_chars)
-        self._request(
-            {"op": "gate", "functions": list(self.gates)}, timeout_s=max(self.limits.request_s, 120)
-        )
+        self._request({"op": "ready"}, timeout_s=max(self.limits.request_s, 120))
 
     def close(self) -> None:
         proc, self._proc = getattr(self, "_proc", None), None
@@ -199,6 +236,12 @@ class Sandbox:
     def _request(self, request: dict, timeout_s: float | None = None) -> dict:
         """Send one request; its reply, or StudentError if the sandbox died or ran past the time."""
         timeout_s = self.limits.request_s if timeout_s is None else timeout_s
+        over_budget = self.budget is not None and self.budget.left() < timeout_s
+        if over_budget:
+            timeout_s = max(self.budget.left(), 0.0)  # type: ignore[union-attr]
+            if timeout_s <= 0:
+                self.close()
+                raise StudentError("TimeoutError", self.budget.message())  # type: ignore[union-attr]
         try:
             self._proc.stdin.write((json.dumps(request) + "\n").encode())
             self._proc.stdin.flush()
@@ -212,6 +255,8 @@ class Sandbox:
             ready, _, _ = select.select([self._replies, *output], [], [], max(left, 0))
             if not ready:
                 self.close()
+                if over_budget:
+                    raise StudentError("TimeoutError", self.budget.message())  # type: ignore[union-attr]
                 raise StudentError("TimeoutError", f"ran longer than {timeout_s:g} s and was stopped")
             if self._output.fd in ready:
                 self._output.read()
@@ -230,6 +275,10 @@ class Sandbox:
             f"the process running your code {how}: os._exit, a crash or a limit (memory, CPU time) ended it",
         )
 
+    def spent(self) -> bool:
+        """Whether the submission's wall clock has run out (nothing more of the student's runs)."""
+        return self.budget is not None and self.budget.left() <= 0
+
     def restart(self) -> None:
         """A fresh sandbox with the cells run so far run again (their output and errors ignored); a cell
         that ends the process even then is left out, of this replay and of later ones."""
@@ -240,26 +289,28 @@ class Sandbox:
             try:
                 self._request({"op": "exec", "code": code})
                 kept.append(code)
-            except StudentError:
+            except StudentError:  # this cell ends the process: a fresh one, with the cells kept so far
+                if self.spent():
+                    raise
                 self._start()
+                for done in kept:
+                    self._request({"op": "exec", "code": done})
         self._cells = kept
         self._output.take()  # the replay's output is not the next cell's
 
     def exec(self, code: str) -> tuple[str, dict | None, dict]:
         """Run a cell: (printed output, error or None, {name: description})."""
-        if self._proc is None:
-            self.restart()
         try:
+            if self._proc is None:
+                self.restart()
             reply = self._request({"op": "exec", "code": code})
         except StudentError as err:  # the cell ended the process (or ran out of time): not replayed later
             return self._output.take(), {"ename": err.ename, "evalue": err.evalue, "traceback": ""}, {}
         self._cells.append(code)
         return self._output.take(), reply.get("error"), reply.get("names", {})
 
-    def call(
-        self, name: str, args: tuple = (), kwargs: dict | None = None, off: dict[str, str] | None = None
-    ):
-        """The student's `name`(*args, **kwargs) with the gates in `off` closed: its value, rebuilt here."""
+    def call(self, name: str, args: tuple = (), kwargs: dict | None = None):
+        """The student's `name`(*args, **kwargs): its value, rebuilt here from plain data."""
         if self._proc is None:
             self.restart()
         request = {
@@ -268,7 +319,7 @@ class Sandbox:
             "args": plain.encode(tuple(args)),
             "kwargs": plain.encode(kwargs or {}),
         }
-        reply = self._request(request | {"off": off or {}})
+        reply = self._request(request)
         self._output.take()  # what a graded call prints is not shown (it could carry a hidden case)
         if not reply.get("ok"):
             error = reply.get("error") or {}

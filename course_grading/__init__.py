@@ -1,0 +1,16 @@
+"""course_grading: the instructor's side of the course, installed for instructors and CI, not for students.
+
+It grades the assignments in notebooks/assignments with nbgrader (`make instructor`, the guide in
+notebooks/assignments/README.md). What runs where:
+
+- nbgrader's own process (the grader) reads the release's cells from the gradebook, runs the test cells
+  and the hidden tests, and writes scores and feedback (``execute``, ``intake``, ``feedback``);
+- each submission's code runs in sandboxes (``sandbox``: bubblewrap, no network, no course directory,
+  bounded memory, processes and wall clock), started as ``worker``: one runs its cells; each graded
+  function is called in one whose course_lib is a grading edition (``edition``: the answers that
+  function may not use, named in ``switched_off``, are cut out), the cells replayed there first. Of this
+  package a sandbox holds only ``worker``, ``plain`` (the only data that crosses back) and ``names``.
+
+The student's side stays in course_lib: the checks released assignments import (course_lib.grading),
+the kit that builds lab/ and the lessons' self-checks. Nothing there imports this package.
+"""
