@@ -24,7 +24,7 @@ _A1_FORMULA = {
     "_smallest_m": OWN_FORMULA,
 }
 _A3_CUT = {
-    "balanced": "find the cut yourself (course_lib.shelf.model.optimal is allowed)",
+    "balanced": "find the cut yourself (course_lib.balance.optimal is allowed)",
     "_best": "find the cut yourself",
 }
 _A6_COUNTS = {
