@@ -79,3 +79,13 @@ def test_07b_and_07c_say_whose_b_in_dualpipes_bubble(stem):
     lesson = text(stem)
     assert "(p/2−1)(F&B+I−2W)" in lesson  # DeepSeek's B = I + W, rewritten in the course's symbols
     assert "notation.md" in lesson
+
+
+def test_12_zero_3_with_a_pipeline_is_qualified_by_what_torchtitan_does():
+    lesson = text("12_pipelines_with_data_parallelism")
+    assert '"DP" must be plain DP or ZeRO-1' not in lesson
+    assert "reshard_after_forward=False" in lesson and "unless the gathered weights stay in memory" in lesson
+
+
+def test_15_names_the_vllm_versions_whose_documentation_it_quotes():
+    assert "versions 0.5.5 to 0.8" in text("15_pipeline_inference")
