@@ -56,7 +56,7 @@ def tp_what_if() -> tuple[object, str, Tour]:
     from course_lib.widgets.tp_what_if import tp_what_if as build
 
     tour = [("devices_slider", 16), ("m_slider", 32), ("link_dropdown", "ib-ndr"), ("devices_slider", 4),
-            ("what_dropdown", DECODE), ("devices_slider", 12), ("link_dropdown", "100gbe"),
+            ("what_dropdown", DECODE), ("devices_slider", 8), ("link_dropdown", "100gbe"),
             ("what_dropdown", "training step"), ("m_slider", 128)]  # fmt: skip
     return build(), "image", tour
 

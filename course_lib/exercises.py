@@ -73,7 +73,9 @@ def _report(name: str, answer: object, expected: float, hint: str, rel_tol: floa
     except Exception:  # an answer that cannot even be shown, such as an int of 5,000 digits
         result, shown = "not a number", f"a {type(answer).__name__} too big to show"
     if result == "ok":
-        print(f"[correct] {name}: {float(answer):.4g}")  # type: ignore[arg-type]
+        value = float(answer)  # type: ignore[arg-type]
+        # a count prints as one: 49,984, not 4.998e+04
+        print(f"[correct] {name}: {int(value):,}" if value.is_integer() else f"[correct] {name}: {value:.4g}")
     elif result == "missing":
         print(f"[open] {name}: no answer yet. Hint: {hint}" if hint else f"[open] {name}: no answer yet.")
     else:

@@ -53,8 +53,8 @@ MOVED_MODULES: dict[str, str | dict[str, tuple[str, ...]]] = {
     "course_lib.engines.dist_result": "course_lib.shelf.run_spec",
     "course_lib.launch_diagnosis": "course_lib.shelf.launcher",
     "course_lib.launch": "course_lib.shelf.launcher",
-    "course_lib.saved_memory": "course_lib.shelf.stage",
-    "course_lib.engines.weight_grad": "course_lib.engines.split_backward",
+    "course_lib.shelf.stage": "course_lib.shelf.stage",
+    "course_lib.engines.split_backward": "course_lib.engines.split_backward",
     "course_lib.engines.plan": "course_lib.shelf.local_engine",
     "course_lib.engines.links_injected": "course_lib.shelf.p2p",
     # charts: one home, the Gantt chart included

@@ -28,6 +28,8 @@ from course_lib.tp.plots import plot_sweep
 from course_lib.widgets.controls import Shown, slider_size
 
 M_CHOICES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)  # a mouse can pick each of these
+# t must divide the 70B-class model's 64 attention heads and p its 80 layers: the counts both can take
+DEVICE_CHOICES = (2, 4, 8, 16)
 TRAINING, DECODE = "training step", "decode (one token)"
 WHAT_IF_CACHE_SIZE = 64  # charts kept: moving back to a setting is instant
 PLAIN = FuncFormatter(lambda value, _pos: f"{value:g}")  # 1, 10, 100, 1000, 10000 on log axes
@@ -51,9 +53,10 @@ class TpWhatIf(Shown, widgets.VBox):
     def __init__(self, link: str = "nvlink4", what: str = TRAINING, devices: int = 8, microbatches: int = 8):
         self.link_dropdown = widgets.Dropdown(options=list(PRESETS), value=link, description="link")
         self.what_dropdown = widgets.Dropdown(options=[TRAINING, DECODE], value=what, description="what")
-        self.devices_slider = widgets.IntSlider(
-            value=devices, min=2, max=16, description="devices", continuous_update=False, **slider_size(15)
-        )
+        self.devices_slider = widgets.SelectionSlider(
+            options=DEVICE_CHOICES, value=devices, description="devices", continuous_update=False,
+            **slider_size(len(DEVICE_CHOICES)),
+        )  # fmt: skip
         self.m_slider = widgets.SelectionSlider(
             options=M_CHOICES, value=microbatches, description="micro-batches", continuous_update=False,
             **slider_size(len(M_CHOICES)),

@@ -62,8 +62,10 @@ def test_every_move_points_at_lessons_that_exist_and_the_readme_lists_it():
 
 
 def test_the_readme_table_lists_every_lesson_once_in_course_order():
-    # file names sort in course order: 04_ before 04b_, 07a_ to 07c_ before 08_
-    lessons = sorted(p.name for p in (REPO_ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
+    # course order: the core path, then the electives (as the metadata says), each in file order
+    paths = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
+    track = {p.name: json.loads(p.read_text())["metadata"]["course"]["track"] for p in paths}
+    lessons = sorted(track, key=lambda name: (track[name] != "core", name))
     rows = [line for line in README.splitlines() if line.startswith("| ") and ".ipynb` |" in line]
     table = [row.split("`")[1] for row in rows]
     assert table == lessons
