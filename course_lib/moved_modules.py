@@ -53,10 +53,13 @@ MOVED_MODULES: dict[str, str | dict[str, tuple[str, ...]]] = {
     "course_lib.engines.dist_result": "course_lib.shelf.run_spec",
     "course_lib.launch_diagnosis": "course_lib.shelf.launcher",
     "course_lib.launch": "course_lib.shelf.launcher",
-    "course_lib.shelf.stage": "course_lib.shelf.stage",
-    "course_lib.engines.split_backward": "course_lib.engines.split_backward",
+    "course_lib.saved_memory": "course_lib.shelf.stage",
+    "course_lib.engines.weight_grad": "course_lib.engines.split_backward",
     "course_lib.engines.plan": "course_lib.shelf.local_engine",
     "course_lib.engines.links_injected": "course_lib.shelf.p2p",
+    # the instructor's autograder left the student's library
+    **{f"course_lib.grading.{name}": f"course_grading.{name}" for name in (
+        "execute", "sandbox", "sandbox_output", "worker", "plain", "feedback", "switched_off")},
     # charts: one home, the Gantt chart included
     "course_lib.plots": {
         _GANTT: (

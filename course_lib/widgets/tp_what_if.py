@@ -29,7 +29,7 @@ from course_lib.widgets.controls import Shown, slider_size
 
 M_CHOICES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)  # a mouse can pick each of these
 # t must divide the 70B-class model's 64 attention heads and p its 80 layers: the counts both can take
-DEVICE_CHOICES = (2, 4, 8, 16)
+TP_WHAT_IF_DEVICES = (2, 4, 8, 16)
 TRAINING, DECODE = "training step", "decode (one token)"
 WHAT_IF_CACHE_SIZE = 64  # charts kept: moving back to a setting is instant
 PLAIN = FuncFormatter(lambda value, _pos: f"{value:g}")  # 1, 10, 100, 1000, 10000 on log axes
@@ -54,8 +54,8 @@ class TpWhatIf(Shown, widgets.VBox):
         self.link_dropdown = widgets.Dropdown(options=list(PRESETS), value=link, description="link")
         self.what_dropdown = widgets.Dropdown(options=[TRAINING, DECODE], value=what, description="what")
         self.devices_slider = widgets.SelectionSlider(
-            options=DEVICE_CHOICES, value=devices, description="devices", continuous_update=False,
-            **slider_size(len(DEVICE_CHOICES)),
+            options=TP_WHAT_IF_DEVICES, value=devices, description="devices", continuous_update=False,
+            **slider_size(len(TP_WHAT_IF_DEVICES)),
         )  # fmt: skip
         self.m_slider = widgets.SelectionSlider(
             options=M_CHOICES, value=microbatches, description="micro-batches", continuous_update=False,
