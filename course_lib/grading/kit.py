@@ -4,7 +4,8 @@ The repository is the instructor's copy: `notebooks/assignments/source/` holds e
 test. A student's JupyterLab must not be able to open it, and running a lesson must not rewrite a tracked
 file (or the next `git pull` conflicts). So `make lab` serves `lab/` (git-ignored), built here on first run:
 
-- the lessons, `notebooks/*.ipynb`, copied as they are;
+- the lessons, `notebooks/*.ipynb`, and the notation card they link to (`notebooks/*.md`), copied as they
+  are;
 - every assignment's student version, `assignments/<assignment>/<notebook>.ipynb`, made by nbgrader's own
   `generate_assignment` in a throw-away course directory (solutions replaced by stubs, hidden tests cut,
   outputs cleared, test cells locked): the very file an instructor's `release/` would hold;
@@ -94,6 +95,8 @@ def released(course: Path = COURSE) -> dict[str, bytes]:
 def kit_files(root: Path = ROOT) -> dict[str, bytes]:
     """What a student's lab holds: {relative path: bytes} (lessons, then assignments/<name>/<notebook>)."""
     files = {p.name: p.read_bytes() for p in sorted((root / "notebooks").glob("*.ipynb"))}
+    # the notation card every lesson links to (a lesson's link must work in lab/ too)
+    files |= {p.name: p.read_bytes() for p in sorted((root / "notebooks").glob("*.md"))}
     files |= {
         f"assignments/{rel}": data for rel, data in released(root / "notebooks" / "assignments").items()
     }
