@@ -39,7 +39,7 @@ def forward_only(p: int, m: int) -> Schedule:
     """Each device runs its stage's forward for micro-batches 0..m-1, in order; no backward."""
     check_sizes(p, m)
     orders = [[Action(d, Kind.F, j) for j in range(m)] for d in range(p)]
-    return Schedule("forward-only", p, m, orders, list(range(p)))
+    return Schedule("forward-only", p, m, orders, list(range(p)), forward_only=True)
 
 
 def decode(p: int, m: int, tokens: int) -> Schedule:
@@ -48,7 +48,7 @@ def decode(p: int, m: int, tokens: int) -> Schedule:
     check_sizes(p, m)
     require(isinstance(tokens, int) and tokens >= 1, f"tokens must be a whole number >= 1, got {tokens!r}")
     orders = [[Action(k * p + d, Kind.F, j) for k in range(tokens) for j in range(m)] for d in range(p)]
-    return Schedule("decode", p * tokens, m, orders, [s % p for s in range(p * tokens)])
+    return Schedule("decode", p * tokens, m, orders, [s % p for s in range(p * tokens)], forward_only=True)
 
 
 def lap_makespan(p: int, m: int, tokens: int, t_f: float, hop_s: float) -> float:

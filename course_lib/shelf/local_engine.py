@@ -114,6 +114,11 @@ def resolve_schedule(
         )
         schedule = build_schedule(schedule, stages, cfg.microbatches, virtual)
     validate(schedule)
+    require(
+        not getattr(schedule, "forward_only", False),
+        f"schedule {schedule.name!r} is forward only (inference): the engines train, so they need a "
+        "schedule with a backward for every forward",
+    )
     return schedule
 
 

@@ -65,7 +65,9 @@ class Schedule:
 
     ``orders[d]`` is the list of actions device ``d`` runs, in that order. ``stage_to_device[s]`` says
     which device holds stage ``s``; with virtual stages (interleaving) a device holds several.
-    ``split_backward`` is True when backward is written as I + W instead of B."""
+    ``split_backward`` is True when backward is written as I + W instead of B. ``forward_only`` is True for
+    inference (lesson 15): every stage runs F for every micro-batch and nothing else; the validator and
+    the simulator take it, the engines (which train) refuse it."""
 
     name: str
     n_stages: int
@@ -73,6 +75,7 @@ class Schedule:
     orders: list[list[Action]]
     stage_to_device: list[int]
     split_backward: bool = False
+    forward_only: bool = False
 
     @property
     def n_devices(self) -> int:

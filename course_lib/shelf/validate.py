@@ -57,6 +57,8 @@ def describe(action: Action) -> str:
 
 
 def _expected_kinds(schedule: Schedule) -> tuple[Kind, ...]:
+    if getattr(schedule, "forward_only", False):
+        return (Kind.F,)
     return (Kind.F, Kind.I, Kind.W) if schedule.split_backward else (Kind.F, Kind.B)
 
 
@@ -81,7 +83,9 @@ def _action_problems(schedule: Schedule, device: int, action: Action) -> list[st
             f"(m={m}, so micro-batches are 0..{m - 1})"
         )
     if action.kind not in _expected_kinds(schedule):
-        if schedule.split_backward:
+        if getattr(schedule, "forward_only", False):
+            why = "this schedule is forward only (inference): it runs no backward"
+        elif schedule.split_backward:
             why = "this schedule splits backward into I (input gradient) and W (weight gradient)"
         else:
             why = "this schedule uses full backwards B; I and W need split_backward=True"

@@ -57,3 +57,22 @@ def test_bad_sizes_are_refused():
         decode(2, 2, 0)
     with pytest.raises(CourseError, match="6 stages need at least 6 layers; the model has 4"):
         pipelined_logits(ModelConfig(n_layers=2, seq_len=8), 6, torch.zeros(2, 8, dtype=torch.long), 1)
+
+
+def test_a_forward_only_schedule_is_checked_as_one_and_the_engines_refuse_it():
+    from dataclasses import replace
+
+    from course_lib.shelf.local_engine import make_plan
+    from course_lib.shelf.reference import TrainConfig
+    from course_lib.shelf.schedule import Action, Kind
+    from course_lib.shelf.validate import check
+
+    schedule = forward_only(2, 3)
+    assert check(schedule) == []
+    # a stray backward is named, and so is a missing forward
+    with_b = replace(schedule, orders=[schedule.orders[0] + [Action(0, Kind.B, 0)], schedule.orders[1]])
+    assert any("forward only (inference)" in problem for problem in check(with_b))
+    short = replace(schedule, orders=[schedule.orders[0][:-1], schedule.orders[1]])
+    assert any("0F2" in problem and "missing" in problem for problem in check(short))
+    with pytest.raises(CourseError, match="forward only"):
+        make_plan(TrainConfig(n_layers=4, microbatches=4), forward_only(2, 4), None)
