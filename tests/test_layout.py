@@ -59,16 +59,8 @@ def repeated_public_names(sources: dict[str, str]) -> dict[str, list[str]]:
 # both dicts are empty and the test says plainly "no repeat".
 FILE_NAMES_WAITING: dict[str, list[str]] = {}
 PUBLIC_NAMES_WAITING: dict[str, list[str]] = {
-    "Block": ["course_lib/schedules/controllable_memory.py", "course_lib/shelf/model.py"],
-    "Case": ["course_lib/grading/schedule_checks.py", "course_lib/schedules/closed_forms.py"],
-    "MiB": ["course_lib/grading/memory_checks.py", "course_lib/lessons/wan_plan.py"],
-    "describe": ["course_lib/shelf/validate.py", "course_lib/tp/cost.py"],
-    "gpipe": ["course_lib/grading/schedule_checks.py", "course_lib/shelf/first_schedules.py"],
-    "main": ["course_lib/cli/__init__.py", "course_lib/grading/kit.py"],
-    "messages": ["course_lib/lessons/answers/lessons_06_10.py", "course_lib/shelf/schedule.py"],
     "number": ["course_lib/cli/flags.py", "course_lib/grading/__init__.py"],
     "setup": ["course_lib/lesson.py", "course_lib/shelf/reference.py"],
-    "whole": ["course_lib/lessons/answers/registry.py", "course_lib/shelf/errors.py"],
 }
 
 

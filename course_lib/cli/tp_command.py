@@ -18,7 +18,7 @@ import torch
 from course_lib.cli.flags import COUNT, LAYERS, number
 from course_lib.shelf.model import ModelConfig, lm_loss
 from course_lib.tp.accounting import Workload, comparison, tp_allreduces
-from course_lib.tp.cost import Scenario, describe, sweep
+from course_lib.tp.cost import Scenario, describe_sweep, sweep
 
 
 def tp_arguments(parser: argparse.ArgumentParser) -> None:
@@ -99,7 +99,7 @@ def tp_command(args: argparse.Namespace) -> int:
     elif args.what == "sweep":
         make = Scenario.h200_70b_decode if args.scenario == "decode" else Scenario.h200_70b_training
         sc = make(args.devices) if args.scenario == "decode" else make(args.devices, args.microbatches)
-        print(describe(sweep(sc)))
+        print(describe_sweep(sweep(sc)))
     else:
         _measure(args)
     return 0

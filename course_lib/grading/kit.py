@@ -148,7 +148,7 @@ def build(dest: Path, refresh: bool = False, root: Path = ROOT) -> list[str]:
     return done
 
 
-def main(argv: list[str] | None = None) -> int:
+def kit_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Build (or refresh) the student's working copy of the course."
     )
@@ -168,4 +168,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(kit_main())

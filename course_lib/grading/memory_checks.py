@@ -20,7 +20,7 @@ from course_lib.grading.guard import without
 from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.model import Partition
 
-MiB = 2**20
+_MIB = 2**20
 
 
 def stage_bytes(fn: Callable, profile, cases: Sequence[tuple[Sequence[int], int]], hint: str = "") -> None:
@@ -61,7 +61,7 @@ def fit_partition(fn: Callable, profile, cases: Sequence[tuple[int, int, int, st
     parameters) that any fitting cut has; None exactly when no cut fits."""
     __tracebackhide__ = True
     for p, m, budget, schedule in cases:
-        label = f"fit_partition(profile, {p}, {m}, {budget / MiB:g} MiB, {schedule!r})"
+        label = f"fit_partition(profile, {p}, {m}, {budget / _MIB:g} _MIB, {schedule!r})"
         with without(balanced, why="find the cut yourself (course_lib.balance.optimal is allowed)"):
             sizes = grading.call("fit_partition", fn, profile, p, m, budget, schedule, hint=hint)
         best = _best(profile, p, m, budget, schedule)
@@ -81,7 +81,7 @@ def min_stages(fn: Callable, profile, cases: Sequence[tuple[int, int, str]], hin
     """`fn(profile, m, budget, schedule)`: the fewest stages whose best cut fits the budget."""
     __tracebackhide__ = True
     for m, budget, schedule in cases:
-        label = f"min_stages(profile, {m}, {budget / MiB:g} MiB, {schedule!r})"
+        label = f"min_stages(profile, {m}, {budget / _MIB:g} _MIB, {schedule!r})"
         with without(balanced, why="use your fit_partition"):
             got = grading.call("min_stages", fn, profile, m, budget, schedule, hint=hint)
         grading.answered(label, got, hint)

@@ -22,8 +22,8 @@ from course_lib.schedules import closed_forms
 from course_lib.shelf import first_schedules as builders
 from course_lib.shelf.simulator import StageCosts, simulate
 
-Case = tuple[int, int]  # (p, m)
-VISIBLE: tuple[Case, ...] = ((4, 8),)
+SizeCase = tuple[int, int]  # (p, m)
+VISIBLE: tuple[SizeCase, ...] = ((4, 8),)
 # GPipe and 1F1B idle the same share of the step whatever t_f and t_b; these make the timeline readable
 T_F, T_B = 1.0, 2.0
 
@@ -44,7 +44,7 @@ def _derived(name: str, fn: Callable, *args, hint: str = ""):
         return grading.call(name, fn, *args, hint=hint)
 
 
-def idle_fraction(fn: Callable, cases: Sequence[Case] = VISIBLE, hint: str = "") -> None:
+def idle_fraction(fn: Callable, cases: Sequence[SizeCase] = VISIBLE, hint: str = "") -> None:
     """`fn(p, m)` must give the share of a GPipe step a device is idle."""
     __tracebackhide__ = True
     for p, m in cases:
@@ -52,7 +52,7 @@ def idle_fraction(fn: Callable, cases: Sequence[Case] = VISIBLE, hint: str = "")
         grading.number(f"idle_fraction({p}, {m})", got, _gpipe_idle(p, m), hint)
 
 
-def bubble_over_ideal(fn: Callable, cases: Sequence[Case] = VISIBLE, hint: str = "") -> None:
+def bubble_over_ideal(fn: Callable, cases: Sequence[SizeCase] = VISIBLE, hint: str = "") -> None:
     """`fn(p, m)` must give GPipe's idle time over the ideal compute time (Megatron's convention)."""
     __tracebackhide__ = True
     for p, m in cases:
@@ -97,7 +97,7 @@ def _students_schedule(fn: Callable, name: str, library_fn: Callable, p: int, m:
     return schedule
 
 
-def gpipe(fn: Callable, cases: Sequence[Case] = VISIBLE, hint: str = "") -> None:
+def gpipe_builder(fn: Callable, cases: Sequence[SizeCase] = VISIBLE, hint: str = "") -> None:
     """`fn(p, m)` must build GPipe: valid, and in GPipe's order on every device."""
     __tracebackhide__ = True
     for p, m in cases:
@@ -111,14 +111,14 @@ def simulated_bubble(value: object, p: int = 4, m: int = 8, hint: str = "") -> N
     grading.number(f"simulated bubble of my_gpipe({p}, {m})", value, _gpipe_idle(p, m), hint)
 
 
-def one_f_one_b_valid(fn: Callable, cases: Sequence[Case] = VISIBLE, hint: str = "") -> None:
+def one_f_one_b_valid(fn: Callable, cases: Sequence[SizeCase] = VISIBLE, hint: str = "") -> None:
     """`fn(p, m)` must build a schedule the validator accepts (the library's 1F1B switched off)."""
     __tracebackhide__ = True
     for p, m in cases:
         _students_schedule(fn, "my_1f1b", builders.one_f_one_b, p, m, hint)
 
 
-def one_f_one_b_memory(fn: Callable, cases: Sequence[Case] = VISIBLE, hint: str = "") -> None:
+def one_f_one_b_memory(fn: Callable, cases: Sequence[SizeCase] = VISIBLE, hint: str = "") -> None:
     """Every stage of `fn(p, m)` must hold no more micro-batches at once than 1F1B's does."""
     __tracebackhide__ = True
     for p, m in cases:
@@ -126,7 +126,7 @@ def one_f_one_b_memory(fn: Callable, cases: Sequence[Case] = VISIBLE, hint: str 
         grading.inflight_at_most(mine, inflight_per_stage(builders.build_schedule("1f1b", p, m)), hint)
 
 
-def one_f_one_b_bubble(fn: Callable, cases: Sequence[Case] = VISIBLE, hint: str = "") -> None:
+def one_f_one_b_bubble(fn: Callable, cases: Sequence[SizeCase] = VISIBLE, hint: str = "") -> None:
     """`fn(p, m)`, simulated, must idle no longer than GPipe does (1F1B keeps GPipe's bubble)."""
     __tracebackhide__ = True
     for p, m in cases:

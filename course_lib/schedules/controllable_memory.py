@@ -43,15 +43,15 @@ from course_lib.schedules.v_shape import V_STAGES_PER_DEVICE, check_virtual, v_p
 from course_lib.shelf.schedule import Action, Kind, Schedule
 
 PASSES_PER_DEVICE = 6  # F, I and W of two stages: the block's interval, in slots
-Block = dict[tuple[int, Kind], int]  # (stage, kind) -> the slot it starts in, for micro-batch 0
+SlotBlock = dict[tuple[int, Kind], int]  # (stage, kind) -> the slot it starts in, for micro-batch 0
 
 
-def building_block(p: int, up_gap: int) -> Block:
+def building_block(p: int, up_gap: int) -> SlotBlock:
     """Micro-batch 0's slot for every pass; `up_gap` extra slots per hop for the forwards going back
     up the V (0: V-Min, 1: V-Half)."""
     device = v_placement(p)
     taken: list[set[int]] = [set() for _ in range(p)]
-    slots: Block = {}
+    slots: SlotBlock = {}
 
     def place(stage: int, kind: Kind, earliest: int) -> int:
         d, slot = device[stage], earliest
@@ -72,7 +72,7 @@ def building_block(p: int, up_gap: int) -> Block:
     return slots
 
 
-def repeat_block(name: str, p: int, m: int, block: Block) -> Schedule:
+def repeat_block(name: str, p: int, m: int, block: SlotBlock) -> Schedule:
     """The block repeated every PASSES_PER_DEVICE slots for m micro-batches; each device's actions in
     slot order."""
     device = v_placement(p)

@@ -49,7 +49,7 @@ from course_lib.shelf.rank_loop import run_specs
 from course_lib.shelf.reference import TrainConfig
 from course_lib.shelf.run_spec import DistributedResult, RunSpec
 from course_lib.shelf.schedule import Schedule
-from course_lib.shelf.stage import gpu_count
+from course_lib.shelf.stage import SPLIT_BACKWARD_RUNTIME, gpu_count
 
 __all__ = ["DistributedError", "DistributedResult", "launch", "make_spec", "run_distributed"]
 
@@ -142,7 +142,7 @@ def make_spec(
         cfg=cfg, schedule=sched, partition=plan.partition, checkpoint=checkpoint, timeout_s=float(timeout_s),
         links=tuple(plan.links) if plan.links is not None else None, return_grads=return_grads,
         track_memory=track_memory, pace_s=None if pace_s is None else (float(pace_s[0]), float(pace_s[1])),
-        rooms=tuple(DEFAULT_ROOMS),
+        rooms=tuple(DEFAULT_ROOMS), split_runtime=_split_runtime(sched),
     )  # fmt: skip
     spec = _widen(spec, room_options, local_ranks)
     local_ranks = local_ranks or spec.world  # ranks on this machine (torchrun: LOCAL_WORLD_SIZE)
@@ -158,6 +158,20 @@ def make_spec(
         direction_groups=device == "cuda" if direction_groups is None else direction_groups,
         threads=check_threads(threads) or max(1, (os.cpu_count() or 1) // local_ranks),
     )  # fmt: skip
+
+
+def _split_runtime(schedule: Schedule) -> type | None:
+    """The registered runtime of I and W for a schedule that splits backward (checked here, before any
+    process starts, rather than in each rank)."""
+    if not schedule.split_backward:
+        return None
+    require(
+        bool(SPLIT_BACKWARD_RUNTIME),
+        f"schedule {schedule.name!r} splits backward into I and W, whose runtime lives in the room "
+        "course_lib.engines.split_backward: `import course_lib.engines` first (course_lib.lesson and the "
+        "command line do)",
+    )
+    return SPLIT_BACKWARD_RUNTIME[-1]
 
 
 def _widen(spec: RunSpec, options: dict, local_ranks: int | None) -> RunSpec:

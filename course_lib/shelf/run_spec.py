@@ -80,6 +80,9 @@ class RunSpec:
     runner: str = "distributed"  # one of RUNNERS
     rooms: tuple[type, ...] = ()  # classes a room widens each rank with (the module doc)
     extras: dict = field(default_factory=dict)  # the rooms' values (their names: the make_spec options)
+    # the split backward's runtime class (a room's) when the schedule splits backward: unpickling it in a
+    # rank imports its module, which registers it there too (a spawned rank starts with nothing loaded)
+    split_runtime: type | None = None
 
     def __post_init__(self) -> None:
         if not self.world:

@@ -145,7 +145,7 @@ def sweep(sc: Scenario, alphas_s: np.ndarray | None = None) -> Sweep:
     )  # fmt: skip
 
 
-def describe(sw: Sweep) -> str:
+def describe_sweep(sw: Sweep) -> str:
     """Text version of the sweep: a few latencies and the crossover."""
     sc = sw.scenario
     lines = [

@@ -250,3 +250,26 @@ def test_memory_probes_can_be_switched_off():
     cfg = TrainConfig(**TINY, microbatches=4)
     assert make_spec(cfg, "1f1b", 2, track_memory=False).track_memory is False
     assert make_spec(cfg, "1f1b", 2).track_memory is True
+
+
+def test_a_split_backward_spec_carries_its_runtime_into_a_rank_that_loaded_nothing():
+    # a spawned rank starts empty: the spec names the runtime of I and W, so unpickling it registers it
+    import pickle
+    import subprocess
+    import sys
+
+    import course_lib.schedules  # noqa: F401 (registers zb-h1)
+    from course_lib.engines.split_backward import SplitBackwardStage
+
+    spec = make_spec(TrainConfig(n_layers=2, microbatches=4, steps=1), "zb-h1", 2)
+    assert spec.split_runtime is SplitBackwardStage
+    assert make_spec(TrainConfig(n_layers=2, microbatches=4, steps=1), "1f1b", 2).split_runtime is None
+    code = (
+        "import pickle, sys\n"
+        "spec = pickle.loads(sys.stdin.buffer.read())\n"
+        "from course_lib.shelf.stage import SPLIT_BACKWARD_RUNTIME\n"
+        "print([c.__name__ for c in SPLIT_BACKWARD_RUNTIME])\n"
+    )
+    sent = pickle.dumps(spec)
+    out = subprocess.run([sys.executable, "-c", code], input=sent, capture_output=True, check=True)
+    assert out.stdout.decode().strip() == "['SplitBackwardStage']"

@@ -4,7 +4,7 @@ inputs (`given`)."""
 
 from __future__ import annotations
 
-from course_lib.lessons.answers.registry import add, first_m, whole
+from course_lib.lessons.answers.registry import add, first_m, whole_number
 from course_lib.lessons.tp_or_pp import first_m_pp_wins
 from course_lib.schedules.closed_forms import Case, gpipe_bubble
 from course_lib.schedules.latency_aware import warmup_forwards
@@ -87,7 +87,7 @@ add(
 add(
     "01.4",
     "latency terms in one ring all-reduce (t = 8)",
-    lambda t: whole(ring_all_reduce_s(0, t, Link(latency_s=1.0))),
+    lambda t: whole_number(ring_all_reduce_s(0, t, Link(latency_s=1.0))),
     "an all-reduce is a reduce-scatter then an all-gather; count the steps each takes around the ring",
     given=dict(t=8),
 )
@@ -102,7 +102,7 @@ add(
 add(
     "02.2",
     "naive step time (ms)",
-    lambda p, m, t_ms: whole(naive_timeline(p, m, t_ms).makespan),
+    lambda p, m, t_ms: whole_number(naive_timeline(p, m, t_ms).makespan),
     "the stages take turns: does cutting the model into p stages shorten what one micro-batch costs in all?",
     given=dict(p=4, m=8, t_ms=40.0),
 )
@@ -126,7 +126,7 @@ add(
     "03.2",
     "Megatron's bubble, p = 4, m = 8",
     lambda p, m: gpipe_bubble(p, m, convention="megatron"),
-    "the same idle slots, now over the ideal compute time instead of the whole step",
+    "the same idle slots, now over the ideal compute time instead of the whole_number step",
     given=dict(p=4, m=8),
 )
 add(
@@ -161,7 +161,7 @@ add(
 add(
     "04.3",
     "GPipe / 1F1B memory on stage 0, p = 8, m = 32",
-    lambda p, m: whole(peak("gpipe", p, m) / peak("1f1b", p, m)),
+    lambda p, m: whole_number(peak("gpipe", p, m) / peak("1f1b", p, m)),
     "compare what each schedule keeps alive on stage 0 at its peak (your two answers above)",
     given=dict(p=8, m=32),
 )

@@ -3,7 +3,7 @@ Each answer is computed by the library from the question's inputs (`given`). Les
 
 from __future__ import annotations
 
-from course_lib.lessons.answers.registry import add, whole
+from course_lib.lessons.answers.registry import add, whole_number
 from course_lib.network import Gbit, fiber_rtt_s
 from course_lib.planner import model, plan
 from course_lib.planner.layout import Layout
@@ -19,23 +19,24 @@ from course_lib.tp.accounting import pp_log_from_schedule, pp_sends
 def link_growth_ms(p: int, m: int, low_s: float, high_s: float, t_f: float = 0.01, t_b: float = 0.02) -> int:
     """How many ms plain 1F1B's step grows when the link's latency goes from low_s to high_s (whole ms for
     the questions' latencies)."""
-    return whole((plain_1f1b_step(p, m, t_f, t_b, high_s) - plain_1f1b_step(p, m, t_f, t_b, low_s)) * 1e3)
+    grown_s = plain_1f1b_step(p, m, t_f, t_b, high_s) - plain_1f1b_step(p, m, t_f, t_b, low_s)
+    return whole_number(grown_s * 1e3)
 
 
 def blocking_growth_ms(p: int, m: int, latency_s: float, t_f: float = 0.01, t_b: float = 0.02) -> int:
     """How many ms plain 1F1B's step grows when its sends wait for their last byte (simulated, no bytes)."""
     schedule, costs, link = build_schedule("1f1b", p, m), StageCosts.fused(f=t_f, b=t_b), Link(latency_s)
     held = simulate(schedule, costs, links=link, sends="blocking").makespan
-    return whole((held - simulate(schedule, costs, links=link).makespan) * 1e3)
+    return whole_number((held - simulate(schedule, costs, links=link).makespan) * 1e3)
 
 
 def zb_h1_idle_ms(p: int, m: int, t_ms: float) -> int:
     """The longest idle time of a device under ZB-H1 with T_F = T_I = T_W = t_ms, simulated."""
     tl = simulate(build_schedule("zb-h1", p, m), StageCosts(f=t_ms, i=t_ms, w=t_ms))
-    return whole(max(tl.idle(d) for d in range(p)))
+    return whole_number(max(tl.idle(d) for d in range(p)))
 
 
-def messages(schedule: str, p: int, m: int, v: int | None = None) -> int:
+def message_count(schedule: str, p: int, m: int, v: int | None = None) -> int:
     """Point-to-point messages of one step, counted from the schedule's actions."""
     return len(pp_log_from_schedule(build_schedule(schedule, p, m, v), 1).events)
 
@@ -102,7 +103,7 @@ add(
 add(
     "07a.2",
     "interleaved messages, p = 4, v = 2, m = 8",
-    lambda p, m, v: messages("interleaved-1f1b", p, m, v),
+    lambda p, m, v: message_count("interleaved-1f1b", p, m, v),
     "with v chunks per device, how many stage boundaries does a micro-batch cross, each way?",
     given=dict(p=4, m=8, v=2),
 )

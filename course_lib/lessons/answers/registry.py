@@ -53,7 +53,7 @@ def first_m(holds: Callable[[int], bool], limit: int = 10_000) -> int:
     return found
 
 
-def whole(value: float) -> int:
+def whole_number(value: float) -> int:
     """A count computed in floating point (199.99999999999997 ms of 50 ms waits) as the integer it is, so that
     check asks for it exactly; a CourseError if it is not close to one."""
     require(abs(value - round(value)) < 1e-6 * max(1.0, abs(value)), f"{value} is not a whole number")
