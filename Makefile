@@ -88,6 +88,7 @@ PYTEST := $(BIN)/python -m pytest -q
 tools: $(SETUP)
 	@bash tests/browser/ensure_browser.sh
 	@bash tests/ensure_iproute2.sh
+	@bash course_grading/ensure_sandbox.sh || true  # once, before the grading tests' workers start
 
 unit: tools
 	$(PYTEST) tests -m "not serial" $(XDIST) --durations=20

@@ -285,16 +285,20 @@ class Sandbox:
         self.close()
         self._start()
         kept = []
+        # a replayed cell ran within its budget before; on a busy machine a fresh process may take longer to
+        # import what it used, so the replay gets the start-up's patience (the submission's wall clock
+        # still bounds the whole), and a cell is dropped only when it ends the process again
+        replay_s = max(self.limits.request_s, 120)
         for code in self._cells:
             try:
-                self._request({"op": "exec", "code": code})
+                self._request({"op": "exec", "code": code}, timeout_s=replay_s)
                 kept.append(code)
             except StudentError:  # this cell ends the process: a fresh one, with the cells kept so far
                 if self.spent():
                     raise
                 self._start()
                 for done in kept:
-                    self._request({"op": "exec", "code": done})
+                    self._request({"op": "exec", "code": done}, timeout_s=replay_s)
         self._cells = kept
         self._output.take()  # the replay's output is not the next cell's
 

@@ -34,7 +34,8 @@ REGION = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", re.S)
 def sandbox_or_skip() -> None:
     """Install bubblewrap if it is missing and we may (course_grading/ensure_sandbox.sh: autograde runs
     students' code in it); skip with its one line of why where it cannot be had."""
-    script = COURSE.parent.parent / "course_lib" / "grading" / "ensure_sandbox.sh"
+    script = COURSE.parent.parent / "course_grading" / "ensure_sandbox.sh"
+    assert script.is_file(), f"{script} is missing: the sandbox's installer moved?"  # never skip in silence
     installer = subprocess.run(["bash", str(script)], capture_output=True, text=True)
     if reason := (installer.stdout.strip() if installer.returncode else unavailable()):
         pytest.skip(reason)
