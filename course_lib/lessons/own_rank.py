@@ -286,7 +286,9 @@ class OwnRank:
         self.losses: list[float] = []  # on the last stage: what each backward started from
         self.peak_held = 0  # most micro-batches whose forward ran and whose backward has not
         self.backwards = 0
-        self.after_backward: Callable[[int], None] | None = None  # data parallelism's door (run_dp)
+        self.after_backward: Callable[[int], None] | None = None  # data parallelism's door (_DataParallel)
+        self.cfg = cfg  # the run's sizes and seed (an observing rank rebuilds the model from them)
+        self.observed: list[str] = []  # what a grader's rank noticed about its peers' messages
 
     def tokens(self, i: int) -> Tensor:
         """Micro-batch `i`'s token ids (stage 0's input)."""
@@ -370,6 +372,7 @@ class RankResult:
     peak_held: int
     waited_s: float
     sync_s: list[float]  # per call: seconds this rank spent all-reducing gradients (data parallelism)
+    observed: list[str]  # what this rank's function noted (a grader's rank: its peers' messages)
     sync_bytes: int  # bytes it all-reduced in its last call
     step_s: list[float]  # per call: seconds from the common start to its function's end
 
@@ -551,7 +554,8 @@ def _rank_target(ctx: RankContext, job: Job) -> RankResult:
     grads = {n: None if p.grad is None else p.grad.detach().cpu().clone()
              for n, p in layers.named_parameters(prefix="layers") if id(p) in owned}  # fmt: skip
     return RankResult(ctx.rank, stage, rank.spans, rank.losses, grads, watch.sent, watch.received, mistakes,
-                      rank.peak_held, watch.waited_s, sync_s, sync.nbytes if sync else 0, step_s)  # fmt: skip
+                      rank.peak_held, watch.waited_s, sync_s, rank.observed, sync.nbytes if sync else 0,
+                      step_s)  # fmt: skip
 
 
 class _DataParallel:
