@@ -26,6 +26,11 @@ A rank that waits past the stall limit follows the engines' rule (``shelf/p2p.py
 times out after `stall_s`, the wait raises ``PeerFailure`` naming the rank, the operation, the peer and the
 seconds waited, and the launcher ends the run and names the rank (``OwnRun.stalls``). Never a hang.
 
+A grader pairs the student's rank with its own (``peers``: rank -> another file's function), which run in
+processes the student's code never touched and note what arrives in ``rank.observed``; a function's
+``prepare(rank)`` attribute, if it has one, runs before the ranks start (a grader's rank computes there
+what it expects, so that the student's rank never waits on that arithmetic).
+
 Data parallelism beside it (``dp=2``): two pipeline replicas, each on its own half of the batch; after
 your function the harness all-reduces each stage's gradients with its replica's, once after the last
 micro-batch's backward (``sync="last"``), or after every micro-batch's backward (``sync="every"``), and
@@ -529,6 +534,8 @@ def _rank_target(ctx: RankContext, job: Job) -> RankResult:
     batch = split_microbatches(x, y, job.m * job.dp)[replica * job.m : (replica + 1) * job.m]
     # every rank creates every group, in the same order (torch.distributed's rule): stage s of each replica
     dp_groups = [dist.new_group([s + k * job.p for k in range(job.dp)]) for s in range(job.p) if job.dp > 1]
+    if (prepare := getattr(fn, "prepare", None)) is not None:  # work a function does before any rank starts
+        prepare(OwnRank(job, ctx.rank, ctx.device, modules, batch, time.perf_counter))
     t0 = common_clock()
 
     def now() -> float:

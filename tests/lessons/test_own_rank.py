@@ -78,7 +78,7 @@ def test_each_common_mistake_is_named(tmp_path):
     assert unscaled.loss == pytest.approx(2 * unscaled.reference_loss, rel=1e-5)  # m = 2 times the mean
 
     wrong = base.replace("dtype=rank.dtype, device=rank.device", "dtype=torch.float64")
-    refused = run_own_pipeline(written(tmp_path, "dtype", wrong), 2, 2, stall_s=5, **SMALL)
+    refused = run_own_pipeline(written(tmp_path, "dtype", wrong), 2, 2, **SMALL)
     assert "receive buffer must match" in refused.error and "float64" in refused.error
 
     reuse = base.replace("    sends = []", "    sends, out = [], torch.empty(rank.shape)").replace(
@@ -92,7 +92,7 @@ def test_each_common_mistake_is_named(tmp_path):
         "            sends.append(dist.irecv(dy, src=rank.next))",
     )
     for name, source, kind in (("reuse", reuse, "[reuse]"), ("early", early, "[early]")):
-        run = run_own_pipeline(written(tmp_path, name, source), 2, 3, stall_s=5, **SMALL)
+        run = run_own_pipeline(written(tmp_path, name, source), 2, 3, **SMALL)
         assert any(m.startswith(kind) for m in run.mistakes), (name, run.summary())
 
 
