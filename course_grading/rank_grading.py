@@ -24,6 +24,7 @@ from course_lib.lessons.own_rank import OwnRun, Stall, one_f_one_b_bound, run_ow
 PEERS = Path(__file__).with_name("peer_ranks.py")
 PEER_FUNCTION = "observing_one_f_one_b"
 STALL_S = 10.0  # the engines' stall limit; the tests set a shorter one
+LIMIT_S = 20.0  # a case's wall clock beyond its stall limit (one case takes a few seconds)
 UNFINISHED = "Loss, gradients and memory score nothing for a case whose run did not finish."
 
 
@@ -91,7 +92,8 @@ def _run(path: Path, case: Case, stall_s: float) -> OwnRun:
     peers = None
     if case.student is not None:
         peers = {r: (PEERS, PEER_FUNCTION) for r in range(case.p) if r != case.student}
-    return run_own_pipeline(path, case.p, case.m, n_layers=case.n_layers, stall_s=stall_s, peers=peers)
+    return run_own_pipeline(path, case.p, case.m, n_layers=case.n_layers, stall_s=stall_s, peers=peers,
+                            limit_s=stall_s + LIMIT_S)  # fmt: skip
 
 
 def grade(path: str | Path, cases: tuple[Case, ...] = MATRIX, stall_s: float = STALL_S) -> Grade:

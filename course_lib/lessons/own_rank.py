@@ -360,6 +360,7 @@ class Job:
     sync: str = "last"
     peers: tuple[tuple[int, str, str], ...] = ()  # (rank, path, function): ranks running another file's
     repeats: int = 1  # calls of the function in one launch (timings want several)
+    limit_s: float = 120.0  # the whole run's wall clock: a rank that computes without end is stopped
 
 
 @dataclass
@@ -455,7 +456,7 @@ def one_f_one_b_bound(p: int, m: int) -> list[int]:
 
 def make_job(path: str | Path, p: int = 2, m: int = 4, *, function: str = "one_f_one_b", n_layers: int = 4,
              d_model: int = 32, seq_len: int = 16, samples_per_microbatch: int = 1, stall_s: float = STALL_S,
-             dp: int = 1, sync: str = "last", seed: int = 0, repeats: int = 1,
+             dp: int = 1, sync: str = "last", seed: int = 0, repeats: int = 1, limit_s: float = 120.0,
              peers: dict[int, tuple[str | Path, str]] | None = None) -> Job:  # fmt: skip
     """Check the inputs before any process starts. `n_layers` blocks (plus embedding and head) are cut
     evenly into p stages; a batch of m micro-batches of `samples_per_microbatch` samples each per replica.
@@ -473,7 +474,8 @@ def make_job(path: str | Path, p: int = 2, m: int = 4, *, function: str = "one_f
     cfg.check()
     others = tuple((r, str(Path(f)), fn) for r, (f, fn) in sorted((peers or {}).items()))
     repeats = whole("repeats", repeats, high=20)
-    return Job(str(path.resolve()), function, p, m, cfg, float(stall_s), dp, sync, others, repeats)
+    require(limit_s > stall_s, f"limit_s must be above the stall limit of {stall_s:g} s, got {limit_s!r}")
+    return Job(str(path.resolve()), function, p, m, cfg, float(stall_s), dp, sync, others, repeats, limit_s)
 
 
 def run_own_pipeline(path: str | Path, p: int = 2, m: int = 4, **options) -> OwnRun:
@@ -482,8 +484,16 @@ def run_own_pipeline(path: str | Path, p: int = 2, m: int = 4, **options) -> Own
     world = job.p * job.dp
     backend = "nccl" if gpu_count() >= world else "gloo"
     run = OwnRun(job)
+    deadline = time.monotonic() + job.limit_s
     try:
-        run.ranks = spawn(_rank_target, world, (job,), backend=backend, timeout_s=job.stall_s)
+        run.ranks = spawn(_rank_target, world, (job,), backend=backend, timeout_s=job.stall_s,
+                          should_stop=lambda: time.monotonic() > deadline)  # fmt: skip
+    except KeyboardInterrupt:
+        if time.monotonic() <= deadline:  # Ctrl-C: the student's, not the clock's
+            raise
+        run.error = (f"the run passed its wall clock of {job.limit_s:g} s and every rank was stopped: a rank "
+                     "that computes without end (a loop that never ends?) waits for no message")  # fmt: skip
+        return run
     except DistributedError as err:
         run.error = str(err).split(" (ranks' tracebacks")[0]
         # the ranks that waited out the limit, not those that only saw a peer go

@@ -116,3 +116,12 @@ def test_the_lessons_committed_verdicts_follow_their_ratio_and_their_labels():
         assert line in stall
     runs = output_text("04c_write_the_pipeline", "w04c-05")
     assert runs.count("equal to the reference") == 2 and "NOT" not in runs
+
+
+@pytest.mark.processes
+def test_a_rank_that_computes_without_end_is_stopped_by_the_runs_wall_clock(tmp_path):
+    loop = "def one_f_one_b(rank):\n    while True:\n        pass\n"
+    started = time.perf_counter()
+    run = run_own_pipeline(written(tmp_path, "loop", loop), 2, 2, stall_s=1, limit_s=3, **SMALL)
+    assert time.perf_counter() - started < 30
+    assert "wall clock of 3 s" in run.error and not run.ok
