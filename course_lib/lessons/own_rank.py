@@ -168,8 +168,7 @@ class MessageWatch:
     def batch_isend_irecv(self, ops: list) -> list:
         # torch's own: it calls isend and irecv by their module names, which are ours while we watch;
         # NCCL's coalescing hands back its own works (no per-message handle): those are waited as they are
-        works = self._orig("batch_isend_irecv")(ops)
-        return [w if isinstance(w, _Handle) else w for w in works]
+        return self._orig("batch_isend_irecv")(ops)
 
     # ---- waits and checks ----------------------------------------------------------------------
     def wait(self, handle: _Handle) -> None:

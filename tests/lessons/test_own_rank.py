@@ -125,3 +125,14 @@ def test_a_rank_that_computes_without_end_is_stopped_by_the_runs_wall_clock(tmp_
     run = run_own_pipeline(written(tmp_path, "loop", loop), 2, 2, stall_s=1, limit_s=3, **SMALL)
     assert time.perf_counter() - started < 30
     assert "wall clock of 3 s" in run.error and not run.ok
+
+
+@pytest.mark.processes
+def test_batch_isend_irecv_is_watched_as_isend_and_irecv(tmp_path):
+    batched = lesson_function().replace(
+        "dist.recv(buf, src=src)  # blocks until the message is here",
+        "for work in dist.batch_isend_irecv([dist.P2POp(dist.irecv, buf, src)]):\n            work.wait()",
+    )
+    run = run_own_pipeline(written(tmp_path, "batched", batched), 2, 3, **SMALL)
+    assert run.ok and run.mistakes == [], run.summary()
+    assert [len(r.received) for r in run.ranks] == [3, 3]
