@@ -11,6 +11,11 @@ notebooks/assignments/README.md). What runs where:
   function may not use, named in ``switched_off``, are cut out), the cells replayed there first. Of this
   package a sandbox holds only ``worker``, ``plain`` (the only data that crosses back) and ``names``.
 
+A rank function the student writes (lesson 04c) is graded by ``rank_grading``: it runs on real processes
+(``course_lib/lessons/own_rank.py``) on a hidden matrix of sizes, beside the instructor's ranks
+(``peer_ranks``), which compare what arrives from it with 1F1B's messages. (Not yet an nbgrader
+assignment: routing its runs through the sandbox is still to do.)
+
 The student's side stays in course_lib: the checks released assignments import (course_lib.grading),
 the kit that builds lab/ and the lessons' self-checks. Nothing there imports this package.
 """
