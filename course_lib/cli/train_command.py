@@ -65,6 +65,7 @@ USED_BY: dict[str, tuple[str, ...]] = dict.fromkeys(
     ("--schedule", "--stages", "--virtual", "--checkpoint", "--latency", "--bandwidth", "--gantt",
      "--check-reference"), PIPELINE_ENGINES,
 ) | dict.fromkeys(("--timeout", "--tp", "--dp", "--runner"), ("distributed",))  # fmt: skip
+USED_BY["--layout"] = PIPELINE_ENGINES  # a Megatron layout string: where each piece of the model sits
 
 
 def train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,6 +75,11 @@ def train_arguments(parser: argparse.ArgumentParser) -> None:
     pipeline.add_argument(
         "--check-reference", action="store_true", default=None,
         help="compare the first step's gradients with the reference trainer's",
+    )  # fmt: skip
+    pipeline.add_argument(
+        "--layout", help="Megatron-core's layout of the stages, e.g. 'Et|tt|t,L' (E embedding, t block, L "
+        "head and loss, | between stages, t*3 and (tt|)*2 repeat); more stages than --stages: virtual "
+        "stages, stage s on rank s %% p. Default: layers spread evenly",
     )  # fmt: skip
     flags.add_link_flags(parser)
     flags.add_output_flags(parser)
@@ -96,8 +102,8 @@ def refuse_flags_the_engine_ignores(args: argparse.Namespace) -> None:
 def _run_local(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Namespace, progress: bool):
     from course_lib.shelf.local_engine import LocalPipelineTrainer
 
-    options = dict(virtual=pipe.virtual, checkpoint=pipe.checkpoint, links=pipe.links)
-    trainer = LocalPipelineTrainer(cfg, pipe.schedule, pipe.stages, **options)  # checks everything first
+    options = dict(virtual=pipe.virtual, checkpoint=pipe.checkpoint, links=pipe.links, partition=args.layout)
+    trainer = LocalPipelineTrainer(cfg, pipe.schedule, _stages(pipe, args), **options)  # checks all first
     diff = trainer.max_grad_diff_vs_reference() if args.check_reference else None
     return trainer.train(progress=progress), diff
 
@@ -114,7 +120,9 @@ def _run_distributed(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Names
         tp=pipe.tp, dp=pipe.dp,  # t x p x d ranks (course_lib/tp/mesh.py)
         runner=pipe.runner,  # our engine, or torch.distributed.pipelining (torch_pipelining.py)
     )  # fmt: skip
-    spec = distributed.make_spec(cfg, pipe.schedule, pipe.stages, **options)
+    if args.layout is not None:  # the layout string is the partition (layers per stage)
+        options["partition"] = args.layout
+    spec = distributed.make_spec(cfg, pipe.schedule, _stages(pipe, args), **options)
     if not args.check_reference:
         return distributed.launch([spec], progress)[0], None
     # the gradient check is one more step from the same weights: run it in the same spawn of ranks
@@ -122,6 +130,11 @@ def _run_distributed(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Names
     probe = replace(spec, cfg=replace(spec.cfg, steps=1), return_grads=True)
     probe_result, result = distributed.launch([probe, spec], progress)
     return result, max_grad_diff(probe_result.grads, reference_gradients(cfg)[1])
+
+
+def _stages(pipe: PipelineFlags, args: argparse.Namespace) -> int | None:
+    """The ranks: --stages, or with --layout and no --stages, None (the layout's stages, one rank each)."""
+    return None if args.layout is not None and args.stages is None else pipe.stages
 
 
 def train_command(args: argparse.Namespace) -> int:

@@ -62,6 +62,7 @@ from course_lib.shelf.reference import evaluate as held_out_loss
 from course_lib.shelf.schedule import Action, Kind, Schedule, producer_of
 from course_lib.shelf.simulator import simulate
 from course_lib.shelf.stage import StageRuntime, check_checkpoint, stage_devices, synchronize
+from course_lib.shelf.stage_layout import StageLayout, check_placement, layout_ranks, parse_layout
 from course_lib.shelf.timeline import MEASURED_COMPUTE, Timeline
 from course_lib.shelf.validate import execution_order, validate
 
@@ -141,11 +142,20 @@ def make_plan(
     links: Link | Sequence[Link] | None = None,
 ) -> PipelinePlan:  # fmt: skip
     """Check everything and decide the layout; raises CourseError naming the bad value. `partition`:
-    a Partition or layer counts per stage (default: uniform). With a built schedule, `stages` and
+    a Partition, layer counts per stage (default: uniform), or a Megatron layout string such as
+    "Ett|tt|ttL" (``stage_layout.py``: its stages over `stages` ranks, default one rank per stage).
+    With a built schedule, `stages` and
     `virtual` may be None (the schedule's own)."""
     cfg.check()
     check_checkpoint(checkpoint)
+    layout = parse_layout(partition) if isinstance(partition, str) else partition  # a Megatron layout string
+    if isinstance(layout, StageLayout):  # it says the stages; the ranks, if not given, are one per stage
+        if not isinstance(schedule, Schedule):
+            stages, virtual = layout_ranks(layout, stages, virtual)
+        partition = layout.partition(cfg.n_layers)
     sched = resolve_schedule(cfg, schedule, stages, virtual)
+    if isinstance(layout, StageLayout):
+        check_placement(layout, [sched.device_of(s) for s in range(sched.n_stages)], sched.name)
     n_layers = cfg.n_layers + 2
     if partition is None:
         partition = uniform(n_layers, sched.n_stages)

@@ -132,7 +132,9 @@ class PipelineRank:
         owned = {id(p) for s in mine for p in modules[s].parameters()}
         # its stages' weights, named as in the whole model (as the reference names them)
         self.params = {name: p for name, p in layers.named_parameters(prefix="layers") if id(p) in owned}
-        self.optimizer = make_optimizer(nn.ModuleList([modules[s] for s in mine]), cfg)
+        # a rank whose stages are all empty (a layout such as "E||t|L") has no weights: nothing to step
+        weights = nn.ModuleList([modules[s] for s in mine])
+        self.optimizer = make_optimizer(weights, cfg) if owned else NoWeights()
 
     def loss(self) -> float | None:
         """The batch's loss, on the rank that holds the last stage (None elsewhere)."""
@@ -195,7 +197,7 @@ class PipelineRank:
         # gloo tells messages apart by tag; NCCL needs one group per direction (see p2p.py)
         directions = direction_groups(self.schedule, pipelines, mine) if spec.direction_groups else None
         samples = samples or cfg.batch_size // cfg.microbatches
-        dtype = next(iter(self.params.values())).dtype
+        dtype = next(iter(self.params.values()), torch.zeros(0)).dtype  # (no weights: float32)
         peers = None if pipelines is None else pipelines[mine]
         return RankComm(self.schedule, self.index, (samples, cfg.seq_len, cfg.d_model), self.device,
                         common_clock(), spec.links, directions, peers, group, dtype)  # fmt: skip
@@ -235,6 +237,16 @@ class PipelineRank:
     def merge(cls, records: list[RankRecord], spec: RunSpec, result: DistributedResult) -> DistributedResult:
         """Door (on rank 0): the merged result, with what a room adds to it."""
         return result
+
+
+class NoWeights:
+    """The optimizer of a rank that holds only empty stages: nothing to zero, nothing to step."""
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        pass
+
+    def step(self) -> None:
+        pass
 
 
 def rank_class(spec: RunSpec) -> type[PipelineRank]:
