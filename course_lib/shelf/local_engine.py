@@ -40,6 +40,7 @@ import torch
 from course_lib.shelf.costs import Link, StageCosts, costs_from_durations, per_boundary
 from course_lib.shelf.errors import require, whole
 from course_lib.shelf.first_schedules import SCHEDULES, build_schedule, resolve_name
+from course_lib.shelf.grad_clip import clip_coefficient, scale_grads, squared_norm
 from course_lib.shelf.model import (
     Corpus,
     Partition,
@@ -63,6 +64,7 @@ from course_lib.shelf.schedule import Action, Kind, Schedule, producer_of
 from course_lib.shelf.simulator import simulate
 from course_lib.shelf.stage import StageRuntime, check_checkpoint, stage_devices, synchronize
 from course_lib.shelf.stage_layout import StageLayout, check_placement, layout_ranks, parse_layout
+from course_lib.shelf.tied_embedding import copy_tied_weight, head_weight, sum_tied_grads
 from course_lib.shelf.timeline import MEASURED_COMPUTE, Timeline
 from course_lib.shelf.validate import execution_order, validate
 
@@ -243,6 +245,8 @@ class LocalPipelineTrainer:
         self.schedule = self.plan.schedule
         self.order: list[Action] = execution_order(self.schedule)  # the validator's global order
         self.corpus, self.model = setup(cfg, corpus)
+        copy_tied_weight(self.model.layers)  # tied embeddings: the last stage holds its own copy
+        self.sum_tied = True  # False (lesson 16 only): the copies' gradients are not summed, and drift
         self.stage_modules = stage_modules(self.model.layers, self.plan.partition)
         n = self.schedule.n_stages
         self.runtimes = [
@@ -285,7 +289,19 @@ class LocalPipelineTrainer:
         stats.peak_saved_bytes = [rt.peak_saved_bytes for rt in self.runtimes]
         stats.peak_inflight = [rt.peak_inflight for rt in self.runtimes]
         stats.peak_device_bytes = device_peak
+        self.finish_gradients()
         return self.runtimes[-1].loss(), stats
+
+    def finish_gradients(self) -> None:
+        """After the flush, before the optimizer: the tied copies' gradients summed (one add: every stage
+        is in this process), then the whole model's gradient norm clipped, the tied weight counted once."""
+        cfg, layers = self.cfg, self.model.layers
+        if cfg.tie_embeddings and self.sum_tied:
+            sum_tied_grads(layers[0].token.weight, layers[-1].out.weight)
+        if cfg.clip_grad_norm is not None:
+            copy = head_weight(cfg.n_layers) if cfg.tie_embeddings else None
+            counted = [p.grad for name, p in self.model.named_parameters() if name != copy]
+            scale_grads(self.model.parameters(), clip_coefficient(squared_norm(counted), cfg.clip_grad_norm))
 
     def _measured_run(
         self, action: Action, inp: torch.Tensor | None, targets: torch.Tensor, stats: StepStats

@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from course_lib.shelf.grad_clip import clip_coefficient, scale_grads, squared_norm
 from course_lib.shelf.launcher import RankContext
 from course_lib.shelf.model import split_microbatches, stage_modules
 from course_lib.shelf.p2p import RankComm, direction_groups
@@ -41,6 +42,7 @@ from course_lib.shelf.reference import make_optimizer, setup, train_batches
 from course_lib.shelf.run_spec import DistributedResult, RankRecord, RunSpec, StepRecord, build_result
 from course_lib.shelf.schedule import Action, Kind, input_message, local_producer, message_of
 from course_lib.shelf.stage import StageRuntime
+from course_lib.shelf.tied_embedding import EMBEDDING_WEIGHT, copy_tied_weight, head_weight, sum_tied_grads
 
 Batch = list[tuple[Tensor, Tensor]]  # (token ids, targets) per micro-batch
 
@@ -118,6 +120,7 @@ class PipelineRank:
         self.index = self.place()  # this rank's place in the pipeline: its device in the schedule
         cfg = spec.cfg
         self.corpus, model = setup(replace(cfg, device="cpu"))  # same weights on every rank, from the seed
+        copy_tied_weight(model.layers)  # tied embeddings: the last stage holds its own copy
         layers = self.layers(model.layers)
         modules = stage_modules(layers, spec.partition)
         mine = self.schedule.stages_of(self.index)
@@ -147,6 +150,7 @@ class PipelineRank:
         threads = torch.get_num_threads()
         torch.set_num_threads(self.spec.threads)  # the ranks share the machine's cores
         self.comm, steps, losses = self.connect(), [], []
+        self.tied = self.tie_group()
         self.recorder = self.recorder_for_steps()
         try:
             for step, (x, y) in enumerate(train_batches(self.corpus, self.spec.cfg)):
@@ -173,6 +177,7 @@ class PipelineRank:
         run_schedule(self, batch, comm, self.recorder)
         comm.finish()  # every send has left
         sync_s = self.sync_gradients()
+        sync_s += self.finish_gradients()
         self.optimizer.step()
         peak = sum(stage.peak_saved_bytes for stage in self.stages.values())
         return StepRecord(start=start, end=comm.now(), spans=self.recorder.spans, sends=comm.send_events,
@@ -199,8 +204,51 @@ class PipelineRank:
         samples = samples or cfg.batch_size // cfg.microbatches
         dtype = next(iter(self.params.values()), torch.zeros(0)).dtype  # (no weights: float32)
         peers = None if pipelines is None else pipelines[mine]
+        # every pipeline's global ranks, stage by stage, and which is this rank's (for tie_group)
+        self.pipelines, self.pipeline_index = pipelines or [list(range(self.schedule.n_devices))], mine
         return RankComm(self.schedule, self.index, (samples, cfg.seq_len, cfg.d_model), self.device,
                         common_clock(), spec.links, directions, peers, group, dtype)  # fmt: skip
+
+    def counts_in_norm(self, name: str) -> bool:
+        """Door: does this rank's weight `name` count in the whole model's gradient norm? (One pipeline:
+        yes; TP x PP x DP counts a replicated weight on one rank only.)"""
+        return True
+
+    # ---- the whole model's gradients: tied copies and clipping (tied_embedding.py, grad_clip.py) -------
+    def tie_group(self) -> object:
+        """With tied embeddings on two ranks, the group of the ranks that hold stage 0 and the last stage
+        of this rank's pipeline (Megatron's embedding group; every rank creates every pipeline's, in the
+        same order, as torch requires); None when one rank holds both, or this rank neither."""
+        sched = self.schedule
+        first, last = sched.device_of(0), sched.device_of(sched.n_stages - 1)
+        if not self.spec.cfg.tie_embeddings or first == last:
+            return None
+        mine = None
+        for k, pipe in enumerate(self.pipelines):
+            group = dist.new_group([pipe[first], pipe[last]])
+            if k == self.pipeline_index and self.index in (first, last):
+                mine = group
+        return mine
+
+    def finish_gradients(self) -> float:
+        """After the flush, before the optimizer: the tied copies' gradients summed (one add on one rank,
+        an all-reduce between two), then every gradient scaled by the whole model's clipping factor (each
+        rank's squares added over every rank); seconds it took."""
+        cfg, start = self.spec.cfg, self.comm.now()
+        copy = head_weight(cfg.n_layers) if cfg.tie_embeddings else None
+        if cfg.tie_embeddings:
+            embedding, head = self.params.get(EMBEDDING_WEIGHT), self.params.get(copy)
+            if embedding is not None and head is not None:
+                sum_tied_grads(embedding, head)
+            elif self.tied is not None:
+                dist.all_reduce((embedding if embedding is not None else head).grad, group=self.tied)
+        if cfg.clip_grad_norm is not None:
+            counted = [p.grad for n, p in self.params.items() if n != copy and self.counts_in_norm(n)]
+            mine = squared_norm(counted)
+            total = torch.tensor([mine], dtype=torch.float64, device=self.device)
+            dist.all_reduce(total)  # every rank: the whole model's squares
+            scale_grads(self.params.values(), clip_coefficient(total.item(), cfg.clip_grad_norm))
+        return self.comm.now() - start if cfg.tie_embeddings or cfg.clip_grad_norm is not None else 0.0
 
     def recorder_for_steps(self) -> StepRecorder:
         """Door: what measures each action (a fault's room injects its fault there)."""

@@ -200,6 +200,12 @@ class MeshRank(PipelineRank):
         average_gradients(list(self.params.values()), self.groups.dp, self.groups.mesh.d)
         return self.comm.now() - start
 
+    def counts_in_norm(self, name: str) -> bool:
+        # replica 0 only (the replicas' gradients are equal once averaged), and a weight every TP rank
+        # holds whole only on TP rank 0: the global norm counts each weight of the model once
+        where = self.groups.coords
+        return where.dp == 0 and (where.tp == 0 or is_slice(name))
+
     def batch_loss(self, loss: float) -> float:
         return average_loss(loss, self.groups.dp, self.groups.mesh.d, self.device)
 
