@@ -385,13 +385,18 @@ class LocalPipelineTrainer:
         timeline, costs = self.timeline_from(all_stats[1:] or all_stats)
         return PipelineResult(
             losses=losses, val_loss_start=val_start, val_loss_end=self.evaluate(), step_times_s=times,
-            n_layers=self.cfg.n_layers, n_params=count_parameters(self.model), timeline=timeline, costs=costs,
+            n_layers=self.cfg.n_layers, n_params=self.n_params(), timeline=timeline, costs=costs,
             peak_saved_bytes=_most([st.peak_saved_bytes for st in all_stats]),
             peak_device_bytes=_most([st.peak_device_bytes for st in all_stats]),
             peak_inflight=_most([st.peak_inflight for st in all_stats]),
             schedule=self.schedule.name,
             config=asdict(self.cfg) | {"stages": self.schedule.n_devices, "checkpoint": self.plan.checkpoint},
         )  # fmt: skip
+
+    def n_params(self) -> int:
+        """The model's parameters, a tied weight counted once (the head's copy is not a weight of its own)."""
+        copy = self.model.layers[-1].out.weight.numel() if self.cfg.tie_embeddings else 0
+        return count_parameters(self.model) - copy
 
     # ---- checking ------------------------------------------------------------------------------
     def max_grad_diff_vs_reference(

@@ -209,6 +209,10 @@ class PipelineRank:
         return RankComm(self.schedule, self.index, (samples, cfg.seq_len, cfg.d_model), self.device,
                         common_clock(), spec.links, directions, peers, group, dtype)  # fmt: skip
 
+    def counts_once(self, name: str) -> bool:
+        """False for the head's copy of a tied embedding: the model's weight is the embedding's."""
+        return not (self.spec.cfg.tie_embeddings and name == head_weight(self.spec.cfg.n_layers))
+
     def counts_in_norm(self, name: str) -> bool:
         """Door: does this rank's weight `name` count in the whole model's gradient norm? (One pipeline:
         yes; TP x PP x DP counts a replicated weight on one rank only.)"""
@@ -272,8 +276,9 @@ class PipelineRank:
 
     def record(self, steps: list[StepRecord], losses: list[float]) -> RankRecord:
         """Door: what this rank hands rank 0."""
+        n_params = sum(p.numel() for n, p in self.params.items() if self.counts_once(n))
         record = RankRecord(stage=self.index, global_rank=self.global_rank, steps=steps, losses=losses,
-                            n_params=sum(p.numel() for p in self.params.values()))  # fmt: skip
+                            n_params=n_params)  # fmt: skip
         if self.spec.return_grads:
             record.grads = {
                 n: None if p.grad is None else p.grad.detach().cpu().clone() for n, p in self.params.items()
