@@ -197,6 +197,8 @@ class StepStats:
     peak_saved_bytes: list[int] = field(default_factory=list)  # per stage, within the step
     peak_device_bytes: list[int] = field(default_factory=list)  # per device, sampled between actions
     peak_inflight: list[int] = field(default_factory=list)  # per stage
+    # after each action, in the order they ran: (the action, bytes its stage holds for backward then)
+    held_after: list[tuple[Action, int]] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
@@ -283,6 +285,7 @@ class LocalPipelineTrainer:
             out = self._measured_run(action, inp, targets, stats)
             if out is not None:
                 outputs[action] = out
+            stats.held_after.append((action, self.runtimes[action.stage].saved_bytes()))
             d = self.schedule.device_of(action.stage)
             held = sum(self.runtimes[s].saved_bytes() for s in self.schedule.stages_of(d))
             device_peak[d] = max(device_peak[d], held)
