@@ -120,3 +120,10 @@ def test_the_balancing_lesson_reads_a_layout_as_a_partition() -> None:
     assert [m.activation_bytes for m in stage_memory("Et|tt|L", prof, "1f1b", 4)] == [20, 20, 10]
     with pytest.raises(CourseError, match="would be silently dropped"):
         stage_totals(prof.params, "Et|t|L")
+
+
+def test_torchs_runner_refuses_an_empty_stage_by_name() -> None:
+    import course_lib.engines.torch_pipelining  # noqa: F401  (adds runner=)
+
+    with pytest.raises(CourseError, match="takes no empty stages"):
+        distributed.make_spec(tiny(microbatches=6), "1f1b", partition="Ett||tL", runner="torch")

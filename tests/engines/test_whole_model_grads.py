@@ -107,3 +107,14 @@ def test_the_command_line_takes_the_flags_on_every_engine(capsys) -> None:
     assert outs[1]["config"]["clip_grad_norm"] == MAX_NORM and outs[1]["config"]["tie_embeddings"] is True
     assert main(["train", "--engine", "local", *tiny_flags, "--layout", "E|t|t|L"]) == 0
     assert json.loads(capsys.readouterr().out)["losses"] == pytest.approx(outs[0]["losses"], abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "change", [{"tie_embeddings": True, "clip_grad_norm": None}, {"tie_embeddings": False}]
+)
+def test_torchs_runner_refuses_what_only_our_engine_does_before_any_process(change) -> None:
+    import course_lib.engines.torch_pipelining  # noqa: F401  (adds runner=)
+
+    name = "tie_embeddings" if change["tie_embeddings"] else "clip_grad_norm"
+    with pytest.raises(CourseError, match=f"takes no {name}"):
+        distributed.make_spec(tiny(**change), "1f1b", 2, runner="torch")
