@@ -76,22 +76,8 @@ def train_arguments(parser: argparse.ArgumentParser) -> None:
         "--check-reference", action="store_true", default=None,
         help="compare the first step's gradients with the reference trainer's",
     )  # fmt: skip
-    pipeline.add_argument(
-        "--layout", help="Megatron-core's layout of the stages, e.g. 'Et|tt|t,L' (E embedding, t block, L "
-        "head and loss, | between stages, t*3 and (tt|)*2 repeat); more stages than --stages: virtual "
-        "stages, stage s on rank s %% p. Default: layers spread evenly",
-    )  # fmt: skip
-    whole = parser.add_argument_group("the whole model's gradients (every engine)")
-    whole.add_argument(
-        "--clip-grad-norm", type=flags.number(float, 0, above=True), metavar="X",
-        help="clip the gradient norm of the whole model to X, one norm over every stage and rank (as "
-        "torch.nn.utils.clip_grad_norm_ on one device); default: no clipping",
-    )  # fmt: skip
-    whole.add_argument(
-        "--tie-embeddings", action="store_true", default=False,
-        help="the head reuses the embedding's weight; pipelines keep a copy on the last stage, summing "
-        "the two copies' gradients after the flush",
-    )  # fmt: skip
+    flags.add_layout_flag(pipeline)
+    flags.add_whole_model_flags(parser)
     flags.add_link_flags(parser)
     flags.add_output_flags(parser)
 
@@ -152,8 +138,7 @@ def train_command(args: argparse.Namespace) -> int:
     require(args.engine in ENGINES, f"unknown engine {args.engine!r}; expected one of {', '.join(ENGINES)}")
     refuse_flags_the_engine_ignores(args)
     flags.refuse_what_torch_ignores(args)
-    cfg = replace(flags.config_from_flags(args), clip_grad_norm=args.clip_grad_norm,
-                  tie_embeddings=args.tie_embeddings)  # fmt: skip
+    cfg = flags.with_whole_model_flags(flags.config_from_flags(args), args)
     # the lessons' thread policy (course_lib/lesson.py): on a busy machine extra threads make a step of
     # this small model many times slower; distributed ranks get their own count (--threads or a share)
     torch.set_num_threads(check_threads(args.threads, "--threads") or 1)  # before libgomp allocates them
