@@ -20,7 +20,8 @@ F / B / W times (median per stage and kind) and the chosen links to the simulato
 "measured compute + simulated links".
 
 Synchronous training: gradients of the m micro-batches add up, and the optimizer steps once per
-batch, after the flush. Loss and gradients equal the reference trainer's (tests check every
+batch, after the flush (just before it, ``finish_gradients`` sums a tied embedding's two copies and
+clips by the whole model's norm). Loss and gradients equal the reference trainer's (tests check every
 schedule); ``max_grad_diff_vs_reference`` checks one batch. Lesson 14's stale weights wrap this
 trainer from a room (``course_lib/engines/stale.py``).
 
@@ -146,8 +147,7 @@ def make_plan(
     """Check everything and decide the layout; raises CourseError naming the bad value. `partition`:
     a Partition, layer counts per stage (default: uniform), or a Megatron layout string such as
     "Ett|tt|ttL" (``stage_layout.py``: its stages over `stages` ranks, default one rank per stage).
-    With a built schedule, `stages` and
-    `virtual` may be None (the schedule's own)."""
+    With a built schedule, `stages` and `virtual` may be None (the schedule's own)."""
     cfg.check()
     check_checkpoint(checkpoint)
     layout = parse_layout(partition) if isinstance(partition, str) else partition  # a Megatron layout string

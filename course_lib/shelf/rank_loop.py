@@ -9,6 +9,8 @@ rank, or the batch (stage 0's forward reads the token ids). The action runs on i
 (``StageRuntime.run``); its output goes to the rank that consumes it (``send_activation``,
 ``send_grad``: ``p2p.py``), or is kept here for a later action. After the last action the rank waits
 for its sends and steps its optimizer: one step per batch, after the flush, as the reference trainer.
+Just before that step come the whole model's gradients (``finish_gradients``): a tied embedding's two
+copies summed between the first and last stage's ranks, and one clipping norm over every rank.
 
 ``PipelineRank`` holds one rank for a whole run. Its methods marked *door* are where a room widens a
 run that asks for it (``RunSpec.rooms``): TP and DP (``course_lib/tp/mesh.py``), an injected fault
