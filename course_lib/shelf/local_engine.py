@@ -152,8 +152,10 @@ def make_plan(
     check_checkpoint(checkpoint)
     layout = parse_layout(partition) if isinstance(partition, str) else partition  # a Megatron layout string
     if isinstance(layout, StageLayout):  # it says the stages; the ranks, if not given, are one per stage
-        if not isinstance(schedule, Schedule):
+        if not isinstance(schedule, Schedule):  # built here: a layout may have more stages than layers
             stages, virtual = layout_ranks(layout, stages, virtual)
+            schedule = build_schedule(schedule, stages, cfg.microbatches, virtual)
+            stages = virtual = None
         partition = layout.partition(cfg.n_layers)
     sched = resolve_schedule(cfg, schedule, stages, virtual)
     if isinstance(layout, StageLayout):

@@ -127,3 +127,9 @@ def test_torchs_runner_refuses_an_empty_stage_by_name() -> None:
 
     with pytest.raises(CourseError, match="takes no empty stages"):
         distributed.make_spec(tiny(microbatches=6), "1f1b", partition="Ett||tL", runner="torch")
+
+
+def test_a_layout_may_have_more_stages_than_layers_its_empty_ones_passing_input_on() -> None:
+    trainer = LocalPipelineTrainer(tiny(1), "1f1b", partition="E|||tL")  # 4 stages, 3 layers
+    assert trainer.plan.partition.sizes == (1, 0, 0, 2)
+    assert trainer.max_grad_diff_vs_reference() < 1e-6
