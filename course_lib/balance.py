@@ -8,6 +8,7 @@ bottleneck (``optimal``: the contiguous cut whose largest stage is smallest, by 
     part = balanced(prof, 4, by="time")                      # minimise the slowest stage
     part = balanced(prof, 4, by="time", schedule="1f1b", microbatches=8, budget_bytes=2**22)
     check_memory(part, prof, "1f1b", 8, budget_bytes=2**22)  # raises OutOfMemory like a GPU would
+    stage_memory("Ettt|" + "t" * 76 + "|tL", prof)            # a Megatron layout string is a partition too
 
 What a stage holds (bytes):
 
@@ -39,6 +40,7 @@ from course_lib.shelf.local_engine import inflight_per_stage  # the plan checks 
 from course_lib.shelf.model import Partition, ToyGPT, count_parameters, layer_names, lm_loss, uniform
 from course_lib.shelf.schedule import Schedule
 from course_lib.shelf.stage import SavedBytes
+from course_lib.shelf.stage_layout import parse_layout
 from course_lib.shelf.timeline import format_bytes
 
 BYTES_PER_PARAM = 16  # weight 4 + gradient 4 + AdamW exp_avg 4 + exp_avg_sq 4 (fp32)
@@ -46,8 +48,21 @@ STRATEGIES = ("uniform", "params", "time", "memory")
 
 
 # ---- cutting a list of per-layer numbers ----------------------------------------------------------
-def stage_totals(costs: Sequence[float], partition: Partition) -> list[float]:
-    """The sum of `costs` (one number per layer) over each stage of `partition`."""
+def as_partition(partition: Partition | str, n_layers: int) -> Partition:
+    """`partition` as given, or the Partition of a Megatron layout string such as "Et|tt|tL"
+    (``shelf/stage_layout.py``) for a model of `n_layers` layers, embedding and head included."""
+    if isinstance(partition, str):
+        return parse_layout(partition).partition(n_layers - 2)
+    require(
+        isinstance(partition, Partition),
+        f"partition must be a Partition or a layout string, got {partition!r}",
+    )
+    return partition
+
+
+def stage_totals(costs: Sequence[float], partition: Partition | str) -> list[float]:
+    """The sum of `costs` (one number per layer) over each stage of `partition` (or of a layout string)."""
+    partition = as_partition(partition, len(costs))
     partition.check(len(costs))
     return [float(sum(costs[start:end])) for start, end in partition.bounds]
 
@@ -210,9 +225,12 @@ class StageMemory:
 
 
 def stage_memory(
-    partition: Partition, profile: LayerProfile, schedule: str | Schedule = "1f1b", microbatches: int = 8
+    partition: Partition | str, profile: LayerProfile, schedule: str | Schedule = "1f1b",
+    microbatches: int = 8,
 ) -> list[StageMemory]:
-    """Peak bytes each stage needs under `schedule` (a name or a built Schedule) with m micro-batches."""
+    """Peak bytes each stage needs under `schedule` (a name or a built Schedule) with m micro-batches;
+    `partition` may be a Megatron layout string ("Ettt|tttL")."""
+    partition = as_partition(partition, profile.n_layers)
     partition.check(profile.n_layers)
     inflight = inflight_per_stage(_schedule(schedule, partition.n_stages, microbatches))
     static = stage_totals(profile.static_bytes(), partition)
@@ -228,8 +246,8 @@ class OutOfMemory(CourseError):
 
 
 def check_memory(
-    partition: Partition, profile: LayerProfile, schedule: str | Schedule = "1f1b", microbatches: int = 8,
-    budget_bytes: int | Sequence[int] = 0,
+    partition: Partition | str, profile: LayerProfile, schedule: str | Schedule = "1f1b",
+    microbatches: int = 8, budget_bytes: int | Sequence[int] = 0,
 ) -> list[StageMemory]:  # fmt: skip
     """Raise OutOfMemory, naming the first stage over budget, if any stage needs more than its device
     has (one budget for all, or one per stage). Returns the per-stage figures when everything fits."""

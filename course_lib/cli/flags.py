@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from course_lib.shelf.costs import Link
@@ -44,6 +44,7 @@ COUNT, WHOLE, LAYERS = number(), number(low=0), number(high=LIMITS["layers"])
 SECONDS, TIMEOUT = number(float, 0, LIMITS["seconds"]), number(float, 0, LIMITS["timeout_s"], above=True)
 LR, SEED = number(float, 0, LIMITS["lr"], above=True), number(low=0, high=LIMITS["seed"])
 BANDWIDTH = number(float, 0, above=True, hint="; omit --bandwidth for unlimited")
+MAX_NORM = number(float, 0, above=True, hint="; omit --clip-grad-norm for no clipping")
 
 
 def figure_path(text: str) -> str:
@@ -249,3 +250,32 @@ def default_timeout(args: argparse.Namespace) -> float:
     boundaries = getattr(args, "stages", None) or PipelineFlags.stages
     waits_s = (getattr(args, "latency", None) or 0.0) * 2 * args.microbatches * boundaries
     return min(LIMITS["timeout_s"], max(60.0, 10 * (args.layers * args.microbatches * block_s + waits_s)))
+
+
+# ---- where the pieces sit, and the whole model's gradients (train and torchrun) -------------------
+def add_layout_flag(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--layout", help="Megatron-core's layout of the stages, e.g. 'Et|tt|t,L' (E embedding, t block, L "
+        "head and loss, | between stages, t*3 and (tt|)*2 repeat); more stages than ranks: virtual "
+        "stages, stage s on rank s %% p. Default: layers spread evenly",
+    )  # fmt: skip
+
+
+def add_whole_model_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("the whole model's gradients (every engine)")
+    group.add_argument(
+        "--clip-grad-norm", type=MAX_NORM, metavar="X",
+        help="clip the gradient norm of the whole model to X, one norm over every stage and rank (as "
+        "torch.nn.utils.clip_grad_norm_ on one device); default: no clipping",
+    )  # fmt: skip
+    group.add_argument(
+        "--tie-embeddings", action="store_true", default=False,
+        help="the head reuses the embedding's weight; pipelines keep a copy on the last stage, summing "
+        "the two copies' gradients after the flush",
+    )  # fmt: skip
+
+
+def with_whole_model_flags(cfg: TrainConfig, args: argparse.Namespace) -> TrainConfig:
+    """`cfg` with --clip-grad-norm and --tie-embeddings (checked with the rest by ``TrainConfig.check``)."""
+    return replace(cfg, clip_grad_norm=args.clip_grad_norm, tie_embeddings=args.tie_embeddings)
+

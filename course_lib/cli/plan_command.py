@@ -48,6 +48,10 @@ def plan_arguments(parser: argparse.ArgumentParser) -> None:
         "--gantt", metavar="FILE.png", type=figure_path,
         help="save the best layout's simulated Gantt chart (one replica, at most 2p micro-batches)",
     )  # fmt: skip
+    parser.add_argument(
+        "--layout", help="a Megatron-core layout string fixing the stages' blocks, e.g. 'E(t*5|)*15t*5L': "
+        "only layouts with p x v = its stages, costed by the busiest stage and GPU",
+    )  # fmt: skip
 
 
 def plan_command(args: argparse.Namespace) -> int:
@@ -58,7 +62,7 @@ def plan_command(args: argparse.Namespace) -> int:
     overlap = Overlap(args.sends, dp_overlapped=args.dp_overlap)
     result = plan(
         shape, cluster(args.cluster), args.gpus, args.global_batch, recompute=recompute, zero1=args.zero1,
-        overlap=overlap,
+        overlap=overlap, layout=args.layout,
     )  # fmt: skip
     best = result.best  # CourseError when nothing fits
     shown = result.layouts[: args.top]

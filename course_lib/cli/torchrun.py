@@ -51,7 +51,8 @@ def torchrun_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     flags.add_model_flags(parser)
-    flags.add_pipeline_flags(parser)
+    flags.add_layout_flag(flags.add_pipeline_flags(parser))
+    flags.add_whole_model_flags(parser)
     flags.add_link_flags(parser)
     flags.add_output_flags(parser)
     return parser
@@ -75,7 +76,8 @@ def spec_from_flags(args: argparse.Namespace, world: int) -> RunSpec:
     )
     pipe = flags.PipelineFlags.from_args(args, stages=stages)
     return make_spec(
-        flags.config_from_flags(args), pipe.schedule, stages, virtual=pipe.virtual,
+        flags.with_whole_model_flags(flags.config_from_flags(args), args), pipe.schedule, stages,
+        virtual=pipe.virtual, partition=args.layout,
         checkpoint=pipe.checkpoint, links=pipe.links, timeout_s=pipe.timeout,
         threads=args.threads or across_nodes.default_threads(),  # across nodes: 1 per rank (see why there)
         local_ranks=int(os.environ.get("LOCAL_WORLD_SIZE", world)), tp=tp, dp=dp, runner=pipe.runner,

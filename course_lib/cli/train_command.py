@@ -65,6 +65,7 @@ USED_BY: dict[str, tuple[str, ...]] = dict.fromkeys(
     ("--schedule", "--stages", "--virtual", "--checkpoint", "--latency", "--bandwidth", "--gantt",
      "--check-reference"), PIPELINE_ENGINES,
 ) | dict.fromkeys(("--timeout", "--tp", "--dp", "--runner"), ("distributed",))  # fmt: skip
+USED_BY["--layout"] = PIPELINE_ENGINES  # a Megatron layout string: where each piece of the model sits
 
 
 def train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,6 +76,8 @@ def train_arguments(parser: argparse.ArgumentParser) -> None:
         "--check-reference", action="store_true", default=None,
         help="compare the first step's gradients with the reference trainer's",
     )  # fmt: skip
+    flags.add_layout_flag(pipeline)
+    flags.add_whole_model_flags(parser)
     flags.add_link_flags(parser)
     flags.add_output_flags(parser)
 
@@ -96,8 +99,8 @@ def refuse_flags_the_engine_ignores(args: argparse.Namespace) -> None:
 def _run_local(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Namespace, progress: bool):
     from course_lib.shelf.local_engine import LocalPipelineTrainer
 
-    options = dict(virtual=pipe.virtual, checkpoint=pipe.checkpoint, links=pipe.links)
-    trainer = LocalPipelineTrainer(cfg, pipe.schedule, pipe.stages, **options)  # checks everything first
+    options = dict(virtual=pipe.virtual, checkpoint=pipe.checkpoint, links=pipe.links, partition=args.layout)
+    trainer = LocalPipelineTrainer(cfg, pipe.schedule, _stages(pipe, args), **options)  # checks all first
     diff = trainer.max_grad_diff_vs_reference() if args.check_reference else None
     return trainer.train(progress=progress), diff
 
@@ -114,7 +117,9 @@ def _run_distributed(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Names
         tp=pipe.tp, dp=pipe.dp,  # t x p x d ranks (course_lib/tp/mesh.py)
         runner=pipe.runner,  # our engine, or torch.distributed.pipelining (torch_pipelining.py)
     )  # fmt: skip
-    spec = distributed.make_spec(cfg, pipe.schedule, pipe.stages, **options)
+    if args.layout is not None:  # the layout string is the partition (layers per stage)
+        options["partition"] = args.layout
+    spec = distributed.make_spec(cfg, pipe.schedule, _stages(pipe, args), **options)
     if not args.check_reference:
         return distributed.launch([spec], progress)[0], None
     # the gradient check is one more step from the same weights: run it in the same spawn of ranks
@@ -124,11 +129,16 @@ def _run_distributed(cfg: TrainConfig, pipe: PipelineFlags, args: argparse.Names
     return result, max_grad_diff(probe_result.grads, reference_gradients(cfg)[1])
 
 
+def _stages(pipe: PipelineFlags, args: argparse.Namespace) -> int | None:
+    """The ranks: --stages, or with --layout and no --stages, None (the layout's stages, one rank each)."""
+    return None if args.layout is not None and args.stages is None else pipe.stages
+
+
 def train_command(args: argparse.Namespace) -> int:
     require(args.engine in ENGINES, f"unknown engine {args.engine!r}; expected one of {', '.join(ENGINES)}")
     refuse_flags_the_engine_ignores(args)
     flags.refuse_what_torch_ignores(args)
-    cfg = flags.config_from_flags(args)
+    cfg = flags.with_whole_model_flags(flags.config_from_flags(args), args)
     # the lessons' thread policy (course_lib/lesson.py): on a busy machine extra threads make a step of
     # this small model many times slower; distributed ranks get their own count (--threads or a share)
     torch.set_num_threads(check_threads(args.threads, "--threads") or 1)  # before libgomp allocates them

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from course_lib.shelf import launcher
 from course_lib.shelf.errors import require
 from course_lib.shelf.stage import SPLIT_BACKWARD_RUNTIME, SavedTensor, StageRuntime, Stash
 
@@ -235,3 +236,5 @@ class SplitBackwardStage(StageRuntime):
 
 
 SPLIT_BACKWARD_RUNTIME.append(SplitBackwardStage)
+if __name__ not in launcher.PRELOAD:  # the distributed engine's ranks need it too, whoever started them
+    launcher.PRELOAD.append(__name__)

@@ -67,6 +67,11 @@ def _widen(spec: RunSpec, given: dict, local_ranks: int | None) -> RunSpec:
     )
     ours_only = dict(links=spec.links, checkpoint=spec.checkpoint != "never", return_grads=spec.return_grads,
                      pace_s=spec.pace_s) | {k: spec.extras.get(k) for k in ("fault", "tp", "dp")}  # fmt: skip
+    # the tied copies' gradient sum and the global clipping run between the flush and the optimizer step,
+    # which torch's schedule.step() does not expose to us
+    ours_only |= dict(tie_embeddings=cfg.tie_embeddings, clip_grad_norm=cfg.clip_grad_norm is not None)
+    # a layout's empty stages (E||t|L): a rank left with no weights has nothing for torch's optimizer
+    ours_only["empty stages"] = 0 in spec.partition.sizes
     given = [option for option, value in ours_only.items() if value]
     require(
         not given, f"runner {runner!r} (torch.distributed.pipelining) takes no {', '.join(given)}: "

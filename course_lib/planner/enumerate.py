@@ -11,7 +11,7 @@ then replays the pipelines of the `simulate_top` leaders, links included, and th
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from course_lib.planner.clusters import Cluster, cluster
 from course_lib.planner.layout import Layout
@@ -28,6 +28,7 @@ from course_lib.planner.step_time import (
 )
 from course_lib.shelf.errors import divisors, require, whole
 from course_lib.shelf.first_schedules import resolve_name
+from course_lib.shelf.stage_layout import parse_layout
 from course_lib.shelf.timeline import Timeline
 
 SCHEDULE_CHOICES = ("gpipe", "1f1b", "interleaved-1f1b")  # the ones whose memory and bubble it models
@@ -162,11 +163,13 @@ def plan(
     shape: ModelShape | str, cluster_: Cluster | str, gpus: int, global_batch: int, *,
     schedules: Sequence[str] = ("1f1b", "interleaved-1f1b"), recompute: Sequence[bool] = (True, False),
     zero1: bool = False, simulate_top: int = 3, only: tuple[int, int] | None = None,
-    overlap: Overlap = MEGATRON_OVERLAP,
+    overlap: Overlap = MEGATRON_OVERLAP, layout: str | None = None,
 ) -> Plan:  # fmt: skip
     """Rank every layout of `shape` on `gpus` GPUs of `cluster_` for `global_batch` sequences a step.
     `only=(t, p)` keeps the layouts with that t and p (a published layout, sec 5.4's comparisons);
-    `overlap`: what the costs let communication hide (``step_time.Overlap``; Megatron-LM's by default)."""
+    `overlap`: what the costs let communication hide (``step_time.Overlap``; Megatron-LM's by default).
+    `layout`: a Megatron-core layout string (``shelf/stage_layout.py``) fixing the stages and their
+    blocks: only layouts with p x v = its stages are ranked, each costed by its busiest stage and GPU."""
     shape = model(shape) if isinstance(shape, str) else shape
     cl = cluster(cluster_) if isinstance(cluster_, str) else cluster_
     require(
@@ -176,21 +179,39 @@ def plan(
     require(isinstance(overlap, Overlap), f"overlap must be a planner.step_time.Overlap, got {overlap!r}")
     gpus, global_batch = check_request(cl, gpus, global_batch, schedules)
     names = [resolve_name(s) for s in schedules]
+    blocks = None if layout is None else _stage_blocks(layout, shape)
     fitting, total = [], 0
-    for layout in candidates(shape, gpus, global_batch, names, recompute, zero1, cl.gpus_per_node):
-        if only and (layout.t, layout.p) != tuple(only):
+    for cand in candidates(shape, gpus, global_batch, names, recompute, zero1, cl.gpus_per_node):
+        if only and (cand.t, cand.p) != tuple(only):
             continue
+        if blocks is not None:  # the layout string's stages, or not this candidate
+            if cand.p * cand.v != len(blocks):
+                continue
+            cand = replace(cand, stage_blocks=blocks)
         total += 1
-        mem = memory_per_gpu(shape, layout, global_batch)
+        mem = memory_per_gpu(shape, cand, global_batch)
         fits = mem.total <= USABLE_SHARE * cl.memory_bytes
-        parts = estimate(shape, cl, layout, global_batch, overlap) if fits else None
+        parts = estimate(shape, cl, cand, global_batch, overlap) if fits else None
         if parts is not None:
-            fitting.append(planned_from(shape, cl, layout, global_batch, parts, mem))
+            fitting.append(planned_from(shape, cl, cand, global_batch, parts, mem))
+    require(
+        blocks is None or total > 0,
+        f"no layout of {gpus} GPUs for {shape.name} has p x v = {len(blocks or ())} stages, as layout "
+        f"{layout!r} has (v up to {MAX_VIRTUAL}, with interleaved-1f1b): choose a layout whose stages "
+        "divide among the pipeline ranks the GPUs allow",
+    )
     _require_some(shape, cl, gpus, global_batch, total)
     fitting.sort(key=lambda x: x.step_s)
     leaders = [simulated(shape, cl, x, global_batch, overlap) for x in fitting[:simulate_top]]
     ranked = sorted(leaders, key=lambda x: x.step_s) + fitting[simulate_top:]
     return Plan(shape, cl, gpus, global_batch, ranked, total, overlap)
+
+
+def _stage_blocks(text: str, shape: ModelShape) -> tuple[int, ...]:
+    """Blocks per stage of a layout string, checked against the model's layers (none dropped or repeated)."""
+    parsed = parse_layout(text)
+    parsed.check(shape.layers)
+    return tuple(stage.count("t") for stage in parsed.stages)
 
 
 def _require_some(shape: ModelShape, cl: Cluster, gpus: int, global_batch: int, total: int) -> None:

@@ -26,6 +26,9 @@ class Layout:
     v: int = 1
     recompute: bool = True
     zero1: bool = False  # optimizer states sharded over the d replicas (ZeRO stage 1)
+    # blocks in each of the p*v stages, from a Megatron layout string (plan(..., layout=...)); None: the
+    # layers spread as evenly as they go, ceil(layers / (p*v)) on the busiest stage
+    stage_blocks: tuple[int, ...] | None = None
 
     @property
     def gpus(self) -> int:
@@ -38,6 +41,11 @@ class Layout:
             f"global batch {global_batch} must divide by d * b = {self.d} * {self.b}",
         )
         return global_batch // (self.d * self.b)
+
+    def gpu_blocks(self, r: int) -> int:
+        """Blocks on GPU `r` under `stage_blocks`: its stages r, r + p, ... (Megatron's order)."""
+        require(self.stage_blocks is not None, "gpu_blocks needs stage_blocks (a layout string's)")
+        return sum(self.stage_blocks[r :: self.p])
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -46,13 +46,23 @@ class Memory:
 
 
 def layers_per_stage(shape: ModelShape, layout: Layout) -> int:
-    """Layers on the busiest of the p*v stages: uneven splits put the extra layer on some stages."""
+    """Layers on the busiest of the p*v stages: uneven splits put the extra layer on some stages (a
+    layout string's stages: its largest)."""
+    if layout.stage_blocks is not None:
+        return max(layout.stage_blocks)
     return math.ceil(shape.layers / (layout.p * layout.v))
+
+
+def layers_per_gpu(shape: ModelShape, layout: Layout) -> int:
+    """Layers on the busiest GPU: its v stages' (a layout string's: the GPU whose stages hold most)."""
+    if layout.stage_blocks is not None:
+        return max(layout.gpu_blocks(r) for r in range(layout.p))
+    return layout.v * layers_per_stage(shape, layout)
 
 
 def parameters_per_gpu(shape: ModelShape, layout: Layout) -> float:
     """The busiest GPU's share: its v stages' layers plus the embedding (the first stage's), over t."""
-    layers = layout.v * layers_per_stage(shape, layout)
+    layers = layers_per_gpu(shape, layout)
     return (layers * shape.layer_parameters() + shape.embedding_parameters()) / layout.t
 
 

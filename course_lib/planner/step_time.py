@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, replace
 import course_lib.fast_simulator  # noqa: F401  (registers the fast path this module asks for: fast=True)
 from course_lib.planner.clusters import Cluster
 from course_lib.planner.layout import Layout
-from course_lib.planner.memory import GRAD_BYTES, layers_per_stage, parameters_per_gpu
+from course_lib.planner.memory import GRAD_BYTES, layers_per_gpu, parameters_per_gpu
 from course_lib.planner.shapes import ModelShape
 from course_lib.schedules.closed_forms import Case
 from course_lib.shelf.costs import Link, ring_all_reduce_s
@@ -115,7 +115,7 @@ def compute_times(shape: ModelShape, cluster: Cluster, layout: Layout) -> tuple[
     assume. (Megatron-LM computes them on the last stage, which makes it slower by under 10% of a
     stage for the presets here: the planner leaves that imbalance out.)"""
     rate = layout.t * cluster.peak_flops * cluster.efficiency  # the t GPUs of a TP group share a layer
-    blocks = layout.v * layers_per_stage(shape, layout) * shape.layer_forward_flops(layout.b) / rate
+    blocks = layers_per_gpu(shape, layout) * shape.layer_forward_flops(layout.b) / rate
     logits = shape.logits_forward_flops(layout.b) / layout.p / rate
     forward = blocks + logits
     return forward, 2 * forward + (blocks if layout.recompute else 0.0)  # recompute: blocks, not logits
@@ -124,7 +124,7 @@ def compute_times(shape: ModelShape, cluster: Cluster, layout: Layout) -> tuple[
 def tp_times(shape: ModelShape, cluster: Cluster, layout: Layout) -> tuple[float, float]:
     """(forward, backward) seconds of TP all-reduces for one micro-batch on one GPU."""
     one = ring_all_reduce_s(boundary_bytes(shape, layout.b), layout.t, cluster.tp_link(layout.t))
-    layers = layout.v * layers_per_stage(shape, layout)
+    layers = layers_per_gpu(shape, layout)
     return 2 * layers * one, (4 if layout.recompute else 2) * layers * one
 
 

@@ -50,6 +50,7 @@ from course_lib.shelf.reference import TrainConfig
 from course_lib.shelf.run_spec import DistributedResult, RunSpec
 from course_lib.shelf.schedule import Schedule
 from course_lib.shelf.stage import SPLIT_BACKWARD_RUNTIME, gpu_count
+from course_lib.shelf.stage_layout import StageLayout
 
 __all__ = ["DistributedError", "DistributedResult", "launch", "make_spec", "run_distributed"]
 
@@ -102,7 +103,7 @@ def _backend_device(device: str, local_ranks: int) -> str:
 
 def make_spec(
     cfg: TrainConfig, schedule: str | Schedule = "1f1b", stages: int | None = None, *,
-    virtual: int | None = None, partition: list[int] | tuple[int, ...] | None = None,
+    virtual: int | None = None, partition: list[int] | tuple[int, ...] | str | None = None,
     links: Link | list[Link] | None = None, checkpoint: str = "never", timeout_s: float = 60.0,
     return_grads: bool = False, threads: int | None = None, local_ranks: int | None = None,
     direction_groups: bool | None = None, track_memory: bool = True,
@@ -120,8 +121,8 @@ def make_spec(
     timing); `pace_s`: (forward, backward) seconds, the least each F and B span lasts (a fixed stage
     cost). `room_options`: the rooms' (ROOM_OPTIONS), e.g. ``tp=2, dp=2`` (TP x PP x DP),
     ``fault=Fault(rank=1)``, ``runner="torch"`` (torch.distributed.pipelining runs it)."""
-    if stages is None and not isinstance(schedule, Schedule):
-        stages = 2
+    if stages is None and not isinstance(schedule, Schedule) and not isinstance(partition, str | StageLayout):
+        stages = 2  # (a layout string says its own stages: one rank each unless `stages` is given)
     plan = make_plan(cfg, schedule, stages, virtual, partition, checkpoint, links)
     sched = plan.schedule
     _check_data(cfg)

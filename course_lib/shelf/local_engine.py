@@ -20,7 +20,8 @@ F / B / W times (median per stage and kind) and the chosen links to the simulato
 "measured compute + simulated links".
 
 Synchronous training: gradients of the m micro-batches add up, and the optimizer steps once per
-batch, after the flush. Loss and gradients equal the reference trainer's (tests check every
+batch, after the flush (just before it, ``finish_gradients`` sums a tied embedding's two copies and
+clips by the whole model's norm). Loss and gradients equal the reference trainer's (tests check every
 schedule); ``max_grad_diff_vs_reference`` checks one batch. Lesson 14's stale weights wrap this
 trainer from a room (``course_lib/engines/stale.py``).
 
@@ -40,6 +41,7 @@ import torch
 from course_lib.shelf.costs import Link, StageCosts, costs_from_durations, per_boundary
 from course_lib.shelf.errors import require, whole
 from course_lib.shelf.first_schedules import SCHEDULES, build_schedule, resolve_name
+from course_lib.shelf.grad_clip import clip_coefficient, scale_grads, squared_norm
 from course_lib.shelf.model import (
     Corpus,
     Partition,
@@ -62,6 +64,8 @@ from course_lib.shelf.reference import evaluate as held_out_loss
 from course_lib.shelf.schedule import Action, Kind, Schedule, producer_of
 from course_lib.shelf.simulator import simulate
 from course_lib.shelf.stage import StageRuntime, check_checkpoint, stage_devices, synchronize
+from course_lib.shelf.stage_layout import StageLayout, check_placement, layout_ranks, parse_layout
+from course_lib.shelf.tied_embedding import copy_tied_weight, head_weight, sum_tied_grads
 from course_lib.shelf.timeline import MEASURED_COMPUTE, Timeline
 from course_lib.shelf.validate import execution_order, validate
 
@@ -141,11 +145,21 @@ def make_plan(
     links: Link | Sequence[Link] | None = None,
 ) -> PipelinePlan:  # fmt: skip
     """Check everything and decide the layout; raises CourseError naming the bad value. `partition`:
-    a Partition or layer counts per stage (default: uniform). With a built schedule, `stages` and
-    `virtual` may be None (the schedule's own)."""
+    a Partition, layer counts per stage (default: uniform), or a Megatron layout string such as
+    "Ett|tt|ttL" (``stage_layout.py``: its stages over `stages` ranks, default one rank per stage).
+    With a built schedule, `stages` and `virtual` may be None (the schedule's own)."""
     cfg.check()
     check_checkpoint(checkpoint)
+    layout = parse_layout(partition) if isinstance(partition, str) else partition  # a Megatron layout string
+    if isinstance(layout, StageLayout):  # it says the stages; the ranks, if not given, are one per stage
+        if not isinstance(schedule, Schedule):  # built here: a layout may have more stages than layers
+            stages, virtual = layout_ranks(layout, stages, virtual)
+            schedule = build_schedule(schedule, stages, cfg.microbatches, virtual)
+            stages = virtual = None
+        partition = layout.partition(cfg.n_layers)
     sched = resolve_schedule(cfg, schedule, stages, virtual)
+    if isinstance(layout, StageLayout):
+        check_placement(layout, [sched.device_of(s) for s in range(sched.n_stages)], sched.name)
     n_layers = cfg.n_layers + 2
     if partition is None:
         partition = uniform(n_layers, sched.n_stages)
@@ -185,6 +199,8 @@ class StepStats:
     peak_saved_bytes: list[int] = field(default_factory=list)  # per stage, within the step
     peak_device_bytes: list[int] = field(default_factory=list)  # per device, sampled between actions
     peak_inflight: list[int] = field(default_factory=list)  # per stage
+    # after each action, in the order they ran: (the action, bytes its stage holds for backward then)
+    held_after: list[tuple[Action, int]] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
@@ -233,6 +249,8 @@ class LocalPipelineTrainer:
         self.schedule = self.plan.schedule
         self.order: list[Action] = execution_order(self.schedule)  # the validator's global order
         self.corpus, self.model = setup(cfg, corpus)
+        copy_tied_weight(self.model.layers)  # tied embeddings: the last stage holds its own copy
+        self.sum_tied = True  # False (lesson 16 only): the copies' gradients are not summed, and drift
         self.stage_modules = stage_modules(self.model.layers, self.plan.partition)
         n = self.schedule.n_stages
         self.runtimes = [
@@ -269,13 +287,26 @@ class LocalPipelineTrainer:
             out = self._measured_run(action, inp, targets, stats)
             if out is not None:
                 outputs[action] = out
+            stats.held_after.append((action, self.runtimes[action.stage].saved_bytes()))
             d = self.schedule.device_of(action.stage)
             held = sum(self.runtimes[s].saved_bytes() for s in self.schedule.stages_of(d))
             device_peak[d] = max(device_peak[d], held)
         stats.peak_saved_bytes = [rt.peak_saved_bytes for rt in self.runtimes]
         stats.peak_inflight = [rt.peak_inflight for rt in self.runtimes]
         stats.peak_device_bytes = device_peak
+        self.finish_gradients()
         return self.runtimes[-1].loss(), stats
+
+    def finish_gradients(self) -> None:
+        """After the flush, before the optimizer: the tied copies' gradients summed (one add: every stage
+        is in this process), then the whole model's gradient norm clipped, the tied weight counted once."""
+        cfg, layers = self.cfg, self.model.layers
+        if cfg.tie_embeddings and self.sum_tied:
+            sum_tied_grads(layers[0].token.weight, layers[-1].out.weight)
+        if cfg.clip_grad_norm is not None:
+            copy = head_weight(cfg.n_layers) if cfg.tie_embeddings else None
+            counted = [p.grad for name, p in self.model.named_parameters() if name != copy]
+            scale_grads(self.model.parameters(), clip_coefficient(squared_norm(counted), cfg.clip_grad_norm))
 
     def _measured_run(
         self, action: Action, inp: torch.Tensor | None, targets: torch.Tensor, stats: StepStats
@@ -359,13 +390,18 @@ class LocalPipelineTrainer:
         timeline, costs = self.timeline_from(all_stats[1:] or all_stats)
         return PipelineResult(
             losses=losses, val_loss_start=val_start, val_loss_end=self.evaluate(), step_times_s=times,
-            n_layers=self.cfg.n_layers, n_params=count_parameters(self.model), timeline=timeline, costs=costs,
+            n_layers=self.cfg.n_layers, n_params=self.n_params(), timeline=timeline, costs=costs,
             peak_saved_bytes=_most([st.peak_saved_bytes for st in all_stats]),
             peak_device_bytes=_most([st.peak_device_bytes for st in all_stats]),
             peak_inflight=_most([st.peak_inflight for st in all_stats]),
             schedule=self.schedule.name,
             config=asdict(self.cfg) | {"stages": self.schedule.n_devices, "checkpoint": self.plan.checkpoint},
         )  # fmt: skip
+
+    def n_params(self) -> int:
+        """The model's parameters, a tied weight counted once (the head's copy is not a weight of its own)."""
+        copy = self.model.layers[-1].out.weight.numel() if self.cfg.tie_embeddings else 0
+        return count_parameters(self.model) - copy
 
     # ---- checking ------------------------------------------------------------------------------
     def max_grad_diff_vs_reference(

@@ -47,6 +47,7 @@ class ModelConfig:
     vocab_size: int = 64
     seq_len: int = 64  # longest context the position embedding knows
     mlp_ratio: int = 4
+    tie_embeddings: bool = False  # the head's projection is the token embedding's weight (GPT-2's tie)
 
     def __post_init__(self) -> None:
         require(self.n_layers >= 1, f"n_layers must be >= 1, got {self.n_layers}")
@@ -137,6 +138,8 @@ class ToyGPT(nn.Module):
         super().__init__()
         self.config = cfg
         self.layers = nn.ModuleList([Embedding(cfg), *(Block(cfg) for _ in range(cfg.n_layers)), Head(cfg)])
+        if cfg.tie_embeddings:  # one Parameter used twice: autograd adds both uses' gradients into it
+            self.layers[-1].out.weight = self.layers[0].token.weight
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         x = idx

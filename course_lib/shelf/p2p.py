@@ -177,9 +177,11 @@ class RankComm:
         try:
             work.wait()
         except Exception as err:  # gloo: peer closed the connection, or the timeout passed
+            what = "activation" if msg.direction == FORWARD else "gradient"
             raise PeerFailure(
                 f"rank {self.rank} waited for {msg.producer} from rank {msg.src} and the wait failed: "
-                f"{type(err).__name__}: {err}",
+                f"{type(err).__name__}: {err} (receive of the {what} of {msg.producer}, given up after "
+                f"{self.now() - start:.1f} s)",
                 peer=msg.src,
             ) from err
         self.recv_events.append(RecvEvent(msg.producer, msg.src, start, self.now()))

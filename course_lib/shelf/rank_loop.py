@@ -9,6 +9,8 @@ rank, or the batch (stage 0's forward reads the token ids). The action runs on i
 (``StageRuntime.run``); its output goes to the rank that consumes it (``send_activation``,
 ``send_grad``: ``p2p.py``), or is kept here for a later action. After the last action the rank waits
 for its sends and steps its optimizer: one step per batch, after the flush, as the reference trainer.
+Just before that step come the whole model's gradients (``finish_gradients``): a tied embedding's two
+copies summed between the first and last stage's ranks, and one clipping norm over every rank.
 
 ``PipelineRank`` holds one rank for a whole run. Its methods marked *door* are where a room widens a
 run that asks for it (``RunSpec.rooms``): TP and DP (``course_lib/tp/mesh.py``), an injected fault
@@ -34,6 +36,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from course_lib.shelf.grad_clip import clip_coefficient, scale_grads, squared_norm
 from course_lib.shelf.launcher import RankContext
 from course_lib.shelf.model import split_microbatches, stage_modules
 from course_lib.shelf.p2p import RankComm, direction_groups
@@ -41,6 +44,7 @@ from course_lib.shelf.reference import make_optimizer, setup, train_batches
 from course_lib.shelf.run_spec import DistributedResult, RankRecord, RunSpec, StepRecord, build_result
 from course_lib.shelf.schedule import Action, Kind, input_message, local_producer, message_of
 from course_lib.shelf.stage import StageRuntime
+from course_lib.shelf.tied_embedding import EMBEDDING_WEIGHT, copy_tied_weight, head_weight, sum_tied_grads
 
 Batch = list[tuple[Tensor, Tensor]]  # (token ids, targets) per micro-batch
 
@@ -118,6 +122,7 @@ class PipelineRank:
         self.index = self.place()  # this rank's place in the pipeline: its device in the schedule
         cfg = spec.cfg
         self.corpus, model = setup(replace(cfg, device="cpu"))  # same weights on every rank, from the seed
+        copy_tied_weight(model.layers)  # tied embeddings: the last stage holds its own copy
         layers = self.layers(model.layers)
         modules = stage_modules(layers, spec.partition)
         mine = self.schedule.stages_of(self.index)
@@ -132,7 +137,9 @@ class PipelineRank:
         owned = {id(p) for s in mine for p in modules[s].parameters()}
         # its stages' weights, named as in the whole model (as the reference names them)
         self.params = {name: p for name, p in layers.named_parameters(prefix="layers") if id(p) in owned}
-        self.optimizer = make_optimizer(nn.ModuleList([modules[s] for s in mine]), cfg)
+        # a rank whose stages are all empty (a layout such as "E||t|L") has no weights: nothing to step
+        weights = nn.ModuleList([modules[s] for s in mine])
+        self.optimizer = make_optimizer(weights, cfg) if owned else NoWeights()
 
     def loss(self) -> float | None:
         """The batch's loss, on the rank that holds the last stage (None elsewhere)."""
@@ -145,6 +152,7 @@ class PipelineRank:
         threads = torch.get_num_threads()
         torch.set_num_threads(self.spec.threads)  # the ranks share the machine's cores
         self.comm, steps, losses = self.connect(), [], []
+        self.tied = self.tie_group()
         self.recorder = self.recorder_for_steps()
         try:
             for step, (x, y) in enumerate(train_batches(self.corpus, self.spec.cfg)):
@@ -171,6 +179,7 @@ class PipelineRank:
         run_schedule(self, batch, comm, self.recorder)
         comm.finish()  # every send has left
         sync_s = self.sync_gradients()
+        sync_s += self.finish_gradients()
         self.optimizer.step()
         peak = sum(stage.peak_saved_bytes for stage in self.stages.values())
         return StepRecord(start=start, end=comm.now(), spans=self.recorder.spans, sends=comm.send_events,
@@ -195,10 +204,57 @@ class PipelineRank:
         # gloo tells messages apart by tag; NCCL needs one group per direction (see p2p.py)
         directions = direction_groups(self.schedule, pipelines, mine) if spec.direction_groups else None
         samples = samples or cfg.batch_size // cfg.microbatches
-        dtype = next(iter(self.params.values())).dtype
+        dtype = next(iter(self.params.values()), torch.zeros(0)).dtype  # (no weights: float32)
         peers = None if pipelines is None else pipelines[mine]
+        # every pipeline's global ranks, stage by stage, and which is this rank's (for tie_group)
+        self.pipelines, self.pipeline_index = pipelines or [list(range(self.schedule.n_devices))], mine
         return RankComm(self.schedule, self.index, (samples, cfg.seq_len, cfg.d_model), self.device,
                         common_clock(), spec.links, directions, peers, group, dtype)  # fmt: skip
+
+    def counts_once(self, name: str) -> bool:
+        """False for the head's copy of a tied embedding: the model's weight is the embedding's."""
+        return not (self.spec.cfg.tie_embeddings and name == head_weight(self.spec.cfg.n_layers))
+
+    def counts_in_norm(self, name: str) -> bool:
+        """Door: does this rank's weight `name` count in the whole model's gradient norm? (One pipeline:
+        yes; TP x PP x DP counts a replicated weight on one rank only.)"""
+        return True
+
+    # ---- the whole model's gradients: tied copies and clipping (tied_embedding.py, grad_clip.py) -------
+    def tie_group(self) -> object:
+        """With tied embeddings on two ranks, the group of the ranks that hold stage 0 and the last stage
+        of this rank's pipeline (Megatron's embedding group; every rank creates every pipeline's, in the
+        same order, as torch requires); None when one rank holds both, or this rank neither."""
+        sched = self.schedule
+        first, last = sched.device_of(0), sched.device_of(sched.n_stages - 1)
+        if not self.spec.cfg.tie_embeddings or first == last:
+            return None
+        mine = None
+        for k, pipe in enumerate(self.pipelines):
+            group = dist.new_group([pipe[first], pipe[last]])
+            if k == self.pipeline_index and self.index in (first, last):
+                mine = group
+        return mine
+
+    def finish_gradients(self) -> float:
+        """After the flush, before the optimizer: the tied copies' gradients summed (one add on one rank,
+        an all-reduce between two), then every gradient scaled by the whole model's clipping factor (each
+        rank's squares added over every rank); seconds it took."""
+        cfg, start = self.spec.cfg, self.comm.now()
+        copy = head_weight(cfg.n_layers) if cfg.tie_embeddings else None
+        if cfg.tie_embeddings:
+            embedding, head = self.params.get(EMBEDDING_WEIGHT), self.params.get(copy)
+            if embedding is not None and head is not None:
+                sum_tied_grads(embedding, head)
+            elif self.tied is not None:
+                dist.all_reduce((embedding if embedding is not None else head).grad, group=self.tied)
+        if cfg.clip_grad_norm is not None:
+            counted = [p.grad for n, p in self.params.items() if n != copy and self.counts_in_norm(n)]
+            mine = squared_norm(counted)
+            total = torch.tensor([mine], dtype=torch.float64, device=self.device)
+            dist.all_reduce(total)  # every rank: the whole model's squares
+            scale_grads(self.params.values(), clip_coefficient(total.item(), cfg.clip_grad_norm))
+        return self.comm.now() - start if cfg.tie_embeddings or cfg.clip_grad_norm is not None else 0.0
 
     def recorder_for_steps(self) -> StepRecorder:
         """Door: what measures each action (a fault's room injects its fault there)."""
@@ -222,8 +278,9 @@ class PipelineRank:
 
     def record(self, steps: list[StepRecord], losses: list[float]) -> RankRecord:
         """Door: what this rank hands rank 0."""
+        n_params = sum(p.numel() for n, p in self.params.items() if self.counts_once(n))
         record = RankRecord(stage=self.index, global_rank=self.global_rank, steps=steps, losses=losses,
-                            n_params=sum(p.numel() for p in self.params.values()))  # fmt: skip
+                            n_params=n_params)  # fmt: skip
         if self.spec.return_grads:
             record.grads = {
                 n: None if p.grad is None else p.grad.detach().cpu().clone() for n, p in self.params.items()
@@ -235,6 +292,16 @@ class PipelineRank:
     def merge(cls, records: list[RankRecord], spec: RunSpec, result: DistributedResult) -> DistributedResult:
         """Door (on rank 0): the merged result, with what a room adds to it."""
         return result
+
+
+class NoWeights:
+    """The optimizer of a rank that holds only empty stages: nothing to zero, nothing to step."""
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        pass
+
+    def step(self) -> None:
+        pass
 
 
 def rank_class(spec: RunSpec) -> type[PipelineRank]:

@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 
 from course_lib.shelf.errors import is_number, memory_bytes, require, require_fits, shown, whole
 from course_lib.shelf.first_schedules import LIMITS, within_limit
+from course_lib.shelf.grad_clip import check_max_norm
 from course_lib.shelf.model import (
     Corpus,
     ModelConfig,
@@ -67,6 +68,8 @@ class TrainConfig:
     data_path: str | None = None  # None: the corpus shipped in data/
     device: str = "cpu"  # cpu, cuda, cuda:N or auto (see course_lib/shelf/stage.py)
     precision: str = "float32"  # of the forward: float32, or autocast on a CUDA GPU (PRECISIONS)
+    clip_grad_norm: float | None = None  # clip the whole model's gradient norm to this (grad_clip.py)
+    tie_embeddings: bool = False  # the head reuses the embedding's weight (tied_embedding.py)
 
     def __post_init__(self) -> None:
         """numpy numbers become Python's (a lesson's np.int64(4) is 4); anything else stays for check()."""
@@ -89,6 +92,11 @@ class TrainConfig:
         require(self.warmup_steps >= 0, f"warmup steps must be >= 0, got {self.warmup_steps}")
         require(0 <= self.seed <= LIMITS["seed"], f"seed must be in 0..2**63-1, got {self.seed}")
         check_microbatches(self.batch_size, self.microbatches)
+        check_max_norm(self.clip_grad_norm)
+        require(
+            isinstance(self.tie_embeddings, bool),
+            f"tie_embeddings must be True or False, got {shown(self.tie_embeddings)}",
+        )
         check_amp(self.precision, resolve_device(self.device))
         self.model_config(vocab_size=ModelConfig.vocab_size)  # checks layers, width, heads, length
         within_limit("parameters", 12 * self.d_model**2 * self.n_layers, "12*d_model^2*n_layers")
@@ -121,7 +129,10 @@ class TrainConfig:
         require_fits(f"training this config ({why})", need, have, f"{said} (each with the rest as given)")
 
     def model_config(self, vocab_size: int) -> ModelConfig:
-        return ModelConfig(self.n_layers, self.d_model, self.n_heads, vocab_size, self.seq_len)
+        return ModelConfig(
+            self.n_layers, self.d_model, self.n_heads, vocab_size, self.seq_len,
+            tie_embeddings=self.tie_embeddings,
+        )  # fmt: skip
 
 
 def _free_bytes(device: torch.device) -> int | None:
@@ -225,7 +236,20 @@ def reference_gradients(
         model.load_state_dict({name: w.to(device) for name, w in weights.items()})
     x, y = first_batch(corpus, cfg) if batch is None else batch
     loss = accumulate_gradients(model, x.to(device), y.to(device), cfg.microbatches, cfg.precision)
-    return loss, {name: p.grad for name, p in model.named_parameters()}
+    clip(model, cfg)
+    return loss, named_grads(model)
+
+
+def clip(model: nn.Module, cfg: TrainConfig) -> None:
+    """Clip the whole model's gradient norm to cfg.clip_grad_norm (None: leave it), as torch does."""
+    if cfg.clip_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad_norm)
+
+
+def named_grads(model: nn.Module) -> dict[str, Tensor | None]:
+    """Gradients by parameter name; a tied weight under each of its names (the embedding and the head),
+    as a pipeline holds it as two copies."""
+    return {name: p.grad for name, p in model.named_parameters(remove_duplicate=False)}
 
 
 def max_grad_diff(grads: Mapping[str, Tensor | None], reference: Mapping[str, Tensor | None]) -> float:
@@ -286,8 +310,9 @@ def reference_run(cfg: TrainConfig) -> tuple[list[float], dict[str, Tensor], dic
     for x, y in train_batches(corpus, cfg):
         optimizer.zero_grad(set_to_none=True)
         losses.append(accumulate_gradients(model, x, y, cfg.microbatches, cfg.precision))
+        clip(model, cfg)
         optimizer.step()
-    return losses, {n: p.grad for n, p in model.named_parameters()}, dict(model.named_parameters())
+    return losses, named_grads(model), dict(model.named_parameters(remove_duplicate=False))
 
 
 def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
@@ -303,6 +328,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
         t0 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         loss = accumulate_gradients(model, x, y, cfg.microbatches, cfg.precision)
+        clip(model, cfg)
         optimizer.step()
         times.append(time.perf_counter() - t0)
         losses.append(loss)

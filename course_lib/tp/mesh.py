@@ -200,6 +200,12 @@ class MeshRank(PipelineRank):
         average_gradients(list(self.params.values()), self.groups.dp, self.groups.mesh.d)
         return self.comm.now() - start
 
+    def counts_in_norm(self, name: str) -> bool:
+        # replica 0 only (the replicas' gradients are equal once averaged), and a weight every TP rank
+        # holds whole only on TP rank 0: the global norm counts each weight of the model once
+        where = self.groups.coords
+        return where.dp == 0 and (where.tp == 0 or is_slice(name))
+
     def batch_loss(self, loss: float) -> float:
         return average_loss(loss, self.groups.dp, self.groups.mesh.d, self.device)
 
@@ -209,7 +215,9 @@ class MeshRank(PipelineRank):
     def record(self, steps, losses) -> RankRecord:
         where = self.groups.coords
         # the whole model's parameters, each counted once: replica 0's, its replicated ones on TP rank 0
-        n_params = sum(p.numel() for n, p in self.params.items() if where.tp == 0 or is_slice(n))
+        mine = self.params.items()
+        counted = [p for n, p in mine if (where.tp == 0 or is_slice(n)) and self.counts_once(n)]
+        n_params = sum(p.numel() for p in counted)
         return replace(super().record(steps, losses), n_params=n_params if where.dp == 0 else 0,
                        in_timeline=where.dp == where.tp == 0, coords=tuple(where))  # fmt: skip
 
