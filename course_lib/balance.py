@@ -40,8 +40,8 @@ from course_lib.shelf.local_engine import inflight_per_stage  # the plan checks 
 from course_lib.shelf.model import Partition, ToyGPT, count_parameters, layer_names, lm_loss, uniform
 from course_lib.shelf.schedule import Schedule
 from course_lib.shelf.stage import SavedBytes
-from course_lib.shelf.stage_layout import parse_layout
 from course_lib.shelf.timeline import format_bytes
+from course_lib.stage_layout import parse_layout
 
 BYTES_PER_PARAM = 16  # weight 4 + gradient 4 + AdamW exp_avg 4 + exp_avg_sq 4 (fp32)
 STRATEGIES = ("uniform", "params", "time", "memory")
@@ -50,7 +50,7 @@ STRATEGIES = ("uniform", "params", "time", "memory")
 # ---- cutting a list of per-layer numbers ----------------------------------------------------------
 def as_partition(partition: Partition | str, n_layers: int) -> Partition:
     """`partition` as given, or the Partition of a Megatron layout string such as "Et|tt|tL"
-    (``shelf/stage_layout.py``) for a model of `n_layers` layers, embedding and head included."""
+    (``course_lib/stage_layout.py``) for a model of `n_layers` layers, embedding and head included."""
     if isinstance(partition, str):
         return parse_layout(partition).partition(n_layers - 2)
     require(

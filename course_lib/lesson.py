@@ -30,6 +30,7 @@ import course_lib
 import course_lib.engines  # noqa: F401  (the rooms the lessons run: the split backward registers itself)
 import course_lib.engines.torch_pipelining  # noqa: F401  (a room: adds runner= to make_spec, lesson 08)
 import course_lib.schedules  # noqa: F401  (registers every schedule by name in the shelf's registry)
+import course_lib.stage_layout  # noqa: F401  (a room: partition= takes a Megatron layout string)
 from course_lib.charts.bubble_and_memory import SERIES_COLORS
 from course_lib.shelf.reference import TrainConfig, accelerator_config
 from course_lib.shelf.stage import accelerator, describe_devices

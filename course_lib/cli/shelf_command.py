@@ -33,12 +33,9 @@ SHELF: tuple[tuple[str, str], ...] = (
     ("timeline.py", "02-04"),  # what every chart and bubble figure reads
     ("simulator.py", "02-04"),  # the plain event loop
     ("model.py", "00, 05, 08"),  # the toy transformer, its data, how it is cut into stages
-    ("stage_layout.py", "05, 16"),  # Megatron's layout strings: which pieces each stage holds
     ("reference.py", "00, 08"),  # the ground truth
     ("stage.py", "04, 08"),  # a stage's runtime
     ("local_engine.py", "04"),
-    ("tied_embedding.py", "16"),  # the head's copy of the embedding, kept equal by a gradient sum
-    ("grad_clip.py", "16"),  # one gradient norm over every stage
     ("p2p.py", "08"),  # the sends and receives
     ("rank_loop.py", "04, 08"),  # the distributed engine's rank loop
     ("run_spec.py", "08"),

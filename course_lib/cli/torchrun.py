@@ -30,6 +30,7 @@ if _QUIET_CPP:  # as torchrun's launcher: before torch loads, which reads it onc
 
 import torch.distributed as dist  # noqa: E402
 
+import course_lib.stage_layout  # noqa: E402, F401 (a room: --layout reads a Megatron layout string)
 from course_lib.cli import (  # noqa: E402
     across_nodes,  # noqa: E402  (multi-node: the interface towards the peers, threads, each node's line)
     as_help,

@@ -53,6 +53,7 @@ from dataclasses import replace
 import torch
 
 import course_lib.engines  # noqa: F401  (registers the split backward of zero-bubble schedules)
+import course_lib.stage_layout  # noqa: F401  (a room: --layout reads a Megatron layout string)
 from course_lib.cli import flags
 from course_lib.cli.flags import PipelineFlags
 from course_lib.shelf.errors import check_threads, require

@@ -22,19 +22,20 @@ import torch
 
 from course_lib.engines.faults import Fault
 from course_lib.shelf.distributed_engine import DistributedError, run_distributed
-from course_lib.shelf.grad_clip import clip_coefficient, squared_norm
 from course_lib.shelf.local_engine import LocalPipelineTrainer
 from course_lib.shelf.model import count_parameters, lm_loss, split_microbatches
 from course_lib.shelf.reference import (
     TrainConfig,
+    clip_coefficient,
     first_batch,
     max_grad_diff,
     named_grads,
     reference_gradients,
     reference_run,
     setup,
+    squared_norm,
+    tied_drift,
 )
-from course_lib.shelf.tied_embedding import tied_drift
 
 
 @dataclass(frozen=True)

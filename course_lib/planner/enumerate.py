@@ -28,8 +28,8 @@ from course_lib.planner.step_time import (
 )
 from course_lib.shelf.errors import divisors, require, whole
 from course_lib.shelf.first_schedules import resolve_name
-from course_lib.shelf.stage_layout import parse_layout
 from course_lib.shelf.timeline import Timeline
+from course_lib.stage_layout import parse_layout
 
 SCHEDULE_CHOICES = ("gpipe", "1f1b", "interleaved-1f1b")  # the ones whose memory and bubble it models
 MICRO_BATCHES = (1, 2, 4, 8, 16)
@@ -168,7 +168,7 @@ def plan(
     """Rank every layout of `shape` on `gpus` GPUs of `cluster_` for `global_batch` sequences a step.
     `only=(t, p)` keeps the layouts with that t and p (a published layout, sec 5.4's comparisons);
     `overlap`: what the costs let communication hide (``step_time.Overlap``; Megatron-LM's by default).
-    `layout`: a Megatron-core layout string (``shelf/stage_layout.py``) fixing the stages and their
+    `layout`: a Megatron-core layout string (``course_lib/stage_layout.py``) fixing the stages and their
     blocks: only layouts with p x v = its stages are ranked, each costed by its busiest stage and GPU."""
     shape = model(shape) if isinstance(shape, str) else shape
     cl = cluster(cluster_) if isinstance(cluster_, str) else cluster_

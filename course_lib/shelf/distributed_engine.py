@@ -50,7 +50,6 @@ from course_lib.shelf.reference import TrainConfig
 from course_lib.shelf.run_spec import DistributedResult, RunSpec
 from course_lib.shelf.schedule import Schedule
 from course_lib.shelf.stage import SPLIT_BACKWARD_RUNTIME, gpu_count
-from course_lib.shelf.stage_layout import StageLayout
 
 __all__ = ["DistributedError", "DistributedResult", "launch", "make_spec", "run_distributed"]
 
@@ -121,7 +120,7 @@ def make_spec(
     timing); `pace_s`: (forward, backward) seconds, the least each F and B span lasts (a fixed stage
     cost). `room_options`: the rooms' (ROOM_OPTIONS), e.g. ``tp=2, dp=2`` (TP x PP x DP),
     ``fault=Fault(rank=1)``, ``runner="torch"`` (torch.distributed.pipelining runs it)."""
-    if stages is None and not isinstance(schedule, Schedule) and not isinstance(partition, str | StageLayout):
+    if stages is None and not isinstance(schedule, Schedule) and not isinstance(partition, str):
         stages = 2  # (a layout string says its own stages: one rank each unless `stages` is given)
     plan = make_plan(cfg, schedule, stages, virtual, partition, checkpoint, links)
     sched = plan.schedule

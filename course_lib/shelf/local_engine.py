@@ -41,7 +41,6 @@ import torch
 from course_lib.shelf.costs import Link, StageCosts, costs_from_durations, per_boundary
 from course_lib.shelf.errors import require, whole
 from course_lib.shelf.first_schedules import SCHEDULES, build_schedule, resolve_name
-from course_lib.shelf.grad_clip import clip_coefficient, scale_grads, squared_norm
 from course_lib.shelf.model import (
     Corpus,
     Partition,
@@ -53,19 +52,23 @@ from course_lib.shelf.model import (
 from course_lib.shelf.reference import (
     TrainConfig,
     TrainResult,
+    clip_coefficient,
+    copy_tied_weight,
     first_batch,
+    head_weight,
     make_optimizer,
     max_grad_diff,
     reference_gradients,
+    scale_grads,
     setup,
+    squared_norm,
+    sum_tied_grads,
     train_batches,
 )
 from course_lib.shelf.reference import evaluate as held_out_loss
 from course_lib.shelf.schedule import Action, Kind, Schedule, producer_of
 from course_lib.shelf.simulator import simulate
 from course_lib.shelf.stage import StageRuntime, check_checkpoint, stage_devices, synchronize
-from course_lib.shelf.stage_layout import StageLayout, check_placement, layout_ranks, parse_layout
-from course_lib.shelf.tied_embedding import copy_tied_weight, head_weight, sum_tied_grads
 from course_lib.shelf.timeline import MEASURED_COMPUTE, Timeline
 from course_lib.shelf.validate import execution_order, validate
 
@@ -139,6 +142,11 @@ def inflight_per_stage(schedule: Schedule) -> list[int]:
     return peak
 
 
+# a room that reads layout strings for `partition` (course_lib/stage_layout.py) registers its reader:
+# (cfg, schedule, stages, virtual, text) -> (the built schedule, the partition)
+LAYOUT_READERS: list[Callable] = []
+
+
 def make_plan(
     cfg: TrainConfig, schedule: str | Schedule = "1f1b", stages: int | None = 4, virtual: int | None = None,
     partition: Partition | Sequence[int] | None = None, checkpoint: str = "never",
@@ -146,20 +154,20 @@ def make_plan(
 ) -> PipelinePlan:  # fmt: skip
     """Check everything and decide the layout; raises CourseError naming the bad value. `partition`:
     a Partition, layer counts per stage (default: uniform), or a Megatron layout string such as
-    "Ett|tt|ttL" (``stage_layout.py``: its stages over `stages` ranks, default one rank per stage).
-    With a built schedule, `stages` and `virtual` may be None (the schedule's own)."""
+    "Ett|tt|ttL" (read by the room ``course_lib/stage_layout.py``: its stages over `stages` ranks,
+    default one rank per stage). With a built schedule, `stages` and `virtual` may be None (the
+    schedule's own)."""
     cfg.check()
     check_checkpoint(checkpoint)
-    layout = parse_layout(partition) if isinstance(partition, str) else partition  # a Megatron layout string
-    if isinstance(layout, StageLayout):  # it says the stages; the ranks, if not given, are one per stage
-        if not isinstance(schedule, Schedule):  # built here: a layout may have more stages than layers
-            stages, virtual = layout_ranks(layout, stages, virtual)
-            schedule = build_schedule(schedule, stages, cfg.microbatches, virtual)
-            stages = virtual = None
-        partition = layout.partition(cfg.n_layers)
+    if isinstance(partition, str):  # a Megatron layout string: it says the stages, and its room reads it
+        require(
+            bool(LAYOUT_READERS),
+            f"partition {partition!r} is a layout string, which the room course_lib.stage_layout reads: "
+            "import it first (course_lib.lesson and the command line do), or give layer counts per stage",
+        )
+        schedule, partition = LAYOUT_READERS[-1](cfg, schedule, stages, virtual, partition)
+        stages = virtual = None
     sched = resolve_schedule(cfg, schedule, stages, virtual)
-    if isinstance(layout, StageLayout):
-        check_placement(layout, [sched.device_of(s) for s in range(sched.n_stages)], sched.name)
     n_layers = cfg.n_layers + 2
     if partition is None:
         partition = uniform(n_layers, sched.n_stages)

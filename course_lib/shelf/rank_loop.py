@@ -36,15 +36,24 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from course_lib.shelf.grad_clip import clip_coefficient, scale_grads, squared_norm
 from course_lib.shelf.launcher import RankContext
 from course_lib.shelf.model import split_microbatches, stage_modules
 from course_lib.shelf.p2p import RankComm, direction_groups
-from course_lib.shelf.reference import make_optimizer, setup, train_batches
+from course_lib.shelf.reference import (
+    EMBEDDING_WEIGHT,
+    clip_coefficient,
+    copy_tied_weight,
+    head_weight,
+    make_optimizer,
+    scale_grads,
+    setup,
+    squared_norm,
+    sum_tied_grads,
+    train_batches,
+)
 from course_lib.shelf.run_spec import DistributedResult, RankRecord, RunSpec, StepRecord, build_result
 from course_lib.shelf.schedule import Action, Kind, input_message, local_producer, message_of
 from course_lib.shelf.stage import StageRuntime
-from course_lib.shelf.tied_embedding import EMBEDDING_WEIGHT, copy_tied_weight, head_weight, sum_tied_grads
 
 Batch = list[tuple[Tensor, Tensor]]  # (token ids, targets) per micro-batch
 
@@ -220,7 +229,7 @@ class PipelineRank:
         yes; TP x PP x DP counts a replicated weight on one rank only.)"""
         return True
 
-    # ---- the whole model's gradients: tied copies and clipping (tied_embedding.py, grad_clip.py) -------
+    # ---- the whole model's gradients: tied copies and clipping (reference.py's last section) -------
     def tie_group(self) -> object:
         """With tied embeddings on two ranks, the group of the ranks that hold stage 0 and the last stage
         of this rank's pipeline (Megatron's embedding group; every rank creates every pipeline's, in the

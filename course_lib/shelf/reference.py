@@ -18,15 +18,36 @@ sum is the gradient of the batch's mean loss), and the optimizer steps once per 
 them. That is what GPipe and 1F1B compute too; only the order of the work differs.
 
 Its ``TrainConfig`` is where a run's sizes enter, and ``check`` refuses bad ones before any work.
-One file a little over 300 lines, read whole: the ground truth and what engines compare with it.
+
+Two rules span the whole model, and every engine follows them the way this trainer defines them (its
+last section, lesson 16):
+
+- **Clipping by the whole model's gradient norm.** The norm is the square root of the sum of every
+  gradient's squares over every stage (and every tensor-parallel slice). A stage alone sees only its
+  share, so clipping per stage scales each stage by its own factor and turns the update (torchtitan
+  issue #596, PyTorch issue #162638). The fix costs one number per rank: each adds its squares
+  (``squared_norm``), the sum crosses the ranks, every rank scales by ``clip_coefficient``, which is
+  torch.nn.utils.clip_grad_norm_'s documented rule (sums in float64, so the engines' norm equals
+  torch's to float32 rounding).
+- **Tied embeddings.** The head reuses the embedding's weight. Here that is one Parameter used twice;
+  in a pipeline the first and last stage sit on different devices, so the last stage holds a copy
+  (``copy_tied_weight``), and after the flush each copy's gradient becomes the sum of both
+  (``sum_tied_grads``), so the copies take the same step and stay equal, bit for bit. Megatron-LM does
+  the same (``share_embeddings_and_output_weights``, summed over an "embedding group" of the first and
+  last ranks); leave the sum out and the copies drift apart (Megatron-LM issue #299). On one device
+  (one rank, or a V shape's rank 0 holding stage 0 and stage 2p - 1) the sum is one add; across ranks
+  an all-reduce of the two (``rank_loop.py``). The tied weight counts once in the norm.
+
+One file of about 400 lines, read whole: the ground truth and what engines compare with it.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 
 import torch
@@ -35,7 +56,6 @@ from tqdm.auto import tqdm
 
 from course_lib.shelf.errors import is_number, memory_bytes, require, require_fits, shown, whole
 from course_lib.shelf.first_schedules import LIMITS, within_limit
-from course_lib.shelf.grad_clip import check_max_norm
 from course_lib.shelf.model import (
     Corpus,
     ModelConfig,
@@ -68,8 +88,8 @@ class TrainConfig:
     data_path: str | None = None  # None: the corpus shipped in data/
     device: str = "cpu"  # cpu, cuda, cuda:N or auto (see course_lib/shelf/stage.py)
     precision: str = "float32"  # of the forward: float32, or autocast on a CUDA GPU (PRECISIONS)
-    clip_grad_norm: float | None = None  # clip the whole model's gradient norm to this (grad_clip.py)
-    tie_embeddings: bool = False  # the head reuses the embedding's weight (tied_embedding.py)
+    clip_grad_norm: float | None = None  # clip the whole model's gradient norm to this (below)
+    tie_embeddings: bool = False  # the head reuses the embedding's weight (below)
 
     def __post_init__(self) -> None:
         """numpy numbers become Python's (a lesson's np.int64(4) is 4); anything else stays for check()."""
@@ -337,3 +357,66 @@ def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
         losses=losses, val_loss_start=val_start, val_loss_end=evaluate(model, corpus, cfg),
         step_times_s=times, n_layers=cfg.n_layers, n_params=count_parameters(model), config=asdict(cfg),
     )  # fmt: skip
+
+
+# The whole-model rules (the module docstring): clipping by the whole model's norm, tied embeddings.
+
+CLIP_EPSILON = 1e-6  # torch.nn.utils.clip_grad_norm_'s: no division by zero when every gradient is zero
+EMBEDDING_WEIGHT = "layers.0.token.weight"  # the token embedding, as the whole model names it
+
+
+def check_max_norm(value: object) -> None:
+    """Refuse a clipping norm that is not None or a number > 0."""
+    require(
+        value is None or (is_number(value) and math.isfinite(value) and value > 0),
+        f"clip_grad_norm must be None (no clipping) or a number > 0, got {shown(value)}",
+    )
+
+
+@torch.no_grad()
+def squared_norm(grads: Iterable[Tensor | None]) -> float:
+    """The sum of the squares of every entry of `grads` (None: a weight with no gradient, zero)."""
+    return float(sum(g.detach().double().pow(2).sum().item() for g in grads if g is not None))
+
+
+def clip_coefficient(total_squared: float, max_norm: float) -> float:
+    """The factor every gradient is multiplied by: min(1, max_norm / (norm + CLIP_EPSILON))."""
+    return min(1.0, max_norm / (math.sqrt(total_squared) + CLIP_EPSILON))
+
+
+@torch.no_grad()
+def scale_grads(params: Iterable[nn.Parameter], coefficient: float) -> None:
+    """Multiply every gradient by `coefficient` (1.0: left as it is)."""
+    if coefficient >= 1.0:
+        return
+    for p in params:
+        if p.grad is not None:
+            p.grad.mul_(coefficient)
+
+
+def head_weight(n_blocks: int) -> str:
+    """The name of the head's projection (the tied copy) in a model of `n_blocks` blocks."""
+    return f"layers.{n_blocks + 1}.out.weight"
+
+
+def copy_tied_weight(layers: nn.ModuleList) -> None:
+    """Give the head its own Parameter, equal to the embedding's (a tied model shares one): what the
+    last stage holds in a pipeline. A model that is not tied is left as it is."""
+    embedding, head = layers[0].token, layers[-1].out
+    if head.weight is embedding.weight:
+        head.weight = nn.Parameter(embedding.weight.detach().clone())
+
+
+@torch.no_grad()
+def sum_tied_grads(embedding: nn.Parameter, head: nn.Parameter) -> None:
+    """Both copies' gradients become their sum (on one device: the all-reduce of two is one add)."""
+    if embedding.grad is None or head.grad is None:
+        return
+    total = embedding.grad + head.grad.to(embedding.grad.device)
+    embedding.grad.copy_(total)
+    head.grad.copy_(total.to(head.grad.device))
+
+
+def tied_drift(embedding: nn.Parameter, head: nn.Parameter) -> float:
+    """Largest |difference| between the two copies (0.0 while the gradient sum keeps them equal)."""
+    return (embedding.detach().cpu() - head.detach().cpu()).abs().max().item()

@@ -1,4 +1,4 @@
-"""Megatron-core layout strings (course_lib/shelf/stage_layout.py): parsed as its documentation writes
+"""Megatron-core layout strings (course_lib/course_lib/stage_layout.py): parsed as its documentation writes
 them, refused before any work when they would drop or repeat a piece of the model, and trained by both
 engines to the reference trainer's loss and gradients, empty and virtual stages included."""
 
@@ -13,7 +13,7 @@ from course_lib.shelf import distributed_engine as distributed
 from course_lib.shelf.errors import CourseError
 from course_lib.shelf.local_engine import LocalPipelineTrainer
 from course_lib.shelf.reference import TrainConfig, max_grad_diff, reference_gradients
-from course_lib.shelf.stage_layout import parse_layout
+from course_lib.stage_layout import parse_layout
 
 
 def tiny(n_layers: int = 3, **kw) -> TrainConfig:

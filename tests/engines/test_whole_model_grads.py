@@ -18,8 +18,15 @@ from course_lib.shelf import distributed_engine as distributed
 from course_lib.shelf.errors import CourseError
 from course_lib.shelf.first_schedules import SCHEDULES
 from course_lib.shelf.local_engine import LocalPipelineTrainer
-from course_lib.shelf.reference import TrainConfig, max_grad_diff, reference_gradients, reference_run
-from course_lib.shelf.tied_embedding import EMBEDDING_WEIGHT, head_weight, tied_drift
+from course_lib.shelf.reference import (
+    EMBEDDING_WEIGHT,
+    TrainConfig,
+    head_weight,
+    max_grad_diff,
+    reference_gradients,
+    reference_run,
+    tied_drift,
+)
 
 MAX_NORM = 0.25
 

@@ -1,6 +1,6 @@
 """Megatron-core's layout strings: which pieces of the model each pipeline stage holds, written out.
 
-    from course_lib.shelf.stage_layout import parse_layout
+    from course_lib.stage_layout import parse_layout
     layout = parse_layout("Et*3|(tt|)*2,t|L")   # E embedding, t block, L head and loss, | between stages
     layout.stages                                # ('Ettt', 'tt', 'tt', 't', 'L')
     layout.partition(n_blocks=8).sizes           # (4, 2, 2, 1, 1): layers per stage, as the engines take
@@ -26,6 +26,11 @@ without a count, unbalanced brackets), and a layout that does not build the mode
 of the last, and a count of ``t`` that differs from the model's blocks. That last one is the quiet
 failure of uneven splits (Megatron-LM issue #1304: 30 layers on 4 pipeline ranks built 28): here a
 missing or repeated block is an error naming how many.
+
+A room beside the shelf: importing it lets the engines take a layout string as their partition
+(``shelf.local_engine.make_plan``'s ``partition="Et|tt|L"``; ``course_lib.lesson`` and the command line
+import it), through ``read_layout``, which builds the schedule for the layout's stages, checks where
+they sit, and hands the shelf a plain partition.
 """
 
 from __future__ import annotations
@@ -34,7 +39,12 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from course_lib.shelf.errors import CourseError, require, shown
+from course_lib.shelf.first_schedules import build_schedule
+from course_lib.shelf.local_engine import LAYOUT_READERS
 from course_lib.shelf.model import Partition
+from course_lib.shelf.reference import TrainConfig
+from course_lib.shelf.schedule import Schedule
+from course_lib.shelf.validate import validate
 
 SYMBOLS = {"E": "the embedding", "t": "a transformer block", "L": "the head and the loss"}
 CUT = "|"
@@ -236,3 +246,21 @@ def check_placement(layout: StageLayout, device_of: list[int], schedule_name: st
         f"schedule {schedule_name!r} places its stages on ranks {device_of}; use a schedule with "
         "Megatron's order (1f1b, gpipe, interleaved-1f1b) or give a partition instead",
     )
+
+
+def read_layout(
+    cfg: TrainConfig, schedule: str | Schedule, stages: int | None, virtual: int | None, text: str
+) -> tuple[Schedule, Partition]:
+    """The schedule (built here for a name: a layout may have more stages than layers) and the partition
+    that `text` says, its placement checked against the schedule's; what ``make_plan`` asks for."""
+    layout = parse_layout(text)
+    if not isinstance(schedule, Schedule):
+        ranks, v = layout_ranks(layout, stages, virtual)
+        schedule = build_schedule(schedule, ranks, cfg.microbatches, v)
+    validate(schedule)
+    check_placement(layout, [schedule.device_of(s) for s in range(schedule.n_stages)], schedule.name)
+    return schedule, layout.partition(cfg.n_layers)
+
+
+if read_layout not in LAYOUT_READERS:
+    LAYOUT_READERS.append(read_layout)
