@@ -16,8 +16,8 @@ KERNEL_TITLE := Python (pipeline course)
 KERNEL_SPEC  := $(VENV)/share/jupyter/kernels/$(KERNEL)/kernel.json
 # Every JupyterLab of this .venv saves a notebook with one-line stand-ins where its live widgets were, so a
 # lesson run, saved and reopened shows "[the dashboard: run this cell to use it]", not a widget error
-# (course_lib/widgets/stand_in.py: the Jupyter server's pre_save_hook)
-SAVE_HOOK    := $(VENV)/etc/jupyter/jupyter_server_config.d/course-stand-in.json
+# (course_lib/widgets/stand_in.py: the Jupyter server's pre_save_hook; a .d/ file would not be read for it)
+SAVE_HOOK    := $(VENV)/etc/jupyter/jupyter_server_config.json
 SETUP        := $(STAMP) $(KERNEL_SPEC) $(SAVE_HOOK)
 # Extra pip arguments for torch, e.g. a CUDA build: make lab TORCH_INDEX=https://download.pytorch.org/whl/cu128
 TORCH_INDEX ?=

@@ -15,8 +15,9 @@ view (``stand_in_outputs``):
 It applies in two places:
 
 - the student's JupyterLab saves every notebook through ``save_hook``, the Jupyter server's
-  ``pre_save_hook``; `make setup` configures it for this .venv (``SERVER_CONFIG``), so `make lab` and
-  the browser tests' JupyterLab use it. The live page keeps its widgets; only the file holds stand-ins;
+  ``pre_save_hook``; `make setup` configures it for this .venv (``SERVER_CONFIG``), so `make lab`,
+  `make instructor` and the browser tests' JupyterLab use it. The live page keeps its widgets; only
+  the file holds stand-ins;
 - the committed lessons, after an author re-runs one:
       python -m course_lib.widgets.stand_in notebooks/04_1f1b.ipynb
   (tests/course/test_saved_outputs.py checks that no committed notebook holds a widget view, widget
@@ -36,7 +37,8 @@ from pathlib import Path
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "widgets"  # notebook metadata key ipywidgets saves its state under
 STAND_IN = re.compile(r"\[[^\[\]\n]+: run this cell to use it\]")
-# what `make setup` writes into .venv/etc/jupyter/jupyter_server_config.d/ (the Makefile's SAVE_HOOK)
+# what `make setup` writes as .venv/etc/jupyter/jupyter_server_config.json (the Makefile's SAVE_HOOK; the
+# server reads traitlets settings from that file, not from jupyter_server_config.d/)
 SERVER_CONFIG = {"ContentsManager": {"pre_save_hook": "course_lib.widgets.stand_in.save_hook"}}
 
 

@@ -100,6 +100,6 @@ def test_this_venvs_jupyter_server_saves_a_notebook_with_stand_ins(tmp_path):
     saved = (tmp_path / "lesson.ipynb").read_text()
     assert WIDGET_VIEW not in saved and "0/3" not in saved and "widget-state" not in saved
     assert stand_in_text("the pipeline dashboard") in saved and "bubble 27.3%" in saved
-    config = ROOT / ".venv" / "etc" / "jupyter" / "jupyter_server_config.d" / "course-stand-in.json"
+    config = ROOT / ".venv" / "etc" / "jupyter" / "jupyter_server_config.json"
     if config.exists():  # written by `make setup`
         assert json.loads(config.read_text()) == SERVER_CONFIG
