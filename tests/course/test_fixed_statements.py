@@ -140,3 +140,15 @@ def test_15_streams_approach_m_t_over_p_and_pay_fill_and_drain_once():
     assert "runs at m T/p per batch; only its first fill is a bubble" not in printed
     assert "approaches m T/p per batch" in printed
     assert "the pipeline's fill and drain, paid once per stream" in lesson
+
+
+def test_09_real_run_lands_within_25_percent_of_its_prediction_or_says_why_with_a_number():
+    import re
+
+    printed = outputs("09_planning_a_real_run")
+    ratio = float(re.search(r"measured / predicted: ([\d.]+)x for the charted step", printed)[1])
+    if abs(ratio - 1) > 0.25:
+        why = r"why: a device computed (\d+) ms in the charted step against the planner's (\d+) ms"
+        match = re.search(why, printed)
+        assert match and int(match[1]) > int(match[2]), "the gap's cause, in numbers"
+        assert re.search(r"that is -?\d+% of the charted step's \+\d+ ms", printed)
