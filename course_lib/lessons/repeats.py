@@ -79,7 +79,7 @@ class Effect:
 
     def verdict(self) -> str:
         """'4.2x its spread: decisive' or '0.4x its spread: illustrative, ...': the words every lesson's
-        measured verdict ends with (tests/course/test_measured_verdicts.py reads them back)."""
+        measured verdict ends with (tests/course/test_decisive_measurements.py reads them back)."""
         if self.decisive:
             return f"{self.ratio:.1f}x its spread: decisive (3x or more)"
         return f"{self.ratio:.1f}x its spread: illustrative (under 3x, it ranks nothing on this machine)"
