@@ -152,3 +152,17 @@ def test_09_real_run_lands_within_25_percent_of_its_prediction_or_says_why_with_
         match = re.search(why, printed)
         assert match and int(match[1]) > int(match[2]), "the gap's cause, in numbers"
         assert re.search(r"that is -?\d+% of the charted step's \+\d+ ms", printed)
+
+
+def test_06_waiting_sends_cost_plain_1f1b_a_quarter_more_and_the_wire_figures_name_their_schedule():
+    import re
+
+    lesson, printed = text("06_pipelines_across_wans"), outputs("06_pipelines_across_wans")
+    assert "Plain 1F1B loses little" not in lesson and "a quarter more per ms of L" in lesson
+    slopes = dict(re.findall(r"([\w -]+?1F1B (?:overlapped|blocking)): (\d+)", printed))
+    slopes = {k.strip(): int(v) for k, v in slopes.items()}
+    assert 1.2 <= slopes["1F1B blocking"] / slopes["1F1B overlapped"] <= 1.3
+    assert slopes["latency-aware 1F1B blocking"] == slopes["1F1B blocking"]  # "ends on ... blocking slope"
+    assert "at 1 Gb/s a step takes sixteen times" not in lesson
+    la_1, la_100 = (float(x) for x in re.findall(r"latency-aware\s+([\d.]+) s; latency bound", printed))
+    assert round(la_1 / la_100) == 16 and "latency-aware 1F1B takes sixteen times its 100 Gb/s step" in lesson
