@@ -166,3 +166,12 @@ def test_06_waiting_sends_cost_plain_1f1b_a_quarter_more_and_the_wire_figures_na
     assert "at 1 Gb/s a step takes sixteen times" not in lesson
     la_1, la_100 = (float(x) for x in re.findall(r"latency-aware\s+([\d.]+) s; latency bound", printed))
     assert round(la_1 / la_100) == 16 and "latency-aware 1F1B takes sixteen times its 100 Gb/s step" in lesson
+
+
+@pytest.mark.parametrize("stem", ["07a_interleaving", "07c_v_shapes"])
+def test_07a_and_07c_say_gpipes_and_1f1bs_bubbles_agree_on_equal_stages(stem):
+    lesson = text(stem)
+    assert "of the step; it only saves memory" not in lesson
+    for said in ("same bubble as GPipe", "same bubble as 1F1B"):
+        for at in [k for k in range(len(lesson)) if lesson.startswith(said, k)]:
+            assert "equal stages" in lesson[at - 40 : at + len(said) + 40], lesson[at - 60 : at + 80]
