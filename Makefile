@@ -14,7 +14,11 @@ STAMP  := $(VENV)/.installed
 KERNEL       := pipeline-course
 KERNEL_TITLE := Python (pipeline course)
 KERNEL_SPEC  := $(VENV)/share/jupyter/kernels/$(KERNEL)/kernel.json
-SETUP        := $(STAMP) $(KERNEL_SPEC)
+# Every JupyterLab of this .venv saves a notebook with one-line stand-ins where its live widgets were, so a
+# lesson run, saved and reopened shows "[the dashboard: run this cell to use it]", not a widget error
+# (course_lib/widgets/stand_in.py: the Jupyter server's pre_save_hook; a .d/ file would not be read for it)
+SAVE_HOOK    := $(VENV)/etc/jupyter/jupyter_server_config.json
+SETUP        := $(STAMP) $(KERNEL_SPEC) $(SAVE_HOOK)
 # Extra pip arguments for torch, e.g. a CUDA build: make lab TORCH_INDEX=https://download.pytorch.org/whl/cu128
 TORCH_INDEX ?=
 # Extra JupyterLab arguments, e.g. make lab LAB_ARGS="--port=9999 --no-browser"
@@ -40,6 +44,10 @@ $(STAMP): pyproject.toml
 
 $(KERNEL_SPEC): $(STAMP)
 	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "$(KERNEL_TITLE)" >/dev/null
+
+$(SAVE_HOOK): $(STAMP) course_lib/widgets/stand_in.py
+	@mkdir -p $(dir $@)
+	$(BIN)/python -c "import json; from course_lib.widgets.stand_in import SERVER_CONFIG as c; print(json.dumps(c))" > $@
 
 setup: $(SETUP)
 

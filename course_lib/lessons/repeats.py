@@ -24,6 +24,7 @@ from typing import TypeVar
 from course_lib.shelf.errors import require
 
 Run = TypeVar("Run")
+DECISIVE = 3.0  # an effect this many times its spread stands clear of a busy laptop's noise (issue 38)
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,17 @@ class Effect:
     def ratio(self) -> float:
         """The effect over its spread: 3 or more, and the effect stands clear of the noise."""
         return abs(self.measured_s) / self.spread_s if self.spread_s > 0 else float("inf")
+
+    @property
+    def decisive(self) -> bool:
+        return self.ratio >= DECISIVE
+
+    def verdict(self) -> str:
+        """'4.2x its spread: decisive' or '0.4x its spread: illustrative, ...': the words every lesson's
+        measured verdict ends with (tests/course/test_decisive_measurements.py reads them back)."""
+        if self.decisive:
+            return f"{self.ratio:.1f}x its spread: decisive (3x or more)"
+        return f"{self.ratio:.1f}x its spread: illustrative (under 3x, it ranks nothing on this machine)"
 
 
 def repeat_all(runs: Mapping[str, Callable[[], Run]], repeats: int = 5) -> dict[str, list[Run]]:

@@ -8,12 +8,15 @@ An ipywidgets slider is about 300 px wide whatever its range, so 32 values sit 9
 4 px apart: the mouse cannot pick one. These set the layout width from the number of values.
 
 ``Shown`` is what every lesson widget says in a saved notebook before its cell has run (the widget's
-plain-text stand-in): one line naming it, instead of ipywidgets' ``VBox(children=(...))``.
+plain-text stand-in): one line naming it, instead of ipywidgets' ``VBox(children=(...))``. A saved
+notebook keeps only that line (course_lib/widgets/stand_in.py).
 """
 
 from __future__ import annotations
 
 import ipywidgets as widgets
+
+from course_lib.widgets.stand_in import stand_in_text
 
 SLIDER_PX_PER_VALUE = 10  # a mouse picks values about this far apart on a slider's track
 DESCRIPTION_PX = 150  # the width of every slider's description ("m (micro-batches)")
@@ -47,4 +50,4 @@ class Shown:
     what = "widget"
 
     def __repr__(self) -> str:
-        return f"[{self.what}: run this cell to use it]"
+        return stand_in_text(self.what)

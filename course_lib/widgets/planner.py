@@ -24,10 +24,12 @@ import html
 import ipywidgets as widgets
 
 from course_lib.charts.gantt import GanttPNG, swatches_html
+from course_lib.charts.occupancy import OccupancyPNG, dense
 from course_lib.planner import MODELS, cluster, plan
 from course_lib.planner.enumerate import Plan, Planned
 from course_lib.planner.step_time import pipeline_timeline, played_microbatches
 from course_lib.shelf.errors import require, whole
+from course_lib.shelf.timeline import Timeline
 from course_lib.widgets.controls import WRAP_AT_SPACES, Shown
 
 GPU_CHOICES = (8, 16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072)
@@ -37,8 +39,10 @@ BATCH_CHOICES = (16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 2304, 3072)
 
 class PlannerWidget(Shown, widgets.VBox):
     """Controls are attributes (model_dropdown, gpus_dropdown, batch_dropdown, choice_dropdown); the
-    ranked table is ``table`` (HTML) and ``table_text``; the chart ``image`` (PNG) with its title and
-    colour key under it, ``chart_key`` (HTML); ``result`` the Plan."""
+    ranked table is ``table`` (HTML) and ``table_text``; the chart ``image`` (PNG) with its title,
+    bubbles and colour key under it, ``chart_key`` (HTML; ``chart_title`` and ``bubbles`` as text);
+    ``result`` the Plan. A layout too dense for a Gantt chart (course_lib/charts/occupancy.py) is drawn
+    as its devices' busy stretches."""
 
     what = "the planner"
 
@@ -67,6 +71,10 @@ class PlannerWidget(Shown, widgets.VBox):
         self.image = widgets.Image(format="png")
         self.chart_key = widgets.HTML()  # the chart's title and colour key
         self._gantt = GanttPNG(max_rows=16)  # taller charts get thinner rows
+        # a layout with too many actions to draw one by one (p=16, v=5: 320 a device) shows busy stretches
+        self._occupancy = OccupancyPNG(max_rows=16)
+        self.bubbles = ""  # the chart's bubble beside the table's, and why they differ (under the chart)
+        self.chart_title = ""  # the chart's title and its source and bubble line
         controls = [self.model_dropdown, self.gpus_dropdown, self.batch_dropdown, self.choice_dropdown]
         super().__init__([widgets.HBox(controls), self.table, self.image, self.chart_key])
         for control in controls[:3]:
@@ -120,12 +128,37 @@ class PlannerWidget(Shown, widgets.VBox):
             f"row {self.choice_dropdown.value}, {_label(chosen)}"
         )
         shown = f"{m} micro-batches" if m == every else f"the first {m} of its {every} micro-batches"
-        self.image.value = self._gantt.png(
-            tl, f"row {self.choice_dropdown.value}: {_label(chosen)}, {shown} (simulated)"
-        )
+        chart = self._occupancy if dense(tl) else self._gantt
+        heading = f"row {self.choice_dropdown.value}: {_label(chosen)}, {shown} (simulated)"
+        self.image.value = chart.png(tl, heading)
+        self.bubbles = compared_bubbles(chosen, tl, every)
         # title and colour key under the chart, as HTML (drawn, they cost a third of the redraw)
-        title = "<br>".join(html.escape(line) for line in self._gantt.title.splitlines())
-        self.chart_key.value = f"<div>{title}<br>{swatches_html(self._gantt.key)}</div>"
+        self.chart_title = chart.title
+        title = "<br>".join(html.escape(line) for line in chart.title.splitlines())
+        key = swatches_html(chart.key)
+        self.chart_key.value = f"<div>{title}<br>{html.escape(self.bubbles)}<br>{key}</div>"
+
+
+def compared_bubbles(x: Planned, tl: Timeline, every: int) -> str:
+    """The chart's bubble beside the table's, and why they differ. The chart plays at most 2p
+    micro-batches, where fill and drain weigh more than in all m; the planner extends it by one steady
+    slot per further micro-batch (step_time.simulate_pipeline), which gives the pipeline's idle share
+    over all m. The table's bubble is another quantity: the schedule's own bubble (closed form) as a
+    share of the whole step, which also holds the messages and the DP all-reduce."""
+    played = tl.n_microbatches or every
+    slot = (x.parts.compute_s + x.parts.tp_s) / every  # one micro-batch's work on a device
+    makespan = tl.makespan + (every - played) * slot
+    over_all = 1 - every * slot / makespan if makespan > 0 else 0.0
+    drawn = f"{tl.bubble_fraction:.1%} of device-time idle in the {played} micro-batches drawn"
+    if played < every:
+        drawn += (
+            f"; {over_all:.1%} over all {every} (each further micro-batch adds one steady slot, "
+            "as the planner counts: fill and drain weigh less)"
+        )
+    return (
+        f"bubbles: {drawn}; the table's {x.bubble_share:.1%} is the schedule's own bubble as a share of the "
+        "whole step, which also holds the messages and the DP all-reduce"
+    )
 
 
 def _label(x: Planned) -> str:

@@ -10,6 +10,7 @@ Try it:  .venv/bin/pytest -q tests/browser        (needs /usr/bin/chromium: test
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -21,12 +22,14 @@ from lab_page import (
     menu,
     open_and_run_all,
     output_texts,
+    wait_for_kernel,
     wait_until_all_ran,
     write_notebook,
 )
 from lab_server import ARTIFACTS, LabServer
 
 from course_lib.charts.gantt import gantt_figsize
+from course_lib.widgets.stand_in import STAND_IN, WIDGET_VIEW
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.processes]  # a JupyterLab server and a browser
 
@@ -36,6 +39,8 @@ TRAINING_NOTEBOOK = "browser_training.ipynb"
 ENDLESS_STEPS = 100_000  # a run that ends only when stopped
 STOP_TIMEOUT_MS = 20_000  # "stop" ends a run before its next action: well under a second, unloaded
 DPI = 80  # PipelineDashboard draws its Figure at this dpi
+SAVED_LESSON = "02_naive_pipeline.ipynb"  # the quickest lesson with a dashboard and a progress bar
+WIDGET_ERROR = "Error displaying widget"  # what JupyterLab draws for a widget view with no model
 
 
 def write_dashboard_notebook(root: Path) -> str:
@@ -187,3 +192,35 @@ def test_training_dashboard_stops_on_interrupt_and_on_its_stop_button_then_works
     new_summary, new_chart = dash.wait_for_change(summary, chart)
     assert new_chart[0] != chart[0] and abs(new_chart[2] - expected_height(3)) <= 1, new_chart
     assert new_summary.startswith("bubble:"), new_summary
+
+
+def test_a_saved_lesson_reopens_with_its_dashboards_stand_in_not_a_widget_error(page, lab: LabServer):
+    """Issue 38: run a lesson, save it (the live dashboard on the page), shut its kernel down and reopen
+    it, as a student coming back the next day: where the dashboard was, its "run this cell" line; no
+    "Error displaying widget: model not found", no progress bar from the last run."""
+    path = lab.root / SAVED_LESSON
+    committed = path.stat().st_mtime_ns
+    open_and_run_all(page, lab, SAVED_LESSON)
+    assert_no_traceback(page)
+    DashboardView(page).image.wait_for(timeout=WIDGET_TIMEOUT_MS)  # live, in the page
+    menu(page, "File", "Save Notebook")
+    for _ in range(100):
+        if path.stat().st_mtime_ns != committed:
+            break
+        page.wait_for_timeout(100)
+    saved = json.loads(path.read_text())
+    assert all(c.get("execution_count") for c in saved["cells"] if c["cell_type"] == "code"), "not saved"
+    assert WIDGET_VIEW not in path.read_text() and "widgets" not in saved["metadata"]
+
+    for session in lab.api("sessions"):  # the kernel that made the widgets is gone
+        if session["path"] == SAVED_LESSON:
+            lab.api(f"sessions/{session['id']}", method="DELETE")
+    page.goto(lab.url(f"lab/tree/{SAVED_LESSON}?reset"))
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for()
+    wait_for_kernel(page, lab, SAVED_LESSON)  # a new kernel: the widget manager has restored from it
+    page.wait_for_timeout(3_000)  # it draws a missing model's error once restored
+    texts = output_texts(page)
+    assert not [t for t in texts if WIDGET_ERROR in t or "Loading widget" in t], texts
+    assert any(STAND_IN.fullmatch(t.strip()) for t in texts), texts
+    assert not [t for t in texts if re.search(r"\d+/\d+ \[", t)], "a progress bar from the saved run"
+    page.screenshot(path=ARTIFACTS / "saved_lesson_reopened.png")

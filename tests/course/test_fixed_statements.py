@@ -89,3 +89,89 @@ def test_12_zero_3_with_a_pipeline_is_qualified_by_what_torchtitan_does():
 
 def test_15_names_the_vllm_versions_whose_documentation_it_quotes():
     assert "versions 0.5.5 to 0.8" in text("15_pipeline_inference")
+
+
+# ---- issue 38, second read (lessons 01, 04, 05, 09, 15): sentences their own outputs contradicted ----
+def test_01_explains_why_tp_is_slower_than_pp_at_zero_latency_from_its_own_numbers():
+    import re
+
+    lesson, printed = text("01_tensor_vs_pipeline"), outputs("01_tensor_vs_pipeline")
+    match = re.search(r"at zero injected latency: TP's fastest step (\d+) ms, PP's (\d+) ms", printed)
+    assert match and int(match[1]) > int(match[2]), "the cell prints both steps at zero injected latency"
+    assert "at zero injected latency TP is already slower" in lesson and "gloo's all-reduce" in lesson
+
+
+def test_04_the_replay_ranks_1f1b_no_worse_with_its_condition_not_always_smaller():
+    import re
+
+    lesson, printed = text("04_1f1b"), outputs("04_1f1b")
+    assert "gives 1F1B a smaller bubble than GPipe on the same costs" not in lesson
+    assert "no larger than GPipe's" in lesson and "the same when one stage is slowest at both" in lesson
+    assert "the runs do not rank the two" not in lesson  # a verdict the printed ratio gives, not the prose
+    gpipe, ofob = map(int, re.search(r"GPipe pays .* = (\d+) ms, 1F1B .* = (\d+) ms", printed).groups())
+    assert ofob <= gpipe  # what the text claims of the printed formulas, on this run's costs
+
+
+def test_05_balancing_evens_stages_out_as_far_as_layers_allow_and_the_recap_is_the_toys():
+    lesson = text("05_balancing_stages")
+    assert "Balancing makes the stages equal" not in lesson
+    assert "as far as whole layers and the budget allow" in lesson
+    assert "In the toy that, not the embedding's parameters" in lesson
+
+
+def test_09_t8_does_not_win_alone_its_lead_over_t4_is_under_1_percent():
+    import re
+
+    lesson, printed = text("09_planning_a_real_run"), outputs("09_planning_a_real_run")
+    assert "t = 8 wins" not in lesson and "t = 8 and t = 4 lead, within 1%" in lesson
+    row = r"\(t, p, d\) = \(\s*(\d+),\s*\d+,\s*\d+\):\s+([\d.]+) TFLOP"
+    rates = {int(t): float(x) for t, x in re.findall(row, printed)}
+    assert abs(rates[8] - rates[4]) / rates[8] < 0.01 and max(rates) == 64
+    assert all(rates[t] < rates[8] / 2 for t in rates if t >= 16)
+
+
+def test_09_planner_chart_says_its_bubble_beside_the_tables():
+    printed = outputs("09_planning_a_real_run")
+    assert "the table's" in printed and "share of the whole step" in printed and "over all 128" in printed
+
+
+def test_15_streams_approach_m_t_over_p_and_pay_fill_and_drain_once():
+    lesson, printed = text("15_pipeline_inference"), outputs("15_pipeline_inference")
+    assert "runs at m T/p per batch; only its first fill is a bubble" not in printed
+    assert "approaches m T/p per batch" in printed
+    assert "the pipeline's fill and drain, paid once per stream" in lesson
+
+
+def test_09_real_run_lands_within_25_percent_of_its_prediction_or_says_why_with_a_number():
+    import re
+
+    printed = outputs("09_planning_a_real_run")
+    ratio = float(re.search(r"measured / predicted: ([\d.]+)x for the charted step", printed)[1])
+    if abs(ratio - 1) > 0.25:
+        why = r"why: a device computed (\d+) ms in the charted step against the planner's (\d+) ms"
+        match = re.search(why, printed)
+        assert match and int(match[1]) > int(match[2]), "the gap's cause, in numbers"
+        assert re.search(r"that is -?\d+% of the charted step's \+\d+ ms", printed)
+
+
+def test_06_waiting_sends_cost_plain_1f1b_a_quarter_more_and_the_wire_figures_name_their_schedule():
+    import re
+
+    lesson, printed = text("06_pipelines_across_wans"), outputs("06_pipelines_across_wans")
+    assert "Plain 1F1B loses little" not in lesson and "a quarter more per ms of L" in lesson
+    slopes = dict(re.findall(r"([\w -]+?1F1B (?:overlapped|blocking)): (\d+)", printed))
+    slopes = {k.strip(): int(v) for k, v in slopes.items()}
+    assert 1.2 <= slopes["1F1B blocking"] / slopes["1F1B overlapped"] <= 1.3
+    assert slopes["latency-aware 1F1B blocking"] == slopes["1F1B blocking"]  # "ends on ... blocking slope"
+    assert "at 1 Gb/s a step takes sixteen times" not in lesson
+    la_1, la_100 = (float(x) for x in re.findall(r"latency-aware\s+([\d.]+) s; latency bound", printed))
+    assert round(la_1 / la_100) == 16 and "latency-aware 1F1B takes sixteen times its 100 Gb/s step" in lesson
+
+
+@pytest.mark.parametrize("stem", ["07a_interleaving", "07c_v_shapes"])
+def test_07a_and_07c_say_gpipes_and_1f1bs_bubbles_agree_on_equal_stages(stem):
+    lesson = text(stem)
+    assert "of the step; it only saves memory" not in lesson
+    for said in ("same bubble as GPipe", "same bubble as 1F1B"):
+        for at in [k for k in range(len(lesson)) if lesson.startswith(said, k)]:
+            assert "equal stages" in lesson[at - 40 : at + len(said) + 40], lesson[at - 60 : at + 80]

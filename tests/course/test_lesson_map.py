@@ -28,7 +28,9 @@ WORD_LIMIT_ENFORCED = {
     "06_pipelines_across_wans",
     "08_scaling_out",
 }
-CHECK_CALL = re.compile(r'check\(\s*"')
+# an exercise is a call of course_lib.exercises' check_answer("NN.k", ...) (or check("...") of its kind)
+CHECK_CALL = re.compile(r'\bcheck(?:_answer)?\(\s*"')
+WELCOME_MINUTES_LIMIT = 15  # lesson 00: a welcome, not a lesson
 NEXT = re.compile(r"\*\*Next:\*\*\s*\[`?([\w.]+\.ipynb)`?\]\(([\w.]+\.ipynb)\)")
 
 
@@ -45,7 +47,7 @@ def words(nb: dict) -> int:
 
 
 def floor_minutes(nb: dict) -> float:
-    """words/120 + 1 per code cell + 5 per exercise (each `check("..."` call is one exercise)."""
+    """words/120 + 1 per code cell + 5 per exercise (each `check_answer("..."` call is one exercise)."""
     code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
     exercises = sum(len(CHECK_CALL.findall(src)) for src in code)
     return words(nb) / 120 + len(code) + 5 * exercises
@@ -75,6 +77,20 @@ def test_each_lesson_says_its_track_and_minutes_no_fewer_than_its_floor(path):
     assert isinstance(meta["minutes"], int)
     nb = load(path)
     assert meta["minutes"] >= math.ceil(floor_minutes(nb)), (path.stem, meta["minutes"], floor_minutes(nb))
+
+
+def test_the_floor_counts_each_exercise():
+    nb = load(ROOT / "notebooks" / "00_welcome.ipynb")
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    exercises = sum(len(CHECK_CALL.findall(src)) for src in code)
+    assert exercises == sum(src.count("check_answer(") for src in code) >= 1
+    assert floor_minutes(nb) == words(nb) / 120 + len(code) + 5 * exercises
+
+
+def test_lesson_00_takes_at_most_15_minutes_by_its_metadata_and_its_floor():
+    nb = load(ROOT / "notebooks" / "00_welcome.ipynb")
+    assert math.ceil(floor_minutes(nb)) <= course(ROOT / "notebooks" / "00_welcome.ipynb")["minutes"]
+    assert course(ROOT / "notebooks" / "00_welcome.ipynb")["minutes"] <= WELCOME_MINUTES_LIMIT
 
 
 def test_the_core_path_is_the_seeds_story_in_order_and_fits_six_hours():

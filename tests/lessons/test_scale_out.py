@@ -59,7 +59,7 @@ def test_lesson_08_quotes_its_printed_link_cost_and_its_paced_effect_stands_clea
     formula = re.search(r"formula, equal stages:\s+\+(\d+) ms", printed).group(1)
     assert f"= {formula} ms per step" in source("08_scaling_out", "254c8b56")
     # the paced pair, as committed: the link's cost at least 3x the two ranges added, near the formula
-    pattern = r"paced, 3 repeats: \+(\d+) ms .*spread (\d+) ms.*: ([\d.]+)x its spread, clear"
+    pattern = r"paced, 3 repeats: \+(\d+) ms .*spread (\d+) ms.*: ([\d.]+)x its spread: decisive"
     paced = re.search(pattern, printed)
     assert paced is not None, printed
     added, spread, ratio = (float(x) for x in paced.groups())

@@ -23,12 +23,35 @@ def test_widgets_are_attributes_and_the_table_is_the_libraries_plan():
     best = plan("megatron-145b", "a100-selene", 64, 64).best
     assert f"t={best.t} p={best.p} d={best.d} b={best.b} {best.schedule} v={best.v}" in _first_row(box)
     assert box.image.value[:4] == b"\x89PNG"
-    # the chart's title and colour key sit under it as HTML: what it shows, that it is simulated, and
-    # the shade of each of an interleaved layout's chunks
+    # the chart's title and colour key sit under it as HTML: what it shows, that it is simulated; an
+    # interleaved layout of p=16, v=5 has too many actions to draw one by one: its busy stretches
     key = html.unescape(box.chart_key.value)
     assert f"row 0: t={best.t} p={best.p}" in key and "(simulated)" in key and "source: simulated" in key
-    last_chunk = f"chunk {best.v - 1}: a device's stage {best.v} of {best.v}"
-    assert best.schedule == "interleaved-1f1b" and last_chunk in key
+    assert best.schedule == "interleaved-1f1b" and best.v == 5 and "busy: forwards and backwards" in key
+
+
+def test_a_dense_layout_is_drawn_as_busy_stretches_and_its_bubble_stands_beside_the_tables():
+    """Issue 38: lesson 09's chart drew 16 rows of 320 hairline boxes and said 10.1% beside the table's
+    2.2%. Now: bars a reader can see, and both bubbles with the one between them that links the two."""
+    import re
+
+    from course_lib.charts.occupancy import LEGIBLE_ACTIONS, busy_stretches, dense
+
+    box = planner_widget("megatron-145b", "a100-selene", gpus=512, global_batch=512)
+    row, tl = box.chosen, box.chosen.timeline
+    assert (row.p, row.v, tl.n_microbatches) == (16, 5, 32) and len(tl.spans) == 16 * 320 and dense(tl)
+    stretches = busy_stretches(tl)
+    assert max(len(r) for r in stretches) <= LEGIBLE_ACTIONS / 2  # bars, not hairlines
+    busy = sum(b - a for r in stretches for a, b in r)
+    assert busy >= sum(s.duration for s in tl.spans)  # joining only covers gaps, never drops work
+    drawn, over_all, table = (float(x) / 100 for x in re.findall(r"([\d.]+)%", box.bubbles)[:3])
+    assert drawn == pytest.approx(tl.bubble_fraction, abs=6e-4)
+    assert table == pytest.approx(row.bubble_share, abs=6e-4)
+    assert table <= over_all < drawn  # all 128 micro-batches: fill and drain weigh less than in the 32 drawn
+    assert "share of the whole step" in box.bubbles and box.bubbles in html.unescape(box.chart_key.value)
+    box.choice_dropdown.value = 1  # 1F1B at p=16: 64 actions a device, drawn one by one
+    assert box.chosen.schedule == "1f1b" and not dense(box.chosen.timeline)
+    assert "forward" in html.unescape(box.chart_key.value) and "busy:" not in box.chart_key.value
 
 
 def test_changing_gpus_batch_and_model_replans():

@@ -9,9 +9,8 @@ from course_lib.lessons.tp_or_pp import first_m_pp_wins
 from course_lib.schedules.closed_forms import Case, gpipe_bubble
 from course_lib.schedules.latency_aware import warmup_forwards
 from course_lib.shelf.costs import Link, ring_all_reduce_s
-from course_lib.shelf.errors import CourseError
 from course_lib.shelf.first_schedules import SCHEDULES, build_schedule
-from course_lib.shelf.model import ModelConfig, build_model, check_microbatches, count_parameters
+from course_lib.shelf.model import ModelConfig, build_model, count_parameters
 from course_lib.shelf.simulator import StageCosts, simulate
 from course_lib.tp.accounting import pp_sends, tp_allreduces
 
@@ -19,19 +18,6 @@ from course_lib.tp.accounting import pp_sends, tp_allreduces
 def block_parameters(d_model: int) -> int:
     """Parameters of layers[1], the first transformer block (its count does not depend on the vocabulary)."""
     return count_parameters(build_model(ModelConfig(n_layers=1, d_model=d_model), seed=0).layers[1])
-
-
-def accepted_microbatch_counts(batch: int) -> int:
-    """How many m in 1..batch the trainer's own check accepts."""
-
-    def accepted(m: int) -> bool:
-        try:
-            check_microbatches(batch, m)
-        except CourseError:
-            return False
-        return True
-
-    return sum(accepted(m) for m in range(1, batch + 1))
 
 
 def naive_timeline(p: int, m: int, per_microbatch: float):
@@ -53,15 +39,6 @@ add(
     "LayerNorms' scales and shifts, as a formula in d; the printout at width 32 checks the formula",
     given=dict(d_model=64),
 )
-add(
-    "00.2",
-    "valid micro-batch counts for a batch of 16",
-    accepted_microbatch_counts,
-    "the trainer refuses an m that does not split the batch into equal parts: its error message lists the "
-    "ones it takes",
-    given=dict(batch=16),
-)
-
 add(
     "01.1",
     "all-reduces in one step (L = 32, t = 4, m = 4)",
