@@ -109,7 +109,7 @@ def test_the_csv_reader_takes_bytes_and_a_bom_and_refuses_other_types(tmp_path):
     assert from_csv_text(b"\xef\xbb\xbf0F0,0B0\r\n").orders == from_csv_text("0F0,0B0").orders
     refused(lambda: from_csv_text(42), ["must be a str (or UTF-8 bytes), got int"])
     refused(lambda: read_csv(tmp_path / "none.csv"), ["cannot read", "No such file"])
-    refused(lambda: read_csv(tmp_path), ["cannot read"])
+    refused(lambda: read_csv(tmp_path), ["is a folder, not a regular file"])
 
 
 def test_schedule_from_csv_reads_validates_and_prints(tmp_path, capsys):

@@ -20,12 +20,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from course_lib.cli.flags import print_json
+from course_lib.shelf.input_file import read_input
 
 SHELF_DIR = Path(__file__).resolve().parent.parent / "shelf"
 
 # Reading order: (file name in course_lib/shelf/, the lessons it serves). Edit here when the shelf moves.
 SHELF: tuple[tuple[str, str], ...] = (
     ("errors.py", "all"),  # the course's error and the checks at every door
+    ("input_file.py", "00, 08"),  # every file the course reads: checked (a FIFO, /dev/zero, a folder) and bounded
     ("schedule.py", "02-04"),  # the IR: actions per device, the one rule for dependencies and messages
     ("first_schedules.py", "02-04"),  # naive, GPipe, 1F1B, and the registry
     ("validate.py", "02-04"),  # the one check any schedule passes, and the one order actions run in
@@ -61,7 +63,7 @@ def shelf_files(shelf_dir: Path = SHELF_DIR, order: tuple[tuple[str, str], ...] 
 
 
 def _describe(path: Path, lessons: str) -> ShelfFile:
-    text = path.read_text(encoding="utf-8")
+    text = read_input(path, "shelf file", 2**20).decode("utf-8")  # the course's own source: kilobytes
     doc = ast.get_docstring(ast.parse(text)) or ""
     first_paragraph = " ".join(doc.split("\n\n")[0].split())
     relative = path.relative_to(path.parent.parent.parent).as_posix()  # course_lib/shelf/NAME.py

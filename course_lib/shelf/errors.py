@@ -175,6 +175,9 @@ LIMITS = {
     # stays a finite float with room for the small terms (1e308 overflows the makespan, then bubble is nan)
     "seconds": 1e12,
     "timeout_s": TIMEOUT_LIMIT_S,  # a rank's wait for a silent peer (check_timeout)
+    # a training text (shelf/input_file.py reads it): the shipped corpus is 1 MB; each character becomes an
+    # 8-byte token id, so 64 MiB of text is already 0.5 GiB of ids before a model exists
+    "data_bytes": 64 * 2**20,
 }
 
 

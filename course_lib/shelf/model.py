@@ -36,7 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.shelf.errors import CourseError, divisors, require, shown, whole, wholes
+from course_lib.shelf.errors import LIMITS, CourseError, divisors, require, shown, whole, wholes
+from course_lib.shelf.input_file import read_input
 
 
 @dataclass(frozen=True)
@@ -263,9 +264,11 @@ def load_corpus(path: str | Path = DEFAULT_CORPUS, val_fraction: float = 0.1) ->
     """Read a UTF-8 text file and split it; clear errors for a missing, empty, binary or non-UTF-8 file."""
     path = Path(path)
     expected = f"expected a UTF-8 text file such as {str(DEFAULT_CORPUS)!r} (made by data/make_corpus.py)"
-    require(path.is_file(), f"data file {str(path)!r} does not exist; {expected}")
+    if not path.exists():
+        raise CourseError(f"data file {str(path)!r} does not exist; {expected}")
+    data = read_input(path, "data file", LIMITS["data_bytes"])  # a FIFO, /dev/zero, 1 GB: refused first
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as err:  # Latin-1 text, or binary
         byte = f"byte {err.start} is 0x{err.object[err.start]:02x}"
         raise CourseError(f"data file {str(path)!r} is not UTF-8 text ({byte}); {expected}") from None
