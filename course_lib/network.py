@@ -62,7 +62,8 @@ def distance_km(a: Site, b: Site) -> float:
 @lru_cache(maxsize=4)
 def _read(path: str) -> dict[str, Site]:
     text = read_input(path, "sites CSV", 2**20).decode("utf-8")  # a few hundred sites: kilobytes
-    rows = [line for line in text.splitlines(keepends=True) if line.strip() and not line.lstrip().startswith("#")]
+    lines = text.splitlines(keepends=True)
+    rows = [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
     return {
         row["name"]: Site(
             row["name"], row["country"], float(row["lat"]), float(row["lon"]), row.get("operators", "")

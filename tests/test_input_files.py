@@ -87,7 +87,8 @@ def test_the_limits_are_named(tmp_path):
     with pytest.raises(CourseError, match=f"over the limit of {MAX_BYTES:,} bytes for a schedule CSV"):
         read_csv(big)
     os.truncate(big, LIMITS["data_bytes"] + 1)
-    with pytest.raises(CourseError, match=f"over the limit of {LIMITS['data_bytes']:,} bytes for a data file"):
+    limit = LIMITS["data_bytes"]
+    with pytest.raises(CourseError, match=f"over the limit of {limit:,} bytes for a data file"):
         load_corpus(big)
 
 

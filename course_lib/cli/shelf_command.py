@@ -27,7 +27,7 @@ SHELF_DIR = Path(__file__).resolve().parent.parent / "shelf"
 # Reading order: (file name in course_lib/shelf/, the lessons it serves). Edit here when the shelf moves.
 SHELF: tuple[tuple[str, str], ...] = (
     ("errors.py", "all"),  # the course's error and the checks at every door
-    ("input_file.py", "00, 08"),  # every file the course reads: checked (a FIFO, /dev/zero, a folder) and bounded
+    ("input_file.py", "00, 08"),  # every file read: checked (FIFO, device, folder) and bounded
     ("schedule.py", "02-04"),  # the IR: actions per device, the one rule for dependencies and messages
     ("first_schedules.py", "02-04"),  # naive, GPipe, 1F1B, and the registry
     ("validate.py", "02-04"),  # the one check any schedule passes, and the one order actions run in

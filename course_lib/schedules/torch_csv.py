@@ -23,9 +23,9 @@ from pathlib import Path
 
 from course_lib.schedules.v_shape import split_full_backwards
 from course_lib.shelf.errors import CourseError, require
+from course_lib.shelf.input_file import read_input
 from course_lib.shelf.schedule import Action, Kind, Schedule
 from course_lib.shelf.validate import MAX_ACTIONS
-from course_lib.shelf.input_file import read_input
 
 # PyTorch cells that are not compute: FSDP (UNSHARD/RESHARD), gradient reduction, communication.
 _OTHER_RE = re.compile(r"^\d+(UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)\d*$")

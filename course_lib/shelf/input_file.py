@@ -49,7 +49,8 @@ def check_input(path: str | os.PathLike, what: str, limit: int) -> Path:
         )
     if info.st_size > limit:
         raise CourseError(
-            f"{what} {str(path)!r} holds {info.st_size:,} bytes, over the limit of {limit:,} bytes for a {what}"
+            f"{what} {str(path)!r} holds {info.st_size:,} bytes, "
+            f"over the limit of {limit:,} bytes for a {what}"
         )
     return path
 
@@ -72,7 +73,7 @@ def read_input(path: str | os.PathLike, what: str, limit: int) -> bytes:
             chunks.append(chunk)
             total += len(chunk)
             if total > limit:
-                raise CourseError(f"{what} {str(path)!r} grew past the limit of {limit:,} bytes while it was read")
+                raise CourseError(f"{what} {str(path)!r} grew past the limit of {limit:,} bytes")
         return b"".join(chunks)
     except OSError as err:
         raise CourseError(f"cannot read {what} {str(path)!r}: {err.strerror or err}") from None
