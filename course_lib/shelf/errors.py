@@ -178,6 +178,14 @@ LIMITS = {
     # a training text (shelf/input_file.py reads it): the shipped corpus is 1 MB; each character becomes an
     # 8-byte token id, so 64 MiB of text is already 0.5 GiB of ids before a model exists
     "data_bytes": 64 * 2**20,
+    # counts the command line bounds, each answered at once, stated in --help (cli/flags.py's number):
+    "width": 8_192,  # d_model: one block of 8,192 already holds 0.8 billion parameters (12 d^2)
+    "seq_len": 2**20,  # tokens per sample; the memory check refuses far less on a laptop, naming the largest
+    "batch": 2**20,  # samples per step (and micro-batches, which divide it)
+    "steps": 10**6,  # the lessons train 80; a million steps of the smallest toy take days on a CPU
+    "stages": 1_024,  # pipeline devices: the layers' limit plus the embedding and the head, rounded up
+    "gpus": 10**7,  # the planner's GPUs: sqrt(10**7) steps list their divisors, milliseconds
+    "global_batch": 10**9,  # the planner's sequences per step
 }
 
 
