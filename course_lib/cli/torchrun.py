@@ -47,8 +47,7 @@ from course_lib.tp import mesh  # noqa: E402, F401 (a room: adds tp= and dp= to 
 
 def torchrun_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="torchrun --nproc-per-node P -m course_lib.cli.torchrun",
-        description=as_help(__doc__),
+        prog="torchrun --nproc-per-node P -m course_lib.cli.torchrun", description=as_help(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     flags.add_model_flags(parser)

@@ -31,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from course_lib.shelf.errors import LIMITS, CourseError, real, require, shown
+from course_lib.shelf.errors import LIMITS, CourseError, real, require, shown, whole
 from course_lib.shelf.schedule import Kind, Schedule
 from course_lib.shelf.timeline import Timeline
 
@@ -137,7 +137,8 @@ class Link:
             object.__setattr__(self, "bandwidth_Bps", bandwidth)
 
     def transfer_time(self, nbytes: float) -> float:
-        """Seconds from the first byte leaving to the last byte arriving."""
+        """Seconds from the first byte leaving to the last byte arriving (`nbytes` >= 0: -5 is refused)."""
+        nbytes = real("nbytes", nbytes)
         return self.latency_s + (nbytes / self.bandwidth_Bps if math.isfinite(self.bandwidth_Bps) else 0.0)
 
 
@@ -147,6 +148,7 @@ FREE = Link(name="free")
 def ring_all_reduce_bytes(nbytes: float, ranks: int) -> float:
     """Bytes each rank sends in a ring all-reduce of `nbytes` (a reduce-scatter, then an all-gather):
     2(n-1)/n of them, the bus factor of NVIDIA's nccl-tests (doc/PERFORMANCE.md)."""
+    nbytes, ranks = real("nbytes", nbytes), whole("ranks", ranks)  # 0 ranks: named, no ZeroDivisionError
     return 2 * (ranks - 1) / ranks * nbytes
 
 

@@ -18,6 +18,7 @@ batch of 10**9 is answered at once), and :data:`LIMITS`, the largest sizes the c
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import os
@@ -77,6 +78,23 @@ def wholes(name: str, values: object, low: int | None = 1, high: int | None = No
     if isinstance(values, (str, bytes, dict)) or not listed:
         raise CourseError(f"{name} must be a list of whole numbers, got {shown(values)}")
     return tuple(whole(f"{name}[{i}]", v, low, high) for i, v in enumerate(values))
+
+
+def typed_fields(config: object) -> None:
+    """Check a dataclass's ``int`` and ``float`` fields as it is made (call it from __post_init__):
+    each becomes a Python int or float (numpy's and 4.0 for a count are the same numbers), and anything
+    else (2.5 or "4" for a count, text for a rate) is one CourseError naming the field. Frozen or not."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.type in ("int", int):
+            number: object = whole(f.name, value, low=None)
+        elif f.type in ("float", float):
+            require(is_number(value), f"{f.name} must be a number, got {shown(value)}")
+            number = float(_as_number(value))
+        else:
+            continue
+        if type(number) is not type(value) or number != value:
+            object.__setattr__(config, f.name, number)
 
 
 def is_number(value: object) -> bool:

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.shelf.errors import LIMITS, CourseError, divisors, require, shown, whole, wholes
+from course_lib.shelf.errors import LIMITS, CourseError, divisors, require, shown, typed_fields, whole, wholes
 from course_lib.shelf.input_file import read_input
 
 
@@ -50,6 +50,7 @@ class ModelConfig:
     mlp_ratio: int = 4
 
     def __post_init__(self) -> None:
+        typed_fields(self)  # 32.0 is 32, numpy's 32 too; 2.5 or "32" is refused naming the field
         require(self.n_layers >= 1, f"n_layers must be >= 1, got {self.n_layers}")
         require(self.d_model >= 1, f"d_model (width) must be >= 1, got {self.d_model}")
         require(self.n_heads >= 1, f"n_heads must be >= 1, got {self.n_heads}")
