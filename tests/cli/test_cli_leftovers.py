@@ -19,6 +19,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -45,18 +46,27 @@ def _semaphores_of(pids: list[int]) -> set[str]:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("how", ["normal end", "Ctrl-C", "kill -9 of the launcher"])
 def test_a_distributed_run_leaves_nothing_behind(how, tmp_path):
-    steps = "2" if how == "normal end" else "1000"
+    steps = "3" if how == "normal end" else "1000"
     run = Run(["--engine", "distributed", "--stages", "2", "--layers", "2", "--steps", steps], tmp_path)
+    semaphores: set[str] = set()
+
+    def sample() -> None:  # every semaphore the run's processes map, until it ends
+        while run.proc.poll() is None:
+            semaphores.update(_semaphores_of(_alive_in_session(run.proc.pid)))
+            time.sleep(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     try:
         run.wait_for_steps(1)
-        semaphores = _semaphores_of(_alive_in_session(run.proc.pid))
-        assert semaphores, "the launcher's queue maps its semaphores: nothing was read"
         start = time.monotonic()
         if how == "Ctrl-C":
             os.killpg(run.proc.pid, signal.SIGINT)
         elif how == "kill -9 of the launcher":
             run.proc.kill()
         code = run.wait(within_s=240 if how == "normal end" else 25)
+        sampler.join(5)
+        assert semaphores, "the launcher's queue maps its semaphores: none was seen"
         assert run.gone_within(10) == [], f"processes outlived the run ({how})"
         took_s = time.monotonic() - start
         if how == "Ctrl-C":
