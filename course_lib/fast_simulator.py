@@ -32,7 +32,7 @@ from typing import NoReturn
 
 from course_lib.shelf.costs import Link, StageCosts
 from course_lib.shelf.schedule import Action, Kind, Schedule, message_of
-from course_lib.shelf.simulator import Played, register_fast_path
+from course_lib.shelf.simulator import Played, play, register_fast_path
 from course_lib.shelf.timeline import Span, Transfer
 from course_lib.shelf.validate import ScheduleError, check
 
@@ -44,17 +44,24 @@ _KIND_CODE = {kind: code for code, kind in enumerate(_KINDS)}
 def fast_play(
     schedule: Schedule, costs: StageCosts, nbytes: list[int], wires: list[Link], blocking: bool
 ) -> Played:
-    """``simulator.play``'s spans and transfers (the shelf calls this with ``fast=True``)."""
-    try:  # odd input (a stage out of range, text for a size) is the validator's to explain
-        keys, n_keys = _index_actions(schedule)
-        durations, routes = _durations(costs, schedule.n_stages), _routes(schedule, nbytes, wires)
-    except (AttributeError, LookupError, TypeError, ValueError):
-        _reject(schedule)
-    with gc_paused():
-        args = keys, schedule.orders, durations, routes, schedule.n_stages, schedule.split_backward
-        spans, transfers, finished = place_keys(*args, n_keys, blocking)
-    if not finished:
-        _reject(schedule)  # a deadlock: the validator explains it best (and the same way everywhere)
+    """``simulator.play``'s spans and transfers (the shelf calls this with ``fast=True``). A schedule
+    the tables below do not cover (forward only, for inference) is played by the shelf's loop, and so
+    is one this path would refuse but the validator does not: one validation, the validator's."""
+    if getattr(schedule, "forward_only", False):
+        return play(schedule, costs, nbytes, wires, blocking)
+    try:
+        try:  # odd input (a stage out of range, text for a size) is the validator's to explain
+            keys, n_keys = _index_actions(schedule)
+            durations, routes = _durations(costs, schedule.n_stages), _routes(schedule, nbytes, wires)
+        except (AttributeError, LookupError, TypeError, ValueError):
+            _reject(schedule)
+        with gc_paused():
+            args = keys, schedule.orders, durations, routes, schedule.n_stages, schedule.split_backward
+            spans, transfers, finished = place_keys(*args, n_keys, blocking)
+        if not finished:
+            _reject(schedule)  # a deadlock: the validator explains it best (and the same way everywhere)
+    except _ValidatorDisagrees:
+        return play(schedule, costs, nbytes, wires, blocking)
     return spans, transfers
 
 
@@ -83,9 +90,16 @@ def _index_actions(schedule: Schedule) -> tuple[list[list[int]], int]:
     return keys, len(seen)
 
 
+class _ValidatorDisagrees(Exception):
+    """This path's quick checks refused a schedule that the validator finds valid."""
+
+
 def _reject(schedule: Schedule) -> NoReturn:
-    """Raise the validator's explanation of why `schedule` cannot run (the shelf's loop raises the same)."""
-    raise ScheduleError(getattr(schedule, "name", "?"), check(schedule))
+    """Raise the validator's explanation of why `schedule` cannot run (the shelf's loop raises the same);
+    should the validator find nothing wrong, the loop plays it (``_ValidatorDisagrees``)."""
+    if problems := check(schedule):
+        raise ScheduleError(getattr(schedule, "name", "?"), problems)
+    raise _ValidatorDisagrees
 
 
 def _durations(costs: StageCosts, n_st: int) -> list[float]:

@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from course_lib.shelf.costs import Link
-from course_lib.shelf.errors import CourseError, require
+from course_lib.shelf.errors import CourseError, read_input, require
 
 SITES_CSV = Path(__file__).resolve().parent.parent / "data" / "sites.csv"
 EARTH_RADIUS_KM = 6371.0  # mean radius (IUGG); the choice moves distances by well under 1%
@@ -60,8 +60,9 @@ def distance_km(a: Site, b: Site) -> float:
 
 @lru_cache(maxsize=4)
 def _read(path: str) -> dict[str, Site]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = [line for line in fh if line.strip() and not line.lstrip().startswith("#")]
+    text = read_input(path, "sites CSV", 2**20).decode("utf-8")  # a few hundred sites: kilobytes
+    lines = text.splitlines(keepends=True)
+    rows = [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
     return {
         row["name"]: Site(
             row["name"], row["country"], float(row["lat"]), float(row["lon"]), row.get("operators", "")

@@ -137,7 +137,8 @@ BOUNDS = {
         lambda: check_microbatches(10**9, 3),
         ["choose m from [1, 2, 4, 5, 8,"],
     ),
-    "plan 1e9 GPUs": (lambda: plan("megatron-1t", "a100-selene", 10**9, 3072), ["divides among none"]),
+    "plan 1e7 GPUs": (lambda: plan("megatron-1t", "a100-selene", 10**7, 3072), ["divides among none"]),
+    "plan 1e9 GPUs": (lambda: plan("megatron-1t", "a100-selene", 10**9, 3072), ["<= 10,000,000"]),
     "costs 1e308": (
         lambda: simulate(S, StageCosts(f=1e308)),
         ["StageCosts.f must be", "<= 1e+12, got 1e+308"],

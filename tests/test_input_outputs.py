@@ -109,7 +109,7 @@ def test_the_csv_reader_takes_bytes_and_a_bom_and_refuses_other_types(tmp_path):
     assert from_csv_text(b"\xef\xbb\xbf0F0,0B0\r\n").orders == from_csv_text("0F0,0B0").orders
     refused(lambda: from_csv_text(42), ["must be a str (or UTF-8 bytes), got int"])
     refused(lambda: read_csv(tmp_path / "none.csv"), ["cannot read", "No such file"])
-    refused(lambda: read_csv(tmp_path), ["cannot read"])
+    refused(lambda: read_csv(tmp_path), ["is a folder, not a regular file"])
 
 
 def test_schedule_from_csv_reads_validates_and_prints(tmp_path, capsys):
@@ -164,3 +164,34 @@ def test_a_rank_that_died_unreported_under_a_script_names_the_missing_guard(monk
     )
     script.__spec__ = "course_lib.__main__"  # `python -m ...`: multiprocessing does not re-run it
     assert naming_a_missing_guard(died) is died
+
+
+@pytest.mark.parametrize(
+    "argv, where",
+    [
+        (["train", "--layers", "2", "--steps", "1"], "course_lib.cli.train_command.train"),
+        (["train", "--engine", "local", "--layers", "2", "--steps", "1"],
+         "course_lib.shelf.local_engine.LocalPipelineTrainer.train"),
+        (["train", "--engine", "distributed", "--layers", "2", "--steps", "1"],
+         "course_lib.shelf.distributed_engine.launch"),
+        (["simulate", "--schedule", "1f1b", "--stages", "2", "--microbatches", "4"],
+         "course_lib.cli.simulate_command.simulate_named"),
+        (["plan", "--model", "megatron-39b", "--cluster", "a100-selene", "--gpus", "8",
+          "--global-batch", "8"],
+         "course_lib.cli.plan_command.plan"),
+        (["schedule", "--schedule", "1f1b", "--stages", "2", "--microbatches", "4"],
+         "course_lib.cli.schedule_command.build_schedule"),
+        (["tp", "counts"], "course_lib.cli.tp_command._counts"),
+    ],
+)  # fmt: skip
+def test_ctrl_c_in_each_command_is_one_line(argv, where, monkeypatch, capsys):
+    """Issue 42: Ctrl-C while any command works is exit 130 and one line (the process tests send the
+    real signal to the local and distributed engines: tests/cli/test_cli_signals.py)."""
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(where, interrupted)
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == ["interrupted"], err

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import html
 import io
+import os
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -46,6 +47,7 @@ from matplotlib.patches import Patch
 from matplotlib.path import Path
 from matplotlib.transforms import Affine2D, ScaledTranslation
 
+from course_lib.charts.whole_file import write_whole
 from course_lib.shelf.schedule import Kind
 from course_lib.shelf.timeline import Timeline
 
@@ -96,12 +98,27 @@ def time_scale(seconds: float) -> tuple[float, str]:
 
 
 def new_axes(ax: Axes | None, figsize: tuple[float, float]) -> Axes:
-    if ax is not None:
-        return ax
+    """`ax`, or new axes on a figure of `figsize`: a pyplot figure where something shows it (a notebook's
+    inline backend, which also closes it after the cell, or a window), else a bare Figure that pyplot
+    never holds, so that a script drawing 50 charts does not keep 50 figures alive (save one with
+    ``ax.figure.savefig``)."""
+    return ax if ax is not None else new_figure(figsize)[1]
+
+
+def new_figure(
+    figsize: tuple[float, float], nrows: int = 1, ncols: int = 1, **subplots: object
+) -> tuple[Figure, object]:
+    """(figure, axes) as ``plt.subplots`` makes them, under :func:`new_axes`'s rule: pyplot's where
+    something shows figures, a bare Figure where nothing does (a script, the test suite)."""
+    if mpl.get_backend().lower() in _NOTHING_SHOWS:
+        fig = Figure(figsize=figsize)
+        return fig, fig.subplots(nrows, ncols, **subplots)
     import matplotlib.pyplot as plt  # only here: notebooks show pyplot figures inline
 
-    _, ax = plt.subplots(figsize=figsize)
-    return ax
+    return plt.subplots(nrows, ncols, figsize=figsize, **subplots)
+
+
+_NOTHING_SHOWS = {"agg", "cairo", "pdf", "pgf", "ps", "svg", "template"}  # matplotlib's file-only backends
 
 
 def gantt_figsize(n_devices: int) -> tuple[float, float]:
@@ -140,7 +157,10 @@ def save_timeline_png(tl: Timeline, path: str, show_transfers: bool = False, dpi
     draw_x_axis(ax)
     draw_key(ax, key.rows, key.entries, _KEY_FONTSIZE)
     ax.set_title(key.title, fontsize=10)
-    fig.savefig(path, dpi=dpi, pil_kwargs={"compress_level": 1})  # the same pixels; zlib's fastest level
+    kind = os.path.splitext(path)[1][1:].lower() or "png"
+    options = {"pil_kwargs": {"compress_level": 1}} if kind == "png" else {}  # zlib's fastest: same pixels
+    # whole or not at all: a full disk leaves the old chart, not a 0-byte one
+    write_whole(path, lambda file: fig.savefig(file, format=kind, dpi=dpi, **options))
     return path
 
 

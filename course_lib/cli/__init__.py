@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=help_text, description=description, formatter_class=formatter)
         getattr(module, f"{name}_arguments")(command)
         command.set_defaults(_run=getattr(module, f"{name}_command"))
+    from course_lib.cli.flags import state_bounds  # loaded by the commands above already
+
+    state_bounds(parser)  # every number flag's --help says what it accepts
     return parser
 
 

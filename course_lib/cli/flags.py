@@ -37,10 +37,31 @@ def number(kind: type = int, low: float = 1, high: float = math.inf, above: bool
             return value
         raise argparse.ArgumentTypeError(f"must be {allowed}, got {text!r}{hint}")
 
+    convert.allowed = allowed  # state_bounds puts it in --help
     return convert
 
 
+def state_bounds(parser: argparse.ArgumentParser) -> None:
+    """Append to the help of every flag read by :func:`number` (in `parser` and its sub-commands)
+    what it accepts, so that --help states each bound the flag enforces."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                state_bounds(sub)
+        allowed = getattr(action.type, "allowed", None)
+        if allowed and action.help != argparse.SUPPRESS and allowed not in (action.help or ""):
+            action.help = f"{action.help}; {allowed}" if action.help else allowed
+
+
 COUNT, WHOLE, LAYERS = number(), number(low=0), number(high=LIMITS["layers"])
+WIDTH, SEQ_LEN, BATCH = (
+    number(high=LIMITS["width"]),
+    number(high=LIMITS["seq_len"]),
+    number(high=LIMITS["batch"]),
+)
+STEPS, STAGES = number(low=0, high=LIMITS["steps"]), number(high=LIMITS["stages"])
+# schedule and simulate: 3*p*m*v actions at most LIMITS["actions"], so no one of them may pass it alone
+ACTIONS = number(high=LIMITS["actions"])
 SECONDS, TIMEOUT = number(float, 0, LIMITS["seconds"]), number(float, 0, LIMITS["timeout_s"], above=True)
 LR, SEED = number(float, 0, LIMITS["lr"], above=True), number(low=0, high=LIMITS["seed"])
 BANDWIDTH = number(float, 0, above=True, hint="; omit --bandwidth for unlimited")
@@ -103,12 +124,12 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     d = TrainConfig()
     group = parser.add_argument_group("model and training")
     group.add_argument("--layers", type=LAYERS, default=d.n_layers, help=f"blocks (default {d.n_layers})")
-    group.add_argument("--width", type=COUNT, default=d.d_model, help="d_model, divisible by --heads")
-    group.add_argument("--heads", type=COUNT, default=d.n_heads)
-    group.add_argument("--seq-len", type=COUNT, default=d.seq_len)
-    group.add_argument("--steps", type=WHOLE, default=d.steps, help="optimizer steps (batches)")
-    group.add_argument("--batch-size", type=COUNT, default=d.batch_size, help="samples per batch")
-    group.add_argument("--microbatches", "-m", type=COUNT, default=d.microbatches, help="divides the batch")
+    group.add_argument("--width", type=WIDTH, default=d.d_model, help="d_model, divisible by --heads")
+    group.add_argument("--heads", type=WIDTH, default=d.n_heads)
+    group.add_argument("--seq-len", type=SEQ_LEN, default=d.seq_len)
+    group.add_argument("--steps", type=STEPS, default=d.steps, help="optimizer steps (batches)")
+    group.add_argument("--batch-size", type=BATCH, default=d.batch_size, help="samples per batch")
+    group.add_argument("--microbatches", "-m", type=BATCH, default=d.microbatches, help="divides the batch")
     group.add_argument("--lr", type=LR, default=d.lr)
     group.add_argument("--seed", type=SEED, default=d.seed)
     group.add_argument("--device", default=d.device,
@@ -134,13 +155,16 @@ def config_from_flags(args: argparse.Namespace) -> TrainConfig:
 
 def add_pipeline_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     group = parser.add_argument_group("pipeline (engines local and distributed)")
-    group.add_argument("--schedule", help="naive, gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, dualpipe-v, "
-                       "... or a torch class name (default 1f1b; `schedule --list` lists them)")
-    group.add_argument("--stages", "-p", type=COUNT,
+    group.add_argument(
+        "--schedule",
+        help="naive, gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, dualpipe-v, "
+        "... or a torch class name (default 1f1b; `schedule --list` lists them)",
+    )
+    group.add_argument("--stages", "-p", type=STAGES,
                        help="pipeline devices = ranks (default 4; under torchrun: its ranks)")  # fmt: skip
     # torchrun reads a bare --virtual as its own --virtual-local-rank: there, spell it --virtual-stages
     group.add_argument(
-        "--virtual", "--virtual-stages", "-v", dest="virtual", type=COUNT,
+        "--virtual", "--virtual-stages", "-v", dest="virtual", type=STAGES,
         help="stages per device: interleaved-1f1b (default 1), zb-v and dualpipe-v (2, the only v they take)",
     )  # fmt: skip
     modes = ", ".join(CHECKPOINT_MODES)
@@ -151,11 +175,11 @@ def add_pipeline_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGro
         "stopped rank is named within seconds anyway); default: 10 x a pessimistic step, at least 60",
     )  # fmt: skip
     group.add_argument(
-        "--tp", type=COUNT, help="distributed engine: ranks each stage is split across, Megatron-style "
+        "--tp", type=STAGES, help="distributed engine: ranks each stage is split across, Megatron-style "
         "(divides --heads; default 1); t x p x d ranks in all",
     )  # fmt: skip
     group.add_argument(
-        "--dp", type=COUNT, help="distributed engine: data-parallel replicas, each on its share of every "
+        "--dp", type=BATCH, help="distributed engine: data-parallel replicas, each on its share of every "
         "micro-batch (divides batch / micro-batches; default 1)",
     )  # fmt: skip
     group.add_argument(

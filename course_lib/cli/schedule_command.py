@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from course_lib.cli.flags import ACTIONS
 from course_lib.schedules.torch_csv import read_csv, to_csv_text
 from course_lib.shelf.errors import require
 from course_lib.shelf.first_schedules import SCHEDULES, build_schedule, resolve_name
@@ -22,10 +23,10 @@ from course_lib.shelf.validate import validate
 
 def schedule_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--schedule", help=f"{', '.join(SCHEDULES)} (or PyTorch's class names)")
-    parser.add_argument("--stages", type=int,
+    parser.add_argument("--stages", type=ACTIONS,
                         help="P: pipeline devices (ranks); with --virtual V, P*V stages")  # fmt: skip
-    parser.add_argument("--microbatches", type=int, help="M: micro-batches per step")
-    parser.add_argument("--virtual", type=int,
+    parser.add_argument("--microbatches", type=ACTIONS, help="M: micro-batches per step")
+    parser.add_argument("--virtual", type=ACTIONS,
                         help="V: stages per device (interleaved only; default 2 there, else 1)")  # fmt: skip
     parser.add_argument("--format", choices=("text", "torch-csv"), default="text", help="output format")
     parser.add_argument("--from-csv", metavar="FILE.csv",

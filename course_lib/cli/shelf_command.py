@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from course_lib.cli.flags import print_json
+from course_lib.shelf.errors import read_input
 
 SHELF_DIR = Path(__file__).resolve().parent.parent / "shelf"
 
@@ -61,7 +62,7 @@ def shelf_files(shelf_dir: Path = SHELF_DIR, order: tuple[tuple[str, str], ...] 
 
 
 def _describe(path: Path, lessons: str) -> ShelfFile:
-    text = path.read_text(encoding="utf-8")
+    text = read_input(path, "shelf file", 2**20).decode("utf-8")  # the course's own source: kilobytes
     doc = ast.get_docstring(ast.parse(text)) or ""
     first_paragraph = " ".join(doc.split("\n\n")[0].split())
     relative = path.relative_to(path.parent.parent.parent).as_posix()  # course_lib/shelf/NAME.py

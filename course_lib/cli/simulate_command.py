@@ -19,7 +19,15 @@ import argparse
 import math
 
 import course_lib.fast_simulator  # noqa: F401  (past lesson sizes simulate takes the fast path once imported)
-from course_lib.cli.flags import BANDWIDTH, COUNT, SECONDS, WHOLE, figure_path, print_json, save_chart
+from course_lib.cli.flags import (
+    ACTIONS,
+    BANDWIDTH,
+    SECONDS,
+    figure_path,
+    number,
+    print_json,
+    save_chart,
+)
 from course_lib.schedules.closed_forms import Case, ClosedForm
 from course_lib.shelf.costs import Link
 from course_lib.shelf.first_schedules import SCHEDULES, ScheduleInfo, resolve_name
@@ -30,13 +38,13 @@ from course_lib.shelf.timeline import Timeline
 def simulate_arguments(parser: argparse.ArgumentParser) -> None:
     names = ", ".join(SCHEDULES)
     parser.add_argument("--schedule", required=True, help=f"{names} (or PyTorch's class names)")
-    parser.add_argument("--stages", type=COUNT, required=True, help="P: pipeline devices")
-    parser.add_argument("--microbatches", type=COUNT, required=True, help="M: micro-batches per step")
-    parser.add_argument("--virtual", type=COUNT, help="V: stages per device (interleaved only)")
+    parser.add_argument("--stages", type=ACTIONS, required=True, help="P: pipeline devices")
+    parser.add_argument("--microbatches", type=ACTIONS, required=True, help="M: micro-batches per step")
+    parser.add_argument("--virtual", type=ACTIONS, help="V: stages per device (interleaved only)")
     parser.add_argument("--latency", type=SECONDS, default=0.0, help="link latency, seconds (default 0)")
     parser.add_argument("--bandwidth", type=BANDWIDTH, help="link bandwidth, bytes/s (default unlimited)")
     parser.add_argument(
-        "--boundary-bytes", type=WHOLE, default=0,
+        "--boundary-bytes", type=number(low=0, high=2**50), default=0,  # a PiB: past any one message
         help="bytes one micro-batch sends across a stage boundary (gradients back: the same)",
     )  # fmt: skip
     for kind, what in (("f", "forward"), ("i", "input-grad backward"), ("w", "weight-grad backward")):

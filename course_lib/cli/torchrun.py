@@ -20,13 +20,20 @@ machines (README.md, "Several machines"): a node whose rendezvous fails ends wit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import sys
+import tempfile
+from collections.abc import Iterator
 
 _QUIET_CPP = __name__ == "__main__" and "-m" in sys.argv[1:] and "TORCH_CPP_LOG_LEVEL" not in os.environ
 if _QUIET_CPP:  # as torchrun's launcher: before torch loads, which reads it once (launch_nodes says why)
     os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
+_IMPORTING_RANK = __name__ == "__main__" and "TORCHELASTIC_RUN_ID" in os.environ
+if _IMPORTING_RANK:  # Ctrl-C while a rank still imports torch: leave quietly (the launcher says it in a line)
+    signal.signal(signal.SIGINT, lambda *_: os._exit(128 + signal.SIGINT))
 
 import torch.distributed as dist  # noqa: E402
 
@@ -43,6 +50,9 @@ from course_lib.shelf.errors import require  # noqa: E402
 from course_lib.shelf.launcher import free_port  # noqa: E402
 from course_lib.shelf.rank_loop import RunSpec, gather_and_merge, init_rank, run_rank  # noqa: E402
 from course_lib.shelf.run_spec import DistributedResult  # noqa: E402
+
+if _IMPORTING_RANK:  # imported: from here Ctrl-C is a KeyboardInterrupt, which report_errors answers
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 from course_lib.tp import mesh  # noqa: E402, F401 (a room: adds tp= and dp= to make_spec)
 
 
@@ -56,6 +66,7 @@ def torchrun_parser() -> argparse.ArgumentParser:
     flags.add_whole_model_flags(parser)
     flags.add_link_flags(parser)
     flags.add_output_flags(parser)
+    flags.state_bounds(parser)
     return parser
 
 
@@ -189,11 +200,19 @@ def launch_nodes(argv: list[str]) -> int:
 
     if _QUIET_CPP:  # torch has read it: the ranks get the user's environment (their C++ errors show)
         del os.environ["TORCH_CPP_LOG_LEVEL"]
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
     args = torch_run.parse_args(argv)
     barrier_log = logging.getLogger("torch.distributed.elastic.agent.server.api")
     barrier_log.addFilter(_EarlyStoreClose(args.node_rank, args.nnodes))
     try:
-        torch_run.run(args)
+        with _run_folder():
+            torch_run.run(args)
+    except (KeyboardInterrupt, SignalException) as err:  # Ctrl-C, kill: the agent has stopped the ranks
+        number = getattr(err, "sigval", signal.SIGINT)  # the agent turns Ctrl-C into SignalException
+        said = "interrupted" if number == signal.SIGINT else f"terminated ({signal.Signals(number).name})"
+        print(f"\n{said}", file=sys.stderr)
+        return 128 + number
     except DistError as err:  # raised by the rendezvous, before any rank started
         print(f"error: {missing_peer_line(args, err)}", file=sys.stderr)
         return 1
@@ -202,6 +221,24 @@ def launch_nodes(argv: list[str]) -> int:
         print(f"error: node {args.node_rank} of {args.nnodes}: {failed} failed", file=sys.stderr)
         return 1
     return 0
+
+
+@contextlib.contextmanager
+def _run_folder() -> Iterator[str]:
+    """A TMPDIR for this run alone, removed when it ends however it ends: torchrun's agent writes its
+    logs to a new torchelastic_* folder there, and the ranks (which inherit TMPDIR) their pymp-* ones;
+    without it, both piled up in the user's temp folder, one per run."""
+    before = os.environ.get("TMPDIR")
+    with tempfile.TemporaryDirectory(prefix="course_lib-torchrun-") as folder:
+        os.environ["TMPDIR"], tempfile.tempdir = folder, None  # None: gettempdir reads TMPDIR again
+        try:
+            yield folder
+        finally:
+            if before is None:
+                os.environ.pop("TMPDIR", None)
+            else:
+                os.environ["TMPDIR"] = before
+            tempfile.tempdir = None
 
 
 def end_rank(code: int) -> None:

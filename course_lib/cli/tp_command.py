@@ -15,7 +15,8 @@ import argparse
 import numpy as np
 import torch
 
-from course_lib.cli.flags import COUNT, LAYERS, number
+from course_lib.cli.flags import BATCH, LAYERS, number
+from course_lib.shelf.errors import LIMITS
 from course_lib.shelf.model import ModelConfig, lm_loss
 from course_lib.tp.accounting import Workload, comparison, tp_allreduces
 from course_lib.tp.cost import Scenario, describe_sweep, sweep
@@ -24,10 +25,17 @@ from course_lib.tp.cost import Scenario, describe_sweep, sweep
 def tp_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("what", choices=["counts", "sweep", "measure"])
     parser.add_argument("--layers", type=LAYERS, default=80, help="transformer blocks (default 80)")
-    parser.add_argument("--devices", type=number(low=2), default=8, help="t for TP and p for PP (default 8)")
-    parser.add_argument("--microbatches", type=COUNT, default=8, help="micro-batches per step (default 8)")
     parser.add_argument(
-        "--scenario", choices=["train", "decode"], default="train",
+        "--devices",
+        type=number(low=2, high=LIMITS["stages"]),
+        default=8,
+        help="t for TP and p for PP (default 8)",
+    )
+    parser.add_argument("--microbatches", type=BATCH, default=8, help="micro-batches per step (default 8)")
+    parser.add_argument(
+        "--scenario",
+        choices=["train", "decode"],
+        default="train",
         help="sweep: 70B-class training step or one generated token on H200s (sources: REFERENCES.md)",
     )
 

@@ -26,7 +26,7 @@ from course_lib.planner.step_time import (
     played_microbatches,
     simulate_pipeline,
 )
-from course_lib.shelf.errors import divisors, require, whole
+from course_lib.shelf.errors import LIMITS, divisors, require, whole
 from course_lib.shelf.first_schedules import resolve_name
 from course_lib.shelf.timeline import Timeline
 from course_lib.stage_layout import parse_layout
@@ -229,7 +229,8 @@ def _require_some(shape: ModelShape, cl: Cluster, gpus: int, global_batch: int, 
 def check_request(cl: Cluster, gpus: int, global_batch: int, schedules: Sequence[str]) -> tuple[int, int]:
     """Refuse a request no layout can meet, before any work, naming the value and what is allowed;
     returns `gpus` and `global_batch` as Python ints (numpy's are the same numbers)."""
-    gpus, global_batch = whole("gpus", gpus), whole("global batch", global_batch)
+    gpus = whole("gpus", gpus, high=LIMITS["gpus"])  # 8e18 would take sqrt(8e18) steps to divide
+    global_batch = whole("global batch", global_batch, high=LIMITS["global_batch"])
     require(
         gpus % cl.gpus_per_node == 0 or gpus < cl.gpus_per_node and cl.gpus_per_node % gpus == 0,
         f"gpus must be a multiple of {cl.gpus_per_node} (the GPUs of one {cl.name} node) or divide it, "

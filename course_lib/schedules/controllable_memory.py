@@ -40,6 +40,7 @@ from __future__ import annotations
 import course_lib.schedules.closed_forms as closed_forms
 from course_lib.schedules.closed_forms import Case, ClosedForm
 from course_lib.schedules.v_shape import V_STAGES_PER_DEVICE, check_virtual, v_placement
+from course_lib.shelf.first_schedules import check_sizes
 from course_lib.shelf.schedule import Action, Kind, Schedule
 
 PASSES_PER_DEVICE = 6  # F, I and W of two stages: the block's interval, in slots
@@ -87,12 +88,14 @@ def repeat_block(name: str, p: int, m: int, block: SlotBlock) -> Schedule:
 def v_min(n_devices: int, n_microbatches: int, virtual: int = V_STAGES_PER_DEVICE) -> Schedule:
     """V-Min (arXiv 2405.15362): the tightest V block, about a third of 1F1B's activation memory."""
     check_virtual("v-min", virtual)
+    n_devices, n_microbatches, _ = check_sizes(n_devices, n_microbatches)  # 0: refused
     return repeat_block("v-min", n_devices, n_microbatches, building_block(n_devices, up_gap=0))
 
 
 def v_half(n_devices: int, n_microbatches: int, virtual: int = V_STAGES_PER_DEVICE) -> Schedule:
     """V-Half (arXiv 2405.15362): a looser V block, about half of 1F1B's activation memory."""
     check_virtual("v-half", virtual)
+    n_devices, n_microbatches, _ = check_sizes(n_devices, n_microbatches)  # 0: refused
     return repeat_block("v-half", n_devices, n_microbatches, building_block(n_devices, up_gap=1))
 
 

@@ -18,6 +18,7 @@ Try it::
 from __future__ import annotations
 
 from course_lib.shelf.errors import CourseError
+from course_lib.shelf.first_schedules import check_sizes
 from course_lib.shelf.schedule import Action, Kind, Schedule, loop_placement
 
 
@@ -33,6 +34,7 @@ def _nearest_valid(n_devices: int, n_microbatches: int) -> str:
 
 def rounds_of(n_devices: int, n_microbatches: int) -> tuple[int, int]:
     """(number of rounds, micro-batches per round) as PyTorch computes them; raise if they don't fit."""
+    n_devices, n_microbatches, _ = check_sizes(n_devices, n_microbatches)  # 0 devices: named, not a // 0
     n_rounds = max(1, n_microbatches // n_devices)
     if n_microbatches % n_rounds != 0:  # (not require(): the hint below is only computable when it fails)
         raise CourseError(
@@ -76,7 +78,7 @@ def _interleaved_order(p: int, m: int, v: int, d: int, r: int) -> list[Action]:
 
 def interleaved_1f1b(n_devices: int, n_microbatches: int, virtual: int = 2) -> Schedule:
     """Interleaved 1F1B with `virtual` stages per device (p*v stages in all, stage s on device s % p)."""
-    p, m, v = n_devices, n_microbatches, virtual
+    p, m, v = check_sizes(n_devices, n_microbatches, virtual)  # 0: refused
     _, r = rounds_of(p, m)
     orders = [_interleaved_order(p, m, v, d, r) for d in range(p)]
     return Schedule("interleaved-1f1b", p * v, m, orders, loop_placement(p * v, p))

@@ -15,11 +15,13 @@ Try it::
 
 from __future__ import annotations
 
+from course_lib.shelf.first_schedules import check_sizes
 from course_lib.shelf.schedule import Action, Kind, Schedule, loop_placement
 
 
 def looped_bfs(n_devices: int, n_microbatches: int, virtual: int = 2) -> Schedule:
     """Looped BFS with `virtual` stages per device (p*v stages in all, stage s on device s % p); any m."""
+    n_devices, n_microbatches, virtual = check_sizes(n_devices, n_microbatches, virtual)  # 0: refused
     p, m, v = n_devices, n_microbatches, virtual
     orders = []
     for d in range(p):

@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 
 from course_lib.schedules.v_shape import split_full_backwards
-from course_lib.shelf.errors import CourseError, require
+from course_lib.shelf.errors import CourseError, read_input, require
 from course_lib.shelf.schedule import Action, Kind, Schedule
 from course_lib.shelf.validate import MAX_ACTIONS
 
@@ -111,13 +111,7 @@ def read_csv(path: str | Path, **kwargs) -> Schedule:
     unreadable or oversized file, or one that is not UTF-8 text, is one CourseError naming it."""
     path = Path(path)
     kwargs.setdefault("name", path.stem)
-    try:
-        size = path.stat().st_size
-        require(size <= MAX_BYTES, f"{str(path)!r} holds {size:,} bytes, more than the {MAX_BYTES:,} that "
-                f"{MAX_ACTIONS:,} actions take: is it a schedule CSV?")  # fmt: skip
-        data = path.read_bytes()
-    except OSError as err:
-        raise CourseError(f"cannot read {str(path)!r}: {err.strerror or err}") from None
+    data = read_input(path, "schedule CSV", MAX_BYTES)  # a FIFO, /dev/zero, a folder: refused, not read
     return from_csv_text(_as_text(data, repr(str(path))), **kwargs)
 
 

@@ -49,6 +49,7 @@ Try it::
 from __future__ import annotations
 
 from course_lib.shelf.errors import require
+from course_lib.shelf.first_schedules import check_sizes
 from course_lib.shelf.schedule import Action, Kind, Schedule
 
 V_STAGES_PER_DEVICE = 2
@@ -116,6 +117,7 @@ def _zb_v_order(p: int, m: int, d: int) -> list[Action]:
 
 def zb_v(n_devices: int, n_microbatches: int, virtual: int = V_STAGES_PER_DEVICE) -> Schedule:
     """ZB-V (arXiv 2401.10241 sec 6): 2p stages in a V, backward split into I and W."""
+    n_devices, n_microbatches, virtual = check_sizes(n_devices, n_microbatches, virtual)  # 0: refused
     check_virtual("zb-v", virtual)
     p, m = n_devices, n_microbatches
     orders = [_zb_v_order(p, m, d) for d in range(p)]
@@ -191,6 +193,7 @@ def _dualpipe_v_order(p: int, m: int, d: int) -> list[Action]:
 
 def dualpipe_v(n_devices: int, n_microbatches: int, virtual: int = V_STAGES_PER_DEVICE) -> Schedule:
     """DualPipeV (DeepSeek-V3 arXiv 2412.19437 sec 3.2.1, cut in half): 2p stages in a V, m >= 2p."""
+    n_devices, n_microbatches, virtual = check_sizes(n_devices, n_microbatches, virtual)  # 0: refused
     check_virtual("dualpipe-v", virtual)
     p, m = n_devices, n_microbatches
     require(

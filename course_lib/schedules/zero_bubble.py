@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from course_lib.schedules.interleaved import chunk_action, rounds_of
+from course_lib.shelf.first_schedules import check_sizes
 from course_lib.shelf.schedule import Action, Kind, Schedule, loop_placement
 
 
@@ -54,6 +55,7 @@ def _zb1p_order(p: int, m: int, v: int, d: int, r: int) -> list[Action]:
 
 def zb_h1(n_devices: int, n_microbatches: int) -> Schedule:
     """ZB-H1: one stage per device, any m (torch's interleaved class at v = 1, without its rounds rule)."""
+    n_devices, n_microbatches, _ = check_sizes(n_devices, n_microbatches)  # 0, 2.5: refused, named
     p, m = n_devices, n_microbatches
     orders = [_zb1p_order(p, m, 1, d, r=max(m, 1)) for d in range(p)]  # v = 1: r plays no part
     return Schedule("zb-h1", p, m, orders, list(range(p)), split_backward=True)
@@ -62,6 +64,7 @@ def zb_h1(n_devices: int, n_microbatches: int) -> Schedule:
 def interleaved_zero_bubble(n_devices: int, n_microbatches: int, virtual: int = 2) -> Schedule:
     """Interleaved zero bubble (torch's ScheduleInterleavedZeroBubble) with `virtual` stages per device;
     m must fit PyTorch's rounds rule, as for interleaved 1F1B."""
+    n_devices, n_microbatches, virtual = check_sizes(n_devices, n_microbatches, virtual)  # 0: refused
     p, m, v = n_devices, n_microbatches, virtual
     _, r = rounds_of(p, m)
     orders = [_zb1p_order(p, m, v, d, r) for d in range(p)]
@@ -98,6 +101,7 @@ def _zb_h2_order(p: int, m: int, d: int) -> list[Action]:
 
 def zb_h2(n_devices: int, n_microbatches: int) -> Schedule:
     """ZB-H2 for p devices and m micro-batches: up to 2p-1 micro-batches in flight on every device."""
+    n_devices, n_microbatches, _ = check_sizes(n_devices, n_microbatches)  # 0, 2.5: refused, named
     p, m = n_devices, n_microbatches
     orders = [_zb_h2_order(p, m, d) for d in range(p)]
     return Schedule("zb-h2", p, m, orders, list(range(p)), split_backward=True)
@@ -110,16 +114,19 @@ def zb_h2(n_devices: int, n_microbatches: int) -> Schedule:
 # the two equal), so the registry's names need no search, and the spine no simulator.
 def zb_1p(n_devices: int, n_microbatches: int) -> Schedule:
     """ZB-1p at equal costs and free links: ZB-H1's order (limit p, 1F1B's memory)."""
+    n_devices, n_microbatches, _ = check_sizes(n_devices, n_microbatches)  # 0, 2.5: refused, named
     return replace(zb_h1(n_devices, n_microbatches), name="zb-1p")
 
 
 def zb_2p_keeps_h1(p: int, m: int) -> bool:
     """Where ZB-2p at equal costs is ZB-H1's order: the two tie on the step and ZB-H1 has the shorter
     stage span, the tie-break (closed_forms.py reads this too)."""
+    p, m, _ = check_sizes(p, m)  # 0, 2.5: refused, named
     return m <= p and p >= 3
 
 
 def zb_2p(n_devices: int, n_microbatches: int) -> Schedule:
     """ZB-2p at equal costs and free links: ZB-H2's order, or ZB-H1's where ``zb_2p_keeps_h1``."""
+    n_devices, n_microbatches, _ = check_sizes(n_devices, n_microbatches)  # 0, 2.5: refused, named
     keeps_h1 = zb_2p_keeps_h1(n_devices, n_microbatches)
     return replace((zb_h1 if keeps_h1 else zb_h2)(n_devices, n_microbatches), name="zb-2p")

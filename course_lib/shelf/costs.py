@@ -31,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from course_lib.shelf.errors import LIMITS, CourseError, real, require, shown
+from course_lib.shelf.errors import LIMITS, CourseError, real, require, shown, whole
 from course_lib.shelf.schedule import Kind, Schedule
 from course_lib.shelf.timeline import Timeline
 
@@ -137,7 +137,8 @@ class Link:
             object.__setattr__(self, "bandwidth_Bps", bandwidth)
 
     def transfer_time(self, nbytes: float) -> float:
-        """Seconds from the first byte leaving to the last byte arriving."""
+        """Seconds from the first byte leaving to the last byte arriving (`nbytes` >= 0: -5 is refused)."""
+        nbytes = real("nbytes", nbytes)
         return self.latency_s + (nbytes / self.bandwidth_Bps if math.isfinite(self.bandwidth_Bps) else 0.0)
 
 
@@ -147,12 +148,16 @@ FREE = Link(name="free")
 def ring_all_reduce_bytes(nbytes: float, ranks: int) -> float:
     """Bytes each rank sends in a ring all-reduce of `nbytes` (a reduce-scatter, then an all-gather):
     2(n-1)/n of them, the bus factor of NVIDIA's nccl-tests (doc/PERFORMANCE.md)."""
+    nbytes, ranks = real("nbytes", nbytes), whole("ranks", ranks, high=LIMITS["gpus"])  # 0: named
     return 2 * (ranks - 1) / ranks * nbytes
 
 
 def ring_all_reduce_s(nbytes: float, ranks: int, link: Link) -> float:
     """Seconds of a ring all-reduce of `nbytes` over `ranks` ranks joined by `link`: 2(n-1) steps,
     each paying the latency, and ``ring_all_reduce_bytes`` over the bandwidth; 0 for one rank."""
+    nbytes, ranks = real("nbytes", nbytes), whole("ranks", ranks, high=LIMITS["gpus"])
+    if not isinstance(link, Link):
+        raise CourseError(f"link must be a Link, got {shown(link)}")
     if ranks <= 1:
         return 0.0
     return 2 * (ranks - 1) * link.latency_s + ring_all_reduce_bytes(nbytes, ranks) / link.bandwidth_Bps

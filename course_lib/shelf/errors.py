@@ -14,13 +14,25 @@ argument, what was given and what is allowed, so that no TypeError from deep ins
 The machine's bounds are read here too, once: its memory (:func:`memory_bytes`), its cores
 (:func:`check_threads`), :func:`divisors` for messages that list what would divide (sqrt(n) steps, so a
 batch of 10**9 is answered at once), and :data:`LIMITS`, the largest sizes the course accepts.
+
+Files are a door too: every file the course reads goes through :func:`read_input`. A student may name
+a FIFO (a read that blocks forever), a device such as /dev/zero (a read that never ends), a folder, or a
+file far larger than anything the course reads; each gets one CourseError naming the path, before a byte
+is read, and a regular file is read in chunks, at most `limit` bytes (a SIGTERM ends it between chunks)::
+
+    read_input("data/corpus.txt", "data file", limit=LIMITS["data_bytes"])   # bytes
+    read_input("/dev/zero", "schedule CSV", limit=10**6)
+    # CourseError: schedule CSV '/dev/zero' is a character device, not a regular file: ...
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import os
+import stat
+from pathlib import Path
 
 MAX_CHARS, MAX_LINES = 2000, 20  # a screenful: a message about a huge answer must not flood the notebook
 
@@ -77,6 +89,23 @@ def wholes(name: str, values: object, low: int | None = 1, high: int | None = No
     if isinstance(values, (str, bytes, dict)) or not listed:
         raise CourseError(f"{name} must be a list of whole numbers, got {shown(values)}")
     return tuple(whole(f"{name}[{i}]", v, low, high) for i, v in enumerate(values))
+
+
+def typed_fields(config: object) -> None:
+    """Check a dataclass's ``int`` and ``float`` fields as it is made (call it from __post_init__):
+    each becomes a Python int or float (numpy's and 4.0 for a count are the same numbers), and anything
+    else (2.5 or "4" for a count, text for a rate) is one CourseError naming the field. Frozen or not."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.type in ("int", int):
+            number: object = whole(f.name, value, low=None)
+        elif f.type in ("float", float):
+            require(is_number(value), f"{f.name} must be a number, got {shown(value)}")
+            number = float(_as_number(value))
+        else:
+            continue
+        if type(number) is not type(value) or number != value:
+            object.__setattr__(config, f.name, number)
 
 
 def is_number(value: object) -> bool:
@@ -175,6 +204,17 @@ LIMITS = {
     # stays a finite float with room for the small terms (1e308 overflows the makespan, then bubble is nan)
     "seconds": 1e12,
     "timeout_s": TIMEOUT_LIMIT_S,  # a rank's wait for a silent peer (check_timeout)
+    # a training text (read_input below reads it): the shipped corpus is 1 MB; each character becomes an
+    # 8-byte token id, so 64 MiB of text is already 0.5 GiB of ids before a model exists
+    "data_bytes": 64 * 2**20,
+    # counts the command line bounds, each answered at once, stated in --help (cli/flags.py's number):
+    "width": 8_192,  # d_model: one block of 8,192 already holds 0.8 billion parameters (12 d^2)
+    "seq_len": 2**20,  # tokens per sample; the memory check refuses far less on a laptop, naming the largest
+    "batch": 2**20,  # samples per step (and micro-batches, which divide it)
+    "steps": 10**6,  # the lessons train 80; a million steps of the smallest toy take days on a CPU
+    "stages": 1_024,  # pipeline devices: the layers' limit plus the embedding and the head, rounded up
+    "gpus": 10**7,  # the planner's GPUs: sqrt(10**7) steps list their divisors, milliseconds
+    "global_batch": 10**9,  # the planner's sequences per step
 }
 
 
@@ -182,3 +222,67 @@ def within_limit(name: str, value: int, what: str) -> None:
     """Refuse `value` (what it counts: `what`) above LIMITS[name], naming the limit."""
     limit = f"the limit of {LIMITS[name]:,} {name} (course_lib.shelf.errors.LIMITS)"
     require(value <= LIMITS[name], f"{what} is {value:,}, over {limit}")
+
+
+# ---- files: checked before they are opened, read bounded ----
+
+CHUNK = 1 << 20  # bytes per read(): small enough that a signal handler runs between chunks
+
+_KINDS = (  # what stat says a path is, in words
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def kind_of(mode: int) -> str:
+    """A file's kind, from its st_mode, in words ("a FIFO (named pipe)"); "a regular file" for a file."""
+    return next((words for test, words in _KINDS if test(mode)), "a regular file")
+
+
+def check_input(path: str | os.PathLike, what: str, limit: int) -> Path:
+    """Refuse, without opening it, a `path` that is missing, not a regular file, or over `limit` bytes;
+    the message names `what` the file is meant to be, the path, and the limit. Returns it as a Path."""
+    path = Path(path)
+    try:
+        info = os.stat(path)  # follows a link: what a read would open
+    except OSError as err:
+        raise CourseError(f"cannot read {what} {str(path)!r}: {err.strerror or err}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise CourseError(
+            f"{what} {str(path)!r} is {kind_of(info.st_mode)}, not a regular file: give the path of a file"
+        )
+    if info.st_size > limit:
+        raise CourseError(
+            f"{what} {str(path)!r} holds {info.st_size:,} bytes, "
+            f"over the limit of {limit:,} bytes for a {what}"
+        )
+    return path
+
+
+def read_input(path: str | os.PathLike, what: str, limit: int) -> bytes:
+    """The bytes of `path`, checked by :func:`check_input` first and read in chunks, never more than
+    `limit` bytes (a file that grew past it since the check is refused the same way)."""
+    path = check_input(path, what, limit)
+    # O_NONBLOCK: had the path become a FIFO since the check, opening it must not wait for a writer
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as err:
+        raise CourseError(f"cannot read {what} {str(path)!r}: {err.strerror or err}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped between the check and the open
+            raise CourseError(f"{what} {str(path)!r} is not a regular file any more: give the path of a file")
+        chunks, total = [], 0
+        while chunk := os.read(fd, min(CHUNK, limit + 1 - total)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise CourseError(f"{what} {str(path)!r} grew past the limit of {limit:,} bytes")
+        return b"".join(chunks)
+    except OSError as err:
+        raise CourseError(f"cannot read {what} {str(path)!r}: {err.strerror or err}") from None
+    finally:
+        os.close(fd)

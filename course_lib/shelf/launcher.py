@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.util
 import os
 import pickle
 import queue
+import shutil
 import signal
 import socket
 import sys
@@ -97,6 +99,9 @@ class _Group:
     log_path: str  # every rank's stderr
     beats: Any = field(repr=False)  # shared counters, one per rank: its heartbeat
     env: dict[str, str] = field(repr=False)  # the launcher's os.environ now (the forkserver's is older)
+    # removed by the ranks if the launcher dies (kill -9) before it can: the ranks' own TMPDIR (what torch
+    # and multiprocessing put there), the log, and the launcher's multiprocessing folder (pymp-*)
+    leftovers: tuple[str, ...] = ()
 
 
 def free_port() -> int:
@@ -119,9 +124,12 @@ def spawn(
     ctx = _start_context()
     results, beats = ctx.Queue(), ctx.Array("q", world, lock=False)
     log_fd, log = tempfile.mkstemp(prefix="course_lib-ranks-", suffix=".log")
+    run_tmp = tempfile.mkdtemp(prefix="course_lib-run-")  # the ranks' TMPDIR, removed when the run ends
     with socket.create_server(("127.0.0.1", 0)) as listener:  # rank 0's store takes it over; this copy closes
         port = listener.getsockname()[1]
-        group = _Group(world, backend, float(timeout_s), port, log, beats, dict(os.environ))
+        env = dict(os.environ) | {"TMPDIR": run_tmp}
+        leftovers = (run_tmp, log, multiprocessing.util.get_temp_dir())
+        group = _Group(world, backend, float(timeout_s), port, log, beats, env, leftovers)
         rank_args = [(r, group, listener if r == 0 else None, target, args, results) for r in range(world)]
         procs = [ctx.Process(target=_rank_main, args=a, daemon=True) for a in rank_args]
         for p in procs:
@@ -137,8 +145,9 @@ def spawn(
         if isinstance(err, KeyboardInterrupt):  # Ctrl-C, Kernel > Interrupt or should_stop
             raise KeyboardInterrupt(f"all {world} rank processes ended") from None
         raise
-    finally:  # leave no rank behind (before the caller hears of any of the above)
+    finally:  # leave no rank behind (before the caller hears of any of the above), nor their files
         watch.kill_leftovers()
+        shutil.rmtree(run_tmp, ignore_errors=True)
     if watch.errors or len(watch.values) < world:
         raise watch.error(log)
     os.remove(log)
@@ -161,6 +170,7 @@ def _rank_main(rank: int, group: _Group, listener, target, args: tuple, results)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
     os.environ.clear()  # a student's NCCL_/GLOO_ variables set after the forkserver started count
     os.environ.update(group.env)
+    tempfile.tempdir = None  # read TMPDIR again: the run's own folder, not the forkserver's cached one
     os.dup2(os.open(group.log_path, os.O_WRONLY | os.O_APPEND), sys.stderr.fileno())
     _keep_in_touch(group, rank)
     try:
@@ -187,9 +197,20 @@ def _keep_in_touch(group: _Group, rank: int) -> None:
         while launcher is not None and launcher.is_alive():
             group.beats[rank] += 1
             time.sleep(0.5)
+        _remove(group.leftovers)  # the launcher died (kill -9): nobody else will remove them
         os._exit(1)
 
     threading.Thread(target=watch, name="heartbeat", daemon=True).start()
+
+
+def _remove(paths: tuple[str, ...]) -> None:
+    """Remove files and folders, quietly: every rank tries, the first one to get there wins."""
+    for path in paths:
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.remove(path)
 
 
 def _join(rank: int, group: _Group, listener: socket.socket | None) -> torch.device:

@@ -92,6 +92,7 @@ def resolve_schedule(
     / `virtual`, if given, its own), or one built by name for `stages` devices x `virtual` stages each
     (None: the registry's default_virtual, 2 for schedules that take v, else 1)."""
     if isinstance(schedule, Schedule):
+        validate(schedule)  # first: a broken schedule gets the validator's message, as everywhere
         name = schedule.name
         require(
             schedule.n_microbatches == cfg.microbatches,

@@ -36,7 +36,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_lib.shelf.errors import CourseError, divisors, require, shown, whole, wholes
+from course_lib.shelf.errors import (
+    LIMITS,
+    CourseError,
+    divisors,
+    read_input,
+    require,
+    shown,
+    typed_fields,
+    whole,
+    wholes,
+)
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,7 @@ class ModelConfig:
     tie_embeddings: bool = False  # the head's projection is the token embedding's weight (GPT-2's tie)
 
     def __post_init__(self) -> None:
+        typed_fields(self)  # 32.0 is 32, numpy's 32 too; 2.5 or "32" is refused naming the field
         require(self.n_layers >= 1, f"n_layers must be >= 1, got {self.n_layers}")
         require(self.d_model >= 1, f"d_model (width) must be >= 1, got {self.d_model}")
         require(self.n_heads >= 1, f"n_heads must be >= 1, got {self.n_heads}")
@@ -266,9 +277,11 @@ def load_corpus(path: str | Path = DEFAULT_CORPUS, val_fraction: float = 0.1) ->
     """Read a UTF-8 text file and split it; clear errors for a missing, empty, binary or non-UTF-8 file."""
     path = Path(path)
     expected = f"expected a UTF-8 text file such as {str(DEFAULT_CORPUS)!r} (made by data/make_corpus.py)"
-    require(path.is_file(), f"data file {str(path)!r} does not exist; {expected}")
+    if not path.exists():
+        raise CourseError(f"data file {str(path)!r} does not exist; {expected}")
+    data = read_input(path, "data file", LIMITS["data_bytes"])  # a FIFO, /dev/zero, 1 GB: refused first
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as err:  # Latin-1 text, or binary
         byte = f"byte {err.start} is 0x{err.object[err.start]:02x}"
         raise CourseError(f"data file {str(path)!r} is not UTF-8 text ({byte}); {expected}") from None

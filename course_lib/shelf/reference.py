@@ -44,7 +44,6 @@ One file of about 400 lines, read whole: the ground truth and what engines compa
 from __future__ import annotations
 
 import math
-import numbers
 import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -54,7 +53,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from course_lib.shelf.errors import is_number, memory_bytes, require, require_fits, shown, whole
+from course_lib.shelf.errors import is_number, memory_bytes, require, require_fits, shown, typed_fields, whole
 from course_lib.shelf.first_schedules import LIMITS, within_limit
 from course_lib.shelf.model import (
     Corpus,
@@ -92,11 +91,9 @@ class TrainConfig:
     tie_embeddings: bool = False  # the head reuses the embedding's weight (below)
 
     def __post_init__(self) -> None:
-        """numpy numbers become Python's (a lesson's np.int64(4) is 4); anything else stays for check()."""
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if type(value) not in (int, float, bool) and isinstance(value, numbers.Real):
-                setattr(self, f.name, int(value) if isinstance(value, numbers.Integral) else float(value))
+        """Types at the door: numpy numbers become Python's (a lesson's np.int64(4) is 4), and 2.5 or "4"
+        for a count is refused now, naming the field, not deep inside torch; sizes are check()'s."""
+        typed_fields(self)
 
     def check(self) -> None:
         """All bad input is refused here, before a model is built or data is read: wrong types, sizes

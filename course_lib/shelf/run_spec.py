@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from course_lib.shelf.costs import Link
-from course_lib.shelf.errors import require
+from course_lib.shelf.errors import require, typed_fields
 from course_lib.shelf.first_schedules import SCHEDULES
 from course_lib.shelf.model import Partition
 from course_lib.shelf.reference import TrainConfig
@@ -85,6 +85,7 @@ class RunSpec:
     split_runtime: type | None = None
 
     def __post_init__(self) -> None:
+        typed_fields(self)  # threads, world, timeout_s: Python numbers, as a rank process reads them
         if not self.world:
             object.__setattr__(self, "world", self.ranks)
 

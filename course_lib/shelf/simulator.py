@@ -55,7 +55,7 @@ from course_lib.shelf.errors import CourseError, require
 from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.schedule import Action, Key, Kind, Schedule, inputs_of, key_of, message_of
 from course_lib.shelf.timeline import SIMULATED, Span, Timeline, Transfer
-from course_lib.shelf.validate import execution_order
+from course_lib.shelf.validate import execution_order, validate
 
 __all__ = ["SENDS", "LESSON_SIZES", "StageCosts", "register_fast_path", "simulate", "simulate_named"]
 
@@ -93,6 +93,8 @@ def simulate(
     check_sends(sends)
     check_inputs(schedule, costs, boundary_bytes, links, stash_bytes)
     n_st = schedule.n_stages
+    if type(n_st) is not int or n_st < 1:  # "4", 0: nothing below can count its boundaries
+        validate(schedule)  # the validator's message, as for any schedule that cannot run
     nbytes = per_boundary(boundary_bytes, n_st - 1, "boundary_bytes", 0)
     require(all(x >= 0 for x in nbytes), f"boundary_bytes must be >= 0, got {nbytes}")
     wires = per_boundary(links, n_st - 1, "links", FREE)
@@ -120,6 +122,7 @@ def play(
     """The simulator's loop: place every action, in an order its dependencies allow, at the time its
     device is free and its inputs are in; send its output if it crosses to another device. `nbytes`
     and `wires`: one per stage boundary. `blocking`: a sender waits for its message's last byte."""
+    order = execution_order(schedule)  # validates first: a schedule that cannot run stops here
     n_st, split = schedule.n_stages, schedule.split_backward
     f, i, w = costs.per_stage(n_st)
     seconds = {"F": f, "B": [a + b for a, b in zip(i, w, strict=True)], "I": i, "W": w}
@@ -131,7 +134,7 @@ def play(
     wire_free: dict[tuple[int, int], float] = {}  # (src, dst) -> when that wire is next idle
     spans: list[Span] = []
     transfers: list[Transfer] = []
-    for action in execution_order(schedule):  # validates: a schedule that cannot run stops here
+    for action in order:
         device, (stage, kind, mb) = schedule.device_of(action.stage), key_of(action)
         own, producer = inputs_of(stage, kind, mb, n_st, split)  # the one rule (schedule.py)
         start = max(free[device], ended[own] if own else 0.0, arrived[producer] if producer else 0.0)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
-from course_lib.charts.gantt import COLORS, IDLE_COLOR, plot_timeline
+from course_lib.charts.gantt import COLORS, IDLE_COLOR, new_figure, plot_timeline
 from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.model import uniform
 from course_lib.shelf.schedule import Kind
@@ -25,10 +25,9 @@ N_LAYERS = 82  # the course model's list: embedding, 80 blocks, head
 
 def pipeline_picture(p: int = 4, n_layers: int = N_LAYERS) -> Figure:
     """Workers handing activations forward and gradients back (top), the same step as a Gantt chart
-    with its boxes explained (bottom). Uses pyplot, so a notebook shows it inline."""
-    import matplotlib.pyplot as plt  # only here: notebooks show pyplot figures inline
-
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 5.6), gridspec_kw={"height_ratios": [1, 1.25]})
+    with its boxes explained (bottom). A pyplot figure in a notebook, so that it shows inline; a bare
+    Figure where nothing shows figures (charts.gantt.new_figure), so that pyplot keeps none."""
+    fig, (top, bottom) = new_figure((10, 5.6), 2, 1, gridspec_kw={"height_ratios": [1, 1.25]})
     _draw_workers(top, p, n_layers)
     tl = simulate(build_schedule("naive", p, 1), StageCosts.fused(f=1.0, b=2.0))
     plot_timeline(tl, ax=bottom, title="the same step as a Gantt chart (one micro-batch, naive schedule)")

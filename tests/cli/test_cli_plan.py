@@ -66,7 +66,7 @@ def test_text_table_and_gantt(capsys, tmp_path):
         (("--model", "gpt-9"), "unknown model preset 'gpt-9'; choose one of: megatron-18b"),
         (("--cluster", "tpu-v5"), "unknown cluster preset 'tpu-v5'; choose one of: a100-selene"),
         (("--gpus", "12"), "gpus must be a multiple of 8"),
-        (("--global-batch", "0"), "--global-batch: must be a whole number >= 1, got '0'"),
+        (("--global-batch", "0"), "--global-batch: must be a whole number >= 1 and <= 1000000000, got '0'"),
     ],
 )
 def test_bad_input_exits_2_naming_the_value(change, words, capsys):

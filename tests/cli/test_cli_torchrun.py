@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from course_lib.cli import torchrun, train_command
+from course_lib.cli import flags, torchrun, train_command
 from course_lib.shelf import reference
 
 TINY = ["--layers", "6", "--width", "16", "--heads", "2", "--seq-len", "16", "--batch-size", "8",
@@ -27,6 +27,7 @@ def one_rank(monkeypatch):
 def test_every_torchrun_flag_means_what_it_means_for_train():
     train_parser = argparse.ArgumentParser()
     train_command.train_arguments(train_parser)
+    flags.state_bounds(train_parser)  # as build_parser does: each number flag's help states its bound
     same = {s: a for a in train_parser._actions for s in a.option_strings}
     for action in torchrun.torchrun_parser()._actions:
         if action.dest == "help":
