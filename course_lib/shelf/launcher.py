@@ -125,22 +125,26 @@ def spawn(
     results, beats = ctx.Queue(), ctx.Array("q", world, lock=False)
     log_fd, log = tempfile.mkstemp(prefix="course_lib-ranks-", suffix=".log")
     run_tmp = tempfile.mkdtemp(prefix="course_lib-run-")  # the ranks' TMPDIR, removed when the run ends
-    with socket.create_server(("127.0.0.1", 0)) as listener:  # rank 0's store takes it over; this copy closes
-        port = listener.getsockname()[1]
-        env = dict(os.environ) | {"TMPDIR": run_tmp}
-        leftovers = (run_tmp, log, multiprocessing.util.get_temp_dir())
-        group = _Group(world, backend, float(timeout_s), port, log, beats, env, leftovers)
-        rank_args = [(r, group, listener if r == 0 else None, target, args, results) for r in range(world)]
-        procs = [ctx.Process(target=_rank_main, args=a, daemon=True) for a in rank_args]
-        for p in procs:
-            p.start()
-    with os.fdopen(log_fd, "a") as file:
-        print(f"rendezvous: 127.0.0.1:{group.port}", *(f"rank {r}: pid {p.pid}" for r, p in enumerate(procs)),
-              sep="\n", file=file)  # fmt: skip
+    procs: list = []  # filled as the ranks start: Ctrl-C while they start ends those already started
     watch = _Watch(procs, beats)
     try:
+        with socket.create_server(("127.0.0.1", 0)) as listener:  # rank 0's store takes it over; ours closes
+            port = listener.getsockname()[1]
+            env = dict(os.environ) | {"TMPDIR": run_tmp}
+            leftovers = (run_tmp, log, multiprocessing.util.get_temp_dir())
+            group = _Group(world, backend, float(timeout_s), port, log, beats, env, leftovers)
+            for r in range(world):
+                args_r = (r, group, listener if r == 0 else None, target, args, results)
+                procs.append(ctx.Process(target=_rank_main, args=args_r, daemon=True))
+                procs[-1].start()  # (the first start may wait for the forkserver to import torch)
+        with os.fdopen(log_fd, "a") as file:
+            log_fd = None
+            pids = (f"rank {r}: pid {p.pid}" for r, p in enumerate(procs))
+            print(f"rendezvous: 127.0.0.1:{group.port}", *pids, sep="\n", file=file)
         watch.run(results, timeout_s, on_progress, should_stop)
     except BaseException as err:  # not a rank's failure: no log to keep
+        if log_fd is not None:
+            os.close(log_fd)
         os.remove(log)
         if isinstance(err, KeyboardInterrupt):  # Ctrl-C, Kernel > Interrupt or should_stop
             raise KeyboardInterrupt(f"all {world} rank processes ended") from None
@@ -299,11 +303,12 @@ class _Watch:
                     self.errors[rank] = payload
 
     def kill_leftovers(self) -> None:
-        self.killed = {rank for rank, p in enumerate(self.procs) if p.is_alive()}
+        self.killed = {rank for rank, p in enumerate(self.procs) if p.pid is not None and p.is_alive()}
         for p in (self.procs[rank] for rank in self.killed):
             p.kill()
         for p in self.procs:
-            p.join(5)
+            if p.pid is not None:  # started (an interrupt may come between making a process and its start)
+                p.join(5)
         self.exited_at |= {r: time.monotonic() for r in self.killed}
 
     def error(self, log_path: str) -> DistributedError:

@@ -191,3 +191,25 @@ def test_ranks_fork_from_the_forkserver_and_spawn_where_there_is_none(monkeypatc
     assert parent != os.getpid()  # the forkserver's child, not ours: it imported torch once for all
     monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])  # as on Windows
     assert spawn(_parent_pid, 1, timeout_s=60) == [os.getpid()]  # spawned here, and it still finished
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(180)
+def test_ctrl_c_while_the_ranks_start_ends_those_started_and_says_so(tmp_path, monkeypatch):
+    # on a busy machine the first start waits seconds for the forkserver to import torch: Ctrl-C may land
+    # there, between one rank's start and the next
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    real_start, started = multiprocessing.process.BaseProcess.start, []
+
+    def start_then_interrupt(process):
+        if started:
+            raise KeyboardInterrupt
+        real_start(process)
+        started.append(process)
+
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", start_then_interrupt)
+    with pytest.raises(KeyboardInterrupt, match="all 3 rank processes ended"):
+        spawn(_report_and_listen, 3, (0,), timeout_s=60)
+    assert not started[0].is_alive() and multiprocessing.active_children() == []
+    left = [p.name for p in tmp_path.iterdir() if not p.name.startswith("pymp-")]  # (this process's own)
+    assert left == []  # neither the log nor the ranks' TMPDIR
