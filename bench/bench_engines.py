@@ -23,7 +23,7 @@ import torch
 
 import course_lib.engines  # noqa: F401  (registers the split backward of zero-bubble schedules)
 from course_lib.shelf.local_engine import LocalPipelineTrainer
-from course_lib.shelf.reference import TrainConfig, accumulate_gradients, make_optimizer, setup
+from course_lib.shelf.reference import TrainConfig, accumulate_gradients, corpus_and_model, make_optimizer
 
 
 def timed(fn) -> tuple[float, float]:
@@ -40,7 +40,7 @@ def bench_local_vs_reference(
 
     The local engine's memory probe (a saved-tensors hook, about 10% of a step) is off by default:
     the reference trainer measures no memory, so this compares the same work."""
-    corpus, reference = setup(cfg)
+    corpus, reference = corpus_and_model(cfg)
     ref_opt = make_optimizer(reference, cfg)
     local = LocalPipelineTrainer(cfg, schedule, stages, corpus=corpus, track_memory=track_memory)
     gen = torch.Generator().manual_seed(cfg.seed)

@@ -37,7 +37,7 @@ from course_lib.shelf.costs import StageCosts
 from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.local_engine import LocalPipelineTrainer
 from course_lib.shelf.model import split_microbatches, stage_modules, uniform
-from course_lib.shelf.reference import TrainConfig, first_batch, setup, train_batches
+from course_lib.shelf.reference import TrainConfig, corpus_and_model, first_batch, train_batches
 from course_lib.shelf.schedule import Kind
 from course_lib.shelf.simulator import simulate
 from course_lib.shelf.stage import StageRuntime
@@ -80,7 +80,7 @@ def w_over_i(run: dict) -> tuple[float, list[float]]:
 
 def cpu_times(cfg: TrainConfig, stages: int, rounds: int) -> list[dict[str, float]]:
     """Median CPU seconds of F, B, I and W on each stage alone (one micro-batch), after one warm-up."""
-    corpus, model = setup(cfg)
+    corpus, model = corpus_and_model(cfg)
     tokens, targets = split_microbatches(*first_batch(corpus, cfg), cfg.microbatches)[0]
     modules = stage_modules(model.layers, uniform(len(model.layers), stages))
     clock, inp, medians = time.process_time, tokens, []

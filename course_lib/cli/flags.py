@@ -2,7 +2,7 @@
 
 Pipeline and link flags default to None, so that a command can tell a flag given from one left out
 (``train`` refuses a flag its engine would not read); the defaults of those left out are
-:class:`PipelineFlags`'s. Numbers are read by :func:`number`, JSON printed by :func:`print_json`.
+:class:`PipelineFlags`'s. Numbers are read by :func:`number_type`, JSON printed by :func:`print_json`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from course_lib.shelf.stage import CHECKPOINT_MODES
 from course_lib.shelf.timeline import Timeline
 
 
-def number(kind: type = int, low: float = 1, high: float = math.inf, above: bool = False, hint: str = ""):
+def number_type(
+    kind: type = int, low: float = 1, high: float = math.inf, above: bool = False, hint: str = ""
+):
     """An argparse `type`: a finite number (kind int: a whole one) >= low (> with `above`) and <= high;
     argparse refuses anything else before any work, naming the flag, the value and the range."""
     top = "" if high == math.inf else f" and <= {high:g}" if kind is float else f" and <= {high}"
@@ -42,7 +44,7 @@ def number(kind: type = int, low: float = 1, high: float = math.inf, above: bool
 
 
 def state_bounds(parser: argparse.ArgumentParser) -> None:
-    """Append to the help of every flag read by :func:`number` (in `parser` and its sub-commands)
+    """Append to the help of every flag read by :func:`number_type` (in `parser` and its sub-commands)
     what it accepts, so that --help states each bound the flag enforces."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -53,19 +55,20 @@ def state_bounds(parser: argparse.ArgumentParser) -> None:
             action.help = f"{action.help}; {allowed}" if action.help else allowed
 
 
-COUNT, WHOLE, LAYERS = number(), number(low=0), number(high=LIMITS["layers"])
+COUNT, WHOLE, LAYERS = number_type(), number_type(low=0), number_type(high=LIMITS["layers"])
 WIDTH, SEQ_LEN, BATCH = (
-    number(high=LIMITS["width"]),
-    number(high=LIMITS["seq_len"]),
-    number(high=LIMITS["batch"]),
+    number_type(high=LIMITS["width"]),
+    number_type(high=LIMITS["seq_len"]),
+    number_type(high=LIMITS["batch"]),
 )
-STEPS, STAGES = number(low=0, high=LIMITS["steps"]), number(high=LIMITS["stages"])
+STEPS, STAGES = number_type(low=0, high=LIMITS["steps"]), number_type(high=LIMITS["stages"])
 # schedule and simulate: 3*p*m*v actions at most LIMITS["actions"], so no one of them may pass it alone
-ACTIONS = number(high=LIMITS["actions"])
-SECONDS, TIMEOUT = number(float, 0, LIMITS["seconds"]), number(float, 0, LIMITS["timeout_s"], above=True)
-LR, SEED = number(float, 0, LIMITS["lr"], above=True), number(low=0, high=LIMITS["seed"])
-BANDWIDTH = number(float, 0, above=True, hint="; omit --bandwidth for unlimited")
-MAX_NORM = number(float, 0, above=True, hint="; omit --clip-grad-norm for no clipping")
+ACTIONS = number_type(high=LIMITS["actions"])
+SECONDS = number_type(float, 0, LIMITS["seconds"])
+TIMEOUT = number_type(float, 0, LIMITS["timeout_s"], above=True)
+LR, SEED = number_type(float, 0, LIMITS["lr"], above=True), number_type(low=0, high=LIMITS["seed"])
+BANDWIDTH = number_type(float, 0, above=True, hint="; omit --bandwidth for unlimited")
+MAX_NORM = number_type(float, 0, above=True, hint="; omit --clip-grad-norm for no clipping")
 
 
 def figure_path(text: str) -> str:

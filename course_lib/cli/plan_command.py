@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from course_lib.cli.flags import SEQ_LEN, figure_path, number, print_json
+from course_lib.cli.flags import SEQ_LEN, figure_path, number_type, print_json
 from course_lib.planner import CLUSTERS, MODELS, cluster, model, plan
 from course_lib.planner.enumerate import Plan, Planned
 from course_lib.planner.step_time import MEGATRON_OVERLAP, PIPELINE_SENDS, Overlap
@@ -30,16 +30,17 @@ def plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help=f"model preset: {', '.join(MODELS)}")
     parser.add_argument("--cluster", required=True, help=f"cluster preset: {', '.join(CLUSTERS)}")
     parser.add_argument(
-        "--gpus", type=number(high=LIMITS["gpus"]), required=True, help="GPUs in all (whole nodes)"
+        "--gpus", type=number_type(high=LIMITS["gpus"]), required=True, help="GPUs in all (whole nodes)"
     )
     parser.add_argument(
         "--global-batch",
-        type=number(high=LIMITS["global_batch"]),
+        type=number_type(high=LIMITS["global_batch"]),
         required=True,
         help="sequences per optimizer step",
     )
     parser.add_argument("--seq-len", type=SEQ_LEN, help="override the preset's sequence length")
-    parser.add_argument("--top", type=number(high=10**6), default=10, help="layouts to list (default 10)")
+    top = number_type(high=10**6)
+    parser.add_argument("--top", type=top, default=10, help="layouts to list (default 10)")
     parser.add_argument("--zero1", action="store_true", help="shard optimizer states over the replicas")
     parser.add_argument("--no-recompute", action="store_true", help="never recompute activations")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")

@@ -24,7 +24,7 @@ from course_lib.cli.flags import (
     BANDWIDTH,
     SECONDS,
     figure_path,
-    number,
+    number_type,
     print_json,
     save_chart,
 )
@@ -44,7 +44,7 @@ def simulate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency", type=SECONDS, default=0.0, help="link latency, seconds (default 0)")
     parser.add_argument("--bandwidth", type=BANDWIDTH, help="link bandwidth, bytes/s (default unlimited)")
     parser.add_argument(
-        "--boundary-bytes", type=number(low=0, high=2**50), default=0,  # a PiB: past any one message
+        "--boundary-bytes", type=number_type(low=0, high=2**50), default=0,  # a PiB: past any one message
         help="bytes one micro-batch sends across a stage boundary (gradients back: the same)",
     )  # fmt: skip
     for kind, what in (("f", "forward"), ("i", "input-grad backward"), ("w", "weight-grad backward")):

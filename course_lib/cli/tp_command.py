@@ -15,7 +15,7 @@ import argparse
 import numpy as np
 import torch
 
-from course_lib.cli.flags import BATCH, LAYERS, number
+from course_lib.cli.flags import BATCH, LAYERS, number_type
 from course_lib.shelf.errors import LIMITS
 from course_lib.shelf.model import ModelConfig, lm_loss
 from course_lib.tp.accounting import Workload, comparison, tp_allreduces
@@ -27,7 +27,7 @@ def tp_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", type=LAYERS, default=80, help="transformer blocks (default 80)")
     parser.add_argument(
         "--devices",
-        type=number(low=2, high=LIMITS["stages"]),
+        type=number_type(low=2, high=LIMITS["stages"]),
         default=8,
         help="t for TP and p for PP (default 8)",
     )

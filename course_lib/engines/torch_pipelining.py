@@ -41,7 +41,7 @@ from course_lib.shelf.distributed_engine import RoomOption, add_room_option
 from course_lib.shelf.errors import require
 from course_lib.shelf.model import autocast, lm_loss, stage_modules
 from course_lib.shelf.rank_loop import PipelineRank
-from course_lib.shelf.reference import make_optimizer, setup, train_batches
+from course_lib.shelf.reference import corpus_and_model, make_optimizer, train_batches
 from course_lib.shelf.run_spec import RUNNERS, DistributedResult, RankRecord, RunSpec, StepRecord, torch_class
 
 # schedules run by their own torch class (the registry's torch_class); any other runs from our CSV
@@ -109,7 +109,7 @@ class TorchRank(PipelineRank):
         spec, rank, device = self.spec, self.index, self.device
         torch.set_num_threads(spec.threads)
         cfg = spec.cfg
-        corpus, model = setup(replace(cfg, device="cpu"))  # same weights on every rank, from the seed
+        corpus, model = corpus_and_model(replace(cfg, device="cpu"))  # same weights on every rank (the seed)
         n_stages = spec.schedule.n_stages
         modules = stage_modules(model.layers, spec.partition)
         mine = spec.schedule.stages_of(rank)

@@ -27,12 +27,12 @@ from course_lib.shelf.model import count_parameters, lm_loss, split_microbatches
 from course_lib.shelf.reference import (
     TrainConfig,
     clip_coefficient,
+    corpus_and_model,
     first_batch,
     max_grad_diff,
     named_grads,
     reference_gradients,
     reference_run,
-    setup,
     squared_norm,
     tied_drift,
 )
@@ -109,7 +109,7 @@ class ScaleOutcome:
 def without_one_over_m(cfg: TrainConfig) -> ScaleOutcome:
     """m micro-batches whose losses are summed without the 1/m: the loss and every gradient m times
     the batch mean's (the reference divides each micro-batch's loss by m)."""
-    corpus, model = setup(cfg)
+    corpus, model = corpus_and_model(cfg)
     x, y = first_batch(corpus, cfg)
     total = 0.0
     for xm, ym in split_microbatches(x, y, cfg.microbatches):
@@ -135,7 +135,7 @@ def dropped_blocks(blocks: int, p: int, cfg: TrainConfig | None = None) -> Dropp
     are never built; the parameters of the model that trains against the one that was asked for."""
     cfg = cfg or TrainConfig(n_layers=blocks, d_model=16, n_heads=2, seq_len=16)
     per = blocks // p
-    counted = [count_parameters(setup(replace(cfg, n_layers=n))[1]) for n in (per * p, blocks)]
+    counted = [count_parameters(corpus_and_model(replace(cfg, n_layers=n))[1]) for n in (per * p, blocks)]
     return DroppedBlocks(blocks, per, per * p, *counted)
 
 

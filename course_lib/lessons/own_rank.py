@@ -57,7 +57,13 @@ from course_lib.shelf.errors import CourseError, require, whole
 from course_lib.shelf.launcher import STALL_S, DistributedError, PeerFailure, RankContext, spawn
 from course_lib.shelf.model import lm_loss, split_microbatches, stage_modules, uniform
 from course_lib.shelf.rank_loop import common_clock
-from course_lib.shelf.reference import TrainConfig, first_batch, max_grad_diff, reference_gradients, setup
+from course_lib.shelf.reference import (
+    TrainConfig,
+    corpus_and_model,
+    first_batch,
+    max_grad_diff,
+    reference_gradients,
+)
 from course_lib.shelf.schedule import Action, Kind
 from course_lib.shelf.stage import gpu_count
 from course_lib.shelf.timeline import MEASURED, Span, Timeline
@@ -535,7 +541,7 @@ def _rank_target(ctx: RankContext, job: Job) -> RankResult:
     torch.set_num_threads(1)  # tiny matrices, and p ranks share the machine's cores
     file, function = next(((f, fn) for r, f, fn in job.peers if r == ctx.rank), (job.path, job.function))
     fn = load_function(file, function)
-    corpus, model = setup(job.cfg)  # the same weights on every rank, from the seed
+    corpus, model = corpus_and_model(job.cfg)  # the same weights on every rank, from the seed
     layers = model.layers
     modules = stage_modules(layers, uniform(len(layers), job.p))
     x, y = first_batch(corpus, job.cfg)

@@ -54,13 +54,13 @@ from course_lib.shelf.reference import (
     TrainResult,
     clip_coefficient,
     copy_tied_weight,
+    corpus_and_model,
     first_batch,
     head_weight,
     make_optimizer,
     max_grad_diff,
     reference_gradients,
     scale_grads,
-    setup,
     squared_norm,
     sum_tied_grads,
     train_batches,
@@ -257,7 +257,7 @@ class LocalPipelineTrainer:
         self.cfg = cfg
         self.schedule = self.plan.schedule
         self.order: list[Action] = execution_order(self.schedule)  # the validator's global order
-        self.corpus, self.model = setup(cfg, corpus)
+        self.corpus, self.model = corpus_and_model(cfg, corpus)
         copy_tied_weight(self.model.layers)  # tied embeddings: the last stage holds its own copy
         self.sum_tied = True  # False (lesson 16 only): the copies' gradients are not summed, and drift
         self.stage_modules = stage_modules(self.model.layers, self.plan.partition)

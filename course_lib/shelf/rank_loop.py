@@ -43,10 +43,10 @@ from course_lib.shelf.reference import (
     EMBEDDING_WEIGHT,
     clip_coefficient,
     copy_tied_weight,
+    corpus_and_model,
     head_weight,
     make_optimizer,
     scale_grads,
-    setup,
     squared_norm,
     sum_tied_grads,
     train_batches,
@@ -130,7 +130,8 @@ class PipelineRank:
         self.shared = {} if shared is None else shared
         self.index = self.place()  # this rank's place in the pipeline: its device in the schedule
         cfg = spec.cfg
-        self.corpus, model = setup(replace(cfg, device="cpu"))  # same weights on every rank, from the seed
+        # the same weights on every rank, from the seed
+        self.corpus, model = corpus_and_model(replace(cfg, device="cpu"))
         copy_tied_weight(model.layers)  # tied embeddings: the last stage holds its own copy
         layers = self.layers(model.layers)
         modules = stage_modules(layers, spec.partition)

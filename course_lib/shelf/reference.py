@@ -247,7 +247,7 @@ def reference_gradients(
 ) -> tuple[float, dict[str, Tensor | None]]:  # fmt: skip
     """The reference trainer's loss and gradients (by parameter name) on one batch (default: the
     first training batch), from `weights` (a state dict; default: the seeded initial weights)."""
-    corpus, model = setup(cfg, corpus)
+    corpus, model = corpus_and_model(cfg, corpus)
     device = resolve_device(cfg.device)
     if weights is not None:
         model.load_state_dict({name: w.to(device) for name, w in weights.items()})
@@ -308,7 +308,7 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
     )
 
 
-def setup(cfg: TrainConfig, corpus: Corpus | None = None) -> tuple[Corpus, ToyGPT]:
+def corpus_and_model(cfg: TrainConfig, corpus: Corpus | None = None) -> tuple[Corpus, ToyGPT]:
     """Check the config, read the data (unless `corpus` is given), build the model: every trainer's start."""
     cfg.check()
     if corpus is None:
@@ -321,7 +321,7 @@ def setup(cfg: TrainConfig, corpus: Corpus | None = None) -> tuple[Corpus, ToyGP
 def reference_run(cfg: TrainConfig) -> tuple[list[float], dict[str, Tensor], dict[str, Tensor]]:
     """What every engine's run is held against: the single-device trainer's loss per step, its last
     step's gradients and its final weights, by parameter name."""
-    corpus, model = setup(cfg)
+    corpus, model = corpus_and_model(cfg)
     optimizer = make_optimizer(model, cfg)
     losses = []
     for x, y in train_batches(corpus, cfg):
@@ -334,7 +334,7 @@ def reference_run(cfg: TrainConfig) -> tuple[list[float], dict[str, Tensor], dic
 
 def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
     """Train the whole model on one device; one optimizer step per batch of m micro-batches."""
-    corpus, model = setup(cfg)
+    corpus, model = corpus_and_model(cfg)
     optimizer = make_optimizer(model, cfg)
     device = resolve_device(cfg.device)
     val_start = evaluate(model, corpus, cfg)

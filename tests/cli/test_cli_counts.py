@@ -1,7 +1,7 @@
 """Issue 42: every count a command takes has a bound, stated in its --help and answered at once.
 
 Each whole-number flag of every command (and of the torchrun entry point) is read by cli/flags.py's
-``number`` with an upper bound, which ``state_bounds`` appends to the flag's help. A value far past
+``number_type`` with an upper bound, which ``state_bounds`` appends to the flag's help. A value far past
 the bound (10**19, ``plan --gpus 8000000000000000000``) is one line naming the flag and the bound,
 in-process, within 10 s (the issue's 2 s with 5x slack; measured: milliseconds).
 """
@@ -36,7 +36,7 @@ MACHINE_BOUND = {"--threads"}
 def number_flags(
     parser: argparse.ArgumentParser, command: str = ""
 ) -> list[tuple[str, str, argparse.Action]]:
-    """(command, flag, action) for every flag read by flags.number, in `parser` and its sub-commands."""
+    """(command, flag, action) for every flag read by flags.number_type, in `parser` and its sub-commands."""
     found = []
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):

@@ -1,5 +1,5 @@
 """Issue 18, values, outputs and bounds: every command reads its numbers through one converter
-(flags.number), checks an output path before any work, prints its result before the chart and as strict
+(flags.number_type), checks an output path before any work, prints its result before the chart and as strict
 JSON, and refuses sizes that could not finish, naming the limit (builders.LIMITS)."""
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_every_number_flag_of_every_command_reads_through_the_converter():
     plain = [a.option_strings for parser in parsers for a in parser._actions if a.type in (int, float)]
     assert plain == []
     numbers = [a for parser in parsers for a in parser._actions if a.type is not None]
-    assert {a.type.__qualname__ for a in numbers} == {"number.<locals>.convert", "figure_path"}
+    assert {a.type.__qualname__ for a in numbers} == {"number_type.<locals>.convert", "figure_path"}
 
 
 def test_the_converter_accepts_its_bounds_and_refuses_beyond_them():

@@ -16,7 +16,13 @@ from course_lib.lessons.async_pipeline import (
     two_bw,
 )
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.reference import TrainConfig, reference_gradients, reference_run, setup, train_batches
+from course_lib.shelf.reference import (
+    TrainConfig,
+    corpus_and_model,
+    reference_gradients,
+    reference_run,
+    train_batches,
+)
 
 CFG = TrainConfig(n_layers=2, steps=3, seq_len=16, batch_size=8, microbatches=4, eval_batches=1,
                   warmup_steps=2)  # fmt: skip
@@ -38,7 +44,7 @@ def _adam_step(w, m, v, g, t, lr, betas=(0.9, 0.95), eps=1e-8):
 
 def test_two_bw_second_update_uses_the_gradient_of_the_weights_one_update_old():
     cfg = replace(CFG, steps=2)
-    corpus, model = setup(cfg)
+    corpus, model = corpus_and_model(cfg)
     w0 = {n: p.detach().clone() for n, p in model.named_parameters()}
     batches = list(train_batches(corpus, cfg))
     g1 = reference_gradients(cfg, corpus, weights=w0, batch=batches[0])[1]
