@@ -142,7 +142,8 @@ def test_checkpointing_holds_only_inputs(corpus):
 def test_bad_input_is_refused_before_any_work(corpus, kwargs, words, monkeypatch):
     import course_lib.shelf.local_engine as local
 
-    monkeypatch.setattr(local, "corpus_and_model", lambda cfg: pytest.fail("work started before the input was checked"))
+    started = lambda cfg: pytest.fail("work started before the input was checked")  # noqa: E731
+    monkeypatch.setattr(local, "corpus_and_model", started)
     kwargs = {"schedule": "1f1b", "stages": 4} | kwargs
     with pytest.raises(CourseError) as err:
         LocalPipelineTrainer(small_cfg(), **kwargs)
