@@ -17,6 +17,10 @@ autograde`` itself (nbgrader_config.py lists it in ``Autograde.autograde_preproc
   (``course_grading.switched_off``): started when first called, the student's cells replayed in it, so
   nothing a cell computed with an answer reaches the graded call; they hand back plain data;
   no student name may take a name the instructor's cells bind, a builtin, or a private name;
+- a rank function (assignment a04c) runs on real processes: its module is cut from the student's cells
+  as the grader ran them (``function_source``) and run in a sandbox started for it alone, with its
+  grading edition (``Editions.ranks``); the runs come back as plain data, and a check passed in some
+  hidden cases earns that share of its points (nbgrader's partial credit, with its verdict line);
 - the submission has a wall clock (``submission_s``) over all its sandboxes: past it, nothing of the
   student's runs, and the cell where it ran out says so;
 - a hidden test shows only a verdict line: its check's message without numbers or arguments, or that the
