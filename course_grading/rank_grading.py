@@ -27,12 +27,12 @@ PEER_FUNCTION = "observing_one_f_one_b"
 STALL_S = 10.0  # the engines' stall limit; the tests set a shorter one
 
 
-MATRIX = (  # the first two: both kinds of run at p = 3 (a grader told to run fewer, rank_cases, runs these)
-    Case(3, 4, 3, student=1),  # a middle rank: both neighbours are the instructor's and observe it
+MATRIX = (  # the first two, at p <= 3, are what a grader told to run fewer (rank_cases) runs
+    Case(2, 1, 2, student=0),  # m = 1: the first stage alone among the instructor's
     Case(3, 2, 3),  # m < p
+    Case(3, 4, 3, student=1),  # a middle rank: both neighbours are the instructor's and observe it
     Case(2, 3, 2),  # m not a multiple of p
     Case(4, 5, 5),  # p = 4, layers not a multiple of stages
-    Case(2, 1, 2, student=0),  # m = 1: the first stage alone among the instructor's
     Case(4, 6, 4, student=3),  # the last stage: it computes the loss
 )
 
