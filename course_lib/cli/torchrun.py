@@ -32,8 +32,33 @@ _QUIET_CPP = __name__ == "__main__" and "-m" in sys.argv[1:] and "TORCH_CPP_LOG_
 if _QUIET_CPP:  # as torchrun's launcher: before torch loads, which reads it once (launch_nodes says why)
     os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
 _IMPORTING_RANK = __name__ == "__main__" and "TORCHELASTIC_RUN_ID" in os.environ
+RUN_FOLDER_PREFIX = "course_lib-torchrun-"  # the launcher's TMPDIR for one run (``_run_folder``)
+
+
+def _end_with_launcher() -> None:
+    """A rank of torchrun's ends once the process that started it is gone. A kill -9 of the launcher
+    reaches no handler, and its ranks, re-parented to init, would train on for ever: a thread checks
+    twice a second, removes the run's folder (nobody else will) and exits."""
+    import shutil
+    import threading
+    import time
+
+    launcher = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == launcher:
+            time.sleep(0.5)
+        folder = os.environ.get("TMPDIR", "")
+        if os.path.basename(folder).startswith(RUN_FOLDER_PREFIX):
+            shutil.rmtree(folder, ignore_errors=True)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+
+
 if _IMPORTING_RANK:  # Ctrl-C while a rank still imports torch: leave quietly (the launcher says it in a line)
     signal.signal(signal.SIGINT, lambda *_: os._exit(128 + signal.SIGINT))
+    _end_with_launcher()
 
 import torch.distributed as dist  # noqa: E402
 
@@ -229,7 +254,7 @@ def _run_folder() -> Iterator[str]:
     logs to a new torchelastic_* folder there, and the ranks (which inherit TMPDIR) their pymp-* ones;
     without it, both piled up in the user's temp folder, one per run."""
     before = os.environ.get("TMPDIR")
-    with tempfile.TemporaryDirectory(prefix="course_lib-torchrun-") as folder:
+    with tempfile.TemporaryDirectory(prefix=RUN_FOLDER_PREFIX) as folder:
         os.environ["TMPDIR"], tempfile.tempdir = folder, None  # None: gettempdir reads TMPDIR again
         try:
             yield folder

@@ -144,3 +144,36 @@ def test_ctrl_c_on_the_torchrun_launcher_is_one_line_and_leaves_no_folder(tmp_pa
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != TORCH_CACHE) == []
+
+
+@pytest.mark.timeout(300)
+def test_kill_9_of_the_torchrun_launcher_ends_its_ranks_and_their_folder(tmp_path):
+    """A kill -9 reaches no handler of the launcher's: its ranks notice that their parent is gone, remove
+    the run's folder and exit, instead of training on under init (as they did, for an hour, on this
+    machine)."""
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(sys.path), "TMPDIR": str(tmp_path)}
+    launcher = [sys.executable, "-m", "course_lib.cli.torchrun", "--nproc-per-node", "2"]
+    command = [*launcher, "-m", "course_lib.cli.torchrun", "--layers", "2", "--steps", "100000"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env, start_new_session=True)  # fmt: skip
+    ranks: list[int] = []
+    try:
+        deadline = time.monotonic() + 240
+        while len(ranks := _children(proc.pid)) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, "no ranks started"
+            time.sleep(0.2)
+        time.sleep(3)
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 10  # the issue's bound
+        while True:
+            alive = [pid for pid in ranks if _state(pid) not in (None, "Z")]
+            if not alive or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert alive == [], "ranks outlived their launcher"
+    finally:
+        for pid in ranks:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != TORCH_CACHE) == []
