@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from course_lib.shelf.model import lm_loss, stage_modules, uniform
-from course_lib.shelf.reference import setup
+from course_lib.shelf.reference import corpus_and_model
 
 TOLERANCE = dict(rtol=1e-4, atol=1e-6)  # float32 sums in another order
 
@@ -24,7 +24,7 @@ TOLERANCE = dict(rtol=1e-4, atol=1e-6)  # float32 sums in another order
 def _expected(rank) -> list[tuple[torch.Tensor | None, torch.Tensor | None]]:
     """What 1F1B sends this stage for each micro-batch: its input activation (from prev) and the gradient
     of its output (from next), from a fresh copy of the seeded model."""
-    _, model = setup(rank.cfg)
+    _, model = corpus_and_model(rank.cfg)
     stages = stage_modules(model.layers, uniform(len(model.layers), rank.p))
     found = []
     for i in range(rank.m):

@@ -24,7 +24,9 @@ from course_lib.lessons.own_rank import OwnRun, Stall, one_f_one_b_bound, run_ow
 PEERS = Path(__file__).with_name("peer_ranks.py")
 PEER_FUNCTION = "observing_one_f_one_b"
 STALL_S = 10.0  # the engines' stall limit; the tests set a shorter one
-LIMIT_S = 20.0  # a case's wall clock beyond its stall limit (one case takes a few seconds)
+# a case's wall clock beyond its stall limit: a backstop for a rank that computes without end (a
+# deadlock is caught by the stall limit); generous, as p processes starting on a busy machine take long
+LIMIT_S = 120.0
 UNFINISHED = "Loss, gradients and memory score nothing for a case whose run did not finish."
 
 

@@ -20,6 +20,8 @@ SERIAL = {
     "lessons/test_wan_measured.py": "measures steps against the formula: another test's load is noise in it",
     "grading/test_grading_sandbox.py": "its fork bomb takes every process the sandbox's user may have",
     "course/test_two_hosts.py": "a shaped link's measured step against one simulated from an earlier run",
+    "grading/test_own_rank_grading.py": "up to 4 ranks on 2 cores, each waiting at most its stall limit",
+    "lessons/test_own_rank.py": "up to 4 ranks on 2 cores, each waiting at most its stall limit",
 }
 # Under `--dist loadfile` a worker takes one file, or one notebook, at a time (so a file's module
 # fixtures are made once, and a notebook's cells run in order on one kernel); each of these groups (a
