@@ -383,14 +383,24 @@ class GanttPNG:
         self.title = ""
         self.key: list[tuple[str, str]] = []  # (colour, label) of each legend entry
 
-    def png(self, tl: Timeline, title: str | None = None) -> bytes:
+    def _axes(self, tl: Timeline) -> Axes:
+        """Fresh axes on the kept Figure of `tl`'s chart height (made the first time that height comes)."""
         rows = tl.n_devices if self.max_rows is None else min(tl.n_devices, self.max_rows)
         size = gantt_figsize(rows)
         if size not in self._figure_of_size:
             self._figure_of_size[size] = Figure(figsize=size, dpi=DASHBOARD_DPI)
         fig = self._figure_of_size[size]
         fig.clear()
-        ax = fig.add_axes((0.1, 0.17, 0.87, 0.78))
+        return fig.add_axes((0.1, 0.17, 0.87, 0.78))
+
+    @staticmethod
+    def _png_bytes(ax: Axes) -> bytes:
+        buffer = io.BytesIO()
+        ax.figure.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})  # fast; size barely grows
+        return buffer.getvalue()
+
+    def png(self, tl: Timeline, title: str | None = None) -> bytes:
+        ax = self._axes(tl)
         labels = len(tl.spans) if len(tl.spans) <= LABELLED_ACTIONS else 0  # all or none, never half a chart
         plot_timeline(tl, ax=ax, title=title, max_labels=labels)
         legend = ax.get_legend()
@@ -399,9 +409,7 @@ class GanttPNG:
         self.title = ax.get_title()
         legend.remove()
         ax.set_title("")
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})  # fast; size barely grows
-        return buffer.getvalue()
+        return self._png_bytes(ax)
 
 
 def swatches_html(entries: list[tuple[str, str]]) -> str:

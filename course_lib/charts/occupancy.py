@@ -14,12 +14,9 @@ the Gantt chart (course_lib/charts/gantt.py) stays for timelines whose boxes a r
 
 from __future__ import annotations
 
-import io
-
 from matplotlib.colors import to_hex
-from matplotlib.figure import Figure
 
-from course_lib.charts.gantt import DASHBOARD_DPI, IDLE_COLOR, gantt_figsize, time_scale
+from course_lib.charts.gantt import IDLE_COLOR, GanttPNG, time_scale
 from course_lib.shelf.timeline import Timeline
 
 BUSY_COLOR = "#0072B2"  # Okabe-Ito blue: any work, forward or backward
@@ -47,24 +44,12 @@ def busy_stretches(tl: Timeline, join_gap_s: float | None = None) -> list[list[t
     return rows
 
 
-class OccupancyPNG:
-    """Draws occupancy charts as PNG bytes on one Figure per height (never pyplot). After each chart
-    ``title`` and ``key`` hold its title and colour key, as GanttPNG's do."""
+class OccupancyPNG(GanttPNG):
+    """Draws occupancy charts as PNG bytes on one Figure per height (never pyplot), as GanttPNG draws
+    Gantt charts; after each chart ``title`` and ``key`` hold its title and colour key."""
 
-    def __init__(self, max_rows: int | None = None) -> None:
-        self.max_rows = max_rows
-        self._figure_of_size: dict[tuple[float, float], Figure] = {}
-        self.title = ""
-        self.key: list[tuple[str, str]] = []
-
-    def png(self, tl: Timeline, title: str) -> bytes:
-        rows = tl.n_devices if self.max_rows is None else min(tl.n_devices, self.max_rows)
-        size = gantt_figsize(rows)
-        if size not in self._figure_of_size:
-            self._figure_of_size[size] = Figure(figsize=size, dpi=DASHBOARD_DPI)
-        fig = self._figure_of_size[size]
-        fig.clear()
-        ax = fig.add_axes((0.1, 0.17, 0.87, 0.78))
+    def png(self, tl: Timeline, title: str) -> bytes:  # type: ignore[override]  (a title is required)
+        ax = self._axes(tl)
         factor, unit = time_scale(tl.makespan)
         t0, end = tl.start, tl.makespan * factor
         for device, stretches in enumerate(busy_stretches(tl)):
@@ -79,6 +64,4 @@ class OccupancyPNG:
             (to_hex(BUSY_COLOR), "busy: forwards and backwards back to back (too many to draw one by one)"),
             (IDLE_COLOR, "idle (bubble)"),
         ]
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})
-        return buffer.getvalue()
+        return self._png_bytes(ax)

@@ -5,37 +5,20 @@ hidden size. Short stall limits, tiny models: a few seconds per run."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
-from pathlib import Path
 
 import pytest
+from support.own_rank_lesson import lesson_function, written
 
 from course_grading.rank_grading import MATRIX, Case, grade
 
 pytestmark = pytest.mark.processes
 
-LESSON = Path(__file__).resolve().parents[2] / "notebooks" / "04c_write_the_pipeline.ipynb"
 # all the student's ranks (m not a multiple of p); the student's middle rank between the instructor's;
 # the student's first stage alone, which receives only gradients
 SMALL = (Case(2, 3, 2), Case(3, 2, 3, student=1), Case(2, 3, 2, student=0))
 STALL_S = 1.5  # only where a stall is the point: a correct run on a loaded machine may wait longer
-
-
-def solution() -> str:
-    """The instructor's solution: the lesson's %%writefile cell."""
-    for cell in json.loads(LESSON.read_text())["cells"]:
-        src = "".join(cell["source"])
-        if cell["cell_type"] == "code" and src.startswith("%%writefile"):
-            return src.split("\n", 1)[1]
-    raise AssertionError("lesson 04c has no %%writefile cell")
-
-
-def submission(tmp_path: Path, name: str, source: str) -> Path:
-    path = tmp_path / f"{name}.py"
-    path.write_text(source)
-    return path
 
 
 def no_sizes(lines: list[str]) -> bool:
@@ -46,21 +29,21 @@ def no_sizes(lines: list[str]) -> bool:
 def test_the_solution_scores_full_on_the_hidden_matrix(tmp_path):
     assert {c.p for c in MATRIX} >= {2, 3, 4} and any(c.m < c.p for c in MATRIX)
     assert any(c.m % c.p for c in MATRIX) and any(c.student is not None for c in MATRIX)
-    result = grade(submission(tmp_path, "solution", solution()))
+    result = grade(written(tmp_path, "solution", lesson_function()))
     assert (result.score, result.verdicts) == (10, [])
 
 
 def test_the_untouched_release_scores_zero(tmp_path):
     stub = "def one_f_one_b(rank):\n    raise NotImplementedError('write one_f_one_b')\n"
-    result = grade(submission(tmp_path, "untouched", stub), SMALL)
+    result = grade(written(tmp_path, "untouched", stub), SMALL)
     assert result.score == 0
     assert any("NotImplementedError" in v for v in result.verdicts)
 
 
 def test_a_deadlock_is_answered_within_30_s_with_ranks_and_operation_and_scores_partial(tmp_path):
-    blocking = solution().replace("sends.append(dist.isend(", "(dist.send(")
+    blocking = lesson_function().replace("sends.append(dist.isend(", "(dist.send(")
     started = time.perf_counter()
-    result = grade(submission(tmp_path, "blocking", blocking), SMALL, stall_s=STALL_S)
+    result = grade(written(tmp_path, "blocking", blocking), SMALL, stall_s=STALL_S)
     assert time.perf_counter() - started < 30 * len(SMALL)
     assert 0 < result.score < 10
     assert result.failed == {"no stall", "loss", "gradients", "memory", "buffers"}
@@ -94,9 +77,9 @@ MISTAKES = {  # name: (how the solution is changed, the check it fails, words of
 @pytest.mark.parametrize("name", MISTAKES)
 def test_each_common_mistake_scores_partial_with_its_teaching_verdict(tmp_path, name):
     (old, new), check, words = MISTAKES[name]
-    source = solution().replace("    sends = []", "    sends, keep = [], torch.empty(rank.shape)")
+    source = lesson_function().replace("    sends = []", "    sends, keep = [], torch.empty(rank.shape)")
     assert old in source
-    result = grade(submission(tmp_path, name, source.replace(old, new)), SMALL)
+    result = grade(written(tmp_path, name, source.replace(old, new)), SMALL)
     assert 0 < result.score < 10, (name, result)
     assert check in result.failed and any(words in v for v in result.verdicts), (name, result.verdicts)
     assert no_sizes(result.verdicts), result.verdicts

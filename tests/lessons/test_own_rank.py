@@ -4,35 +4,18 @@ mistake is named; a deadlock is reported with rank, operation, peer and seconds,
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from support.committed import output_text
+from support.own_rank_lesson import lesson_function, written
 
 from course_lib.lessons.own_rank import make_job, one_f_one_b_bound, run_own_pipeline
 from course_lib.shelf.errors import CourseError
 
-LESSON = Path(__file__).resolve().parents[2] / "notebooks" / "04c_write_the_pipeline.ipynb"
 SMALL = dict(n_layers=2, seq_len=8)  # tiny: the tests are about messages, not speed
-
-
-def lesson_function() -> str:
-    """The body of the lesson's %%writefile cell: the rank function the student reads and changes."""
-    for cell in json.loads(LESSON.read_text())["cells"]:
-        src = "".join(cell["source"])
-        if cell["cell_type"] == "code" and src.startswith("%%writefile"):
-            return src.split("\n", 1)[1]
-    raise AssertionError("the lesson has no %%writefile cell")
-
-
-def written(tmp_path: Path, name: str, source: str) -> Path:
-    path = tmp_path / f"{name}.py"
-    path.write_text(source)
-    return path
 
 
 def test_a_missing_file_is_refused_before_any_process_starts(tmp_path):
