@@ -147,8 +147,9 @@ class Editions:
     """The submission's sandboxes: one for its cells, with the whole library (what a cell computes there
     reaches the tests only as plain data, and the values asked for have no answer to cut), and one per set
     of names a graded function may not use, whose edition leaves them out, started when that function is
-    first called with the cells run so far replayed in it: so whatever a cell computes for a graded
-    function is computed again without the answers. All share the submission's wall clock."""
+    first called with the cells run so far replayed in it, and given each later cell before the next call:
+    so whatever a cell computes for a graded function is computed again without the answers. All share
+    the submission's wall clock."""
 
     def __init__(self, assignment: str, limits: Limits, contained: bool, budget: Budget) -> None:
         self.table, self.limits, self.contained, self.budget = table(assignment), limits, contained, budget
@@ -204,10 +205,17 @@ class Editions:
         box = self.others.get(key)
         if box is None:
             box = self.others[key] = self._box(dict(off))
-        if getattr(box, "_proc", None) is None or self.replayed.get(key, -1) < len(self.cells):
-            box._cells = [self._cut(source, mine, dict(off)) for source, mine in self.cells]
-            box.restart()  # raises StudentError when the submission's time is up
+        done = self.replayed.get(key, -1)
+        if done < len(self.cells):  # the cells run since this sandbox last caught up, run there too
+            cut = [self._cut(source, mine, dict(off)) for source, mine in self.cells[max(done, 0) :]]
+            if done < 0:
+                box._cells = cut
+                box.restart()  # the first call: a fresh process; raises StudentError when time is up
+            else:
+                box.catch_up(cut)  # the same process (no new torch import), the new cells only
             self.replayed[key] = len(self.cells)
+        elif getattr(box, "_proc", None) is None:
+            box.restart()  # a graded call ended it: a fresh one, the kept cells replayed
         return box
 
     def call(self, name: str, args: tuple, kwargs: dict) -> Any:

@@ -13,9 +13,14 @@ gradebook alone:
 
 Which cells are the instructor's, and their sources, is decided again from the gradebook when the
 notebook runs (``course_grading.execute``); this step only keeps nbgrader from refusing the notebook.
+
+A notebook nbgrader cannot read at all (not JSON) is handled one step earlier, by the pre-convert hook
+``stand_in_for_unreadable`` at the end of this file: it scores 0 with a reason, and the run goes on.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from nbformat import NotebookNode
 
@@ -70,3 +75,53 @@ class Intake(NbGraderPreprocessor):
             if cell.cell_type == "code" and not cell.source.startswith(NOTE):
                 cell.source = NOTE + cell.source
         return nb, resources
+
+
+# A notebook nbgrader cannot read (not JSON, not a notebook, cut off by a failed upload) raises inside its
+# converter: that student gets no score at all, and the run ends in an error. Before nbgrader reads it
+# (``Autograde.pre_convert_hook``), such a file is kept beside itself and replaced by the release, with a
+# first cell that says why: the student scores 0 with a reason, and the class's run goes on.
+READ_LIMIT = 50 * 1024 * 1024  # bytes; a larger "notebook" is refused unread
+KEPT = ".unreadable"  # the student's file, kept as <notebook>.ipynb.unreadable (nbgrader ignores it)
+
+
+def unreadable_reason(path: Path) -> str | None:
+    """Why nbgrader could not read the notebook at `path`, in one line; None when it can."""
+    import nbformat
+
+    try:
+        if not path.is_file():  # a FIFO would block the read, and the whole class's run with it
+            return "it is not a regular file"
+        size = path.stat().st_size
+        if size > READ_LIMIT:
+            return f"it is {size:,} bytes, over the grader's limit of {READ_LIMIT:,}"
+        nbformat.read(str(path), as_version=4)
+    except Exception as err:  # any failure to read is the reason: JSON, encoding, nbformat's own
+        return f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else 'unreadable'}"
+    return None
+
+
+def stand_in_for_unreadable(assignment: str, student: str, notebooks: list[str]) -> None:
+    """nbgrader's pre-convert hook: each submitted notebook that cannot be read is moved to
+    ``<name>.ipynb.unreadable`` and replaced by the release's version (or, without a release, an empty
+    notebook: nbgrader puts the test cells back), whose first cell says what could not be read and why.
+    The arguments are nbgrader's patterns (``class-*``); the paths are the submission's own."""
+    import nbformat
+
+    for name in notebooks:
+        path = Path(name)
+        reason = unreadable_reason(path)
+        if reason is None:
+            continue
+        path.replace(path.with_name(path.name + KEPT))
+        assignment_dir = path.parent  # <course>/submitted/<student>/<assignment>/<notebook>.ipynb
+        release = assignment_dir.parents[1].parent / "release" / assignment_dir.name / path.name
+        nb = nbformat.read(str(release), as_version=4) if release.is_file() else nbformat.v4.new_notebook()
+        note = (
+            f"**(grader) Your notebook `{path.name}` could not be read, so none of your work in it was"
+            f" graded** ({reason}). The untouched assignment was graded in its place: it scores 0. Your file"
+            f" is kept for your instructor as `{path.name}{KEPT}`; check it opens in JupyterLab, and hand it"
+            " in again."
+        )
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell(note))
+        nbformat.write(nb, str(path))

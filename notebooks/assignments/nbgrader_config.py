@@ -38,6 +38,9 @@ c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 c.OverwriteCells.add_missing_cells = True
+# A notebook nbgrader cannot read (not JSON) is kept as <name>.ipynb.unreadable and replaced by the release
+# with a first cell saying why: it scores 0 with that reason, and the class's run goes on
+c.Autograde.pre_convert_hook = "course_grading.intake.stand_in_for_unreadable"
 
 # The student's code runs in a sandbox (bubblewrap: no network, no course directory or gradebook, bounded
 # time, memory and processes); the test cells run in nbgrader's own process, where student code never

@@ -15,7 +15,7 @@ import pytest
 from support.assignments import ASSIGNMENTS, cells, solution_secrets
 from support.tricks import CLASS_RUN_S, CLASS_STUDENTS, ROBUSTNESS, trick_submissions
 
-from course_grading.intake import NOTE
+from course_grading.intake import KEPT, NOTE
 
 nbgrader = pytest.importorskip("nbgrader", reason="nbgrader is in the dev extra: pip install -e '.[dev]'")
 pytestmark = [
@@ -97,10 +97,11 @@ def test_a_library_answer_cannot_be_reached_from_the_students_process(tricked, n
 def test_a_class_run_with_a_malformed_and_a_slow_submission_completes(tricked):
     """One `nbgrader autograde` over the class (CLASS_RUN): the unlocked test cells and the patched checks
     score 0, a pasted copy of a test cell ("nbgrader": {}) neither stops the run nor scores, the slow
-    submission is cut at its wall clock with a line saying so, and the untouched one is graded too."""
+    submission is cut at its wall clock with a line saying so, and a notebook that is not JSON scores 0
+    with the reason at its top, the student's file kept beside it."""
     course, scores = tricked
     got = {student: scores[("a03_bubble", student)][0] for student in CLASS_STUDENTS}
-    assert got == {"class-untouched": 0, "class-unlocked": 0, "class-pasted_test": 0, "class-slow": 0}
+    assert got == {"class-unreadable": 0, "class-unlocked": 0, "class-pasted_test": 0, "class-slow": 0}
     graded = {p.parent.parent.name for p in (course / "autograded").glob("class-*/a03_bubble/*.ipynb")}
     assert graded == set(CLASS_STUDENTS)
     (notebook,) = (course / "autograded" / "class-slow" / "a03_bubble").glob("*.ipynb")
@@ -108,6 +109,12 @@ def test_a_class_run_with_a_malformed_and_a_slow_submission_completes(tricked):
     assert f"used up its {CLASS_RUN_S:g} s of grading time" in said
     (pasted,) = (course / "autograded" / "class-pasted_test" / "a03_bubble").glob("*.ipynb")
     assert NOTE.strip() in json.dumps(cells(pasted))
+    submitted = course / "submitted" / "class-unreadable" / "a03_bubble"
+    (kept,) = submitted.glob(f"*.ipynb{KEPT}")  # the student's own bytes, for the instructor
+    assert len(kept.read_bytes()) == 1000
+    (page,) = (course / "feedback" / "class-unreadable" / "a03_bubble").glob("*.html")
+    text = " ".join(page.read_text().split())
+    assert "could not be read, so none of your work in it was graded" in text and "NotJSONError" in text
 
 
 def test_hidden_tests_leave_no_output_and_no_grader_frame_in_the_feedback(tricked):

@@ -94,3 +94,36 @@ def test_the_edition_of_an_assignment_imports_and_its_answers_refuse():
 
 def test_the_plain_data_types_are_found_by_name():
     assert module_of("Schedule").startswith("course_lib.") and module_of("WanPlan").startswith("course_lib.")
+
+
+def test_an_unreadable_notebook_is_kept_and_graded_as_the_release_with_the_reason(tmp_path):
+    """nbgrader's pre-convert hook (course_grading.intake): a cut-off upload and a FIFO are each kept as
+    <name>.ipynb.unreadable and replaced by the release with a first cell saying why; a readable
+    notebook is left as it is, byte for byte."""
+    import os
+
+    import nbformat
+
+    from course_grading.intake import KEPT, stand_in_for_unreadable
+
+    release = tmp_path / "release" / "a1"
+    release.mkdir(parents=True)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    nbformat.write(nb, str(release / "hw.ipynb"))
+    paths = {}
+    for student in ("cut", "fine", "fifo"):
+        folder = tmp_path / "submitted" / student / "a1"
+        folder.mkdir(parents=True)
+        paths[student] = folder / "hw.ipynb"
+    paths["cut"].write_text((release / "hw.ipynb").read_text()[:40])
+    paths["fine"].write_text((release / "hw.ipynb").read_text())
+    os.mkfifo(paths["fifo"])
+    stand_in_for_unreadable(assignment="a*", student="*", notebooks=[str(p) for p in paths.values()])
+
+    assert paths["fine"].read_text() == (release / "hw.ipynb").read_text()
+    for student, why in (("cut", "NotJSONError"), ("fifo", "not a regular file")):
+        graded = nbformat.read(str(paths[student]), as_version=4)
+        assert graded.cells[0].cell_type == "markdown" and why in graded.cells[0].source
+        assert "could not be read" in graded.cells[0].source and graded.cells[1].source == "x = 1"
+        assert paths[student].with_name("hw.ipynb" + KEPT).exists()
+    assert len(paths["cut"].with_name("hw.ipynb" + KEPT).read_text()) == 40

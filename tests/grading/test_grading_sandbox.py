@@ -206,3 +206,19 @@ def test_the_worker_needs_nothing_else_of_the_grader(box):
     box.exec("import pathlib, course_grading\ndef mine():\n    return sorted(p.name for p in "
              "pathlib.Path(course_grading.__file__).parent.glob('*.py'))\n")  # fmt: skip
     assert box.call("mine") == sorted(sandbox.WORKER_FILES)
+
+
+def test_catching_up_runs_the_new_cells_in_the_same_process_and_leaves_out_one_that_ends_it(box):
+    """An edition's sandbox gets the cells run since its last call without a new process (a new one
+    imports torch again); a cell that ends the process is left out, and the others still count."""
+    box.exec(
+        "import os, uuid\nstarted = uuid.uuid4().hex  # run again in a new process\n"
+        "def pid():\n    return started\n"
+    )  # fmt: skip  (the PID is 2 in every sandbox)
+    before = box.call("pid")
+    box.catch_up(["counter = 1", "counter += 1"])
+    box.exec("def count():\n    return counter\n")
+    assert (box.call("pid"), box.call("count")) == (before, 2)
+    box.catch_up(["counter += 10", "os._exit(0)", "counter += 100"])
+    assert box.call("count") == 112 and box.call("pid") != before  # a fresh process, every kept cell
+    assert "os._exit(0)" not in box._cells

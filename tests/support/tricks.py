@@ -162,7 +162,7 @@ def trick_submissions(assignments: list[str]) -> list[tuple[str, str]]:
 
 # graded together in one class run of A1 (student ids "class-<kind>"), each submission with a wall clock of
 # CLASS_RUN_S (tests/support/autograde.py): the malformed and the slow among the others
-CLASS_RUN = ("untouched", "unlocked", "pasted_test", "slow")  # honest work is graded at full time above
+CLASS_RUN = ("unreadable", "unlocked", "pasted_test", "slow")  # honest work is graded at full time above
 CLASS_RUN_S = 10.0
 CLASS_STUDENTS = tuple(f"class-{kind}" for kind in CLASS_RUN)
 
@@ -178,4 +178,7 @@ def submit_tricks(course: Path, submissions: list[tuple[str, str]], prefix: str 
         folder = course / "submitted" / f"{prefix}{kind}" / name
         folder.mkdir(parents=True)
         path, _ = notebook_of(course / "release" / name)
+        if kind == "unreadable":  # an upload cut off after 1,000 bytes: not JSON
+            (folder / path.name).write_text(path.read_text()[:1000])
+            continue
         (folder / path.name).write_text(json.dumps(trick(course, name, kind)))
