@@ -106,8 +106,8 @@ def _children(pid: int) -> list[int]:
 def test_ctrl_c_on_the_torchrun_launcher_is_one_line_and_leaves_no_folder(tmp_path):
     """The course's torchrun launcher (``python -m course_lib.cli.torchrun ... -m course_lib.cli.torchrun``)
     runs torch's agent in a TMPDIR of its own: its torchelastic_* log folder and the ranks' pymp-* ones
-    go there, and go with it. Ctrl-C ends it with exit 130 and no traceback (each rank and the launcher
-    say "interrupted"; the agent's own warnings are torch's)."""
+    go there, and go with it. Ctrl-C ends it with exit 130 and one line, "interrupted": the ranks leave
+    quietly, and the agent's warnings are not shown (measured 1.6 s; 25 s is the issue's 5 s x 5)."""
     env = os.environ | {"PYTHONPATH": os.pathsep.join(sys.path), "TMPDIR": str(tmp_path)}
     flags = ["--layers", "2", "--steps", "100000"]
     command = [
@@ -132,7 +132,7 @@ def test_ctrl_c_on_the_torchrun_launcher_is_one_line_and_leaves_no_folder(tmp_pa
         os.killpg(proc.pid, signal.SIGINT)
         err = proc.communicate(timeout=25)[1]
         assert time.monotonic() - start < 25 and proc.returncode == 130, err
-        assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err, err
+        assert err.strip() == "interrupted", err  # one line: not the ranks', nor the agent's warnings
         deadline = time.monotonic() + 10
         while (
             alive := [pid for pid in ranks if _state(pid) not in (None, "Z")]
