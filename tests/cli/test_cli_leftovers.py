@@ -177,3 +177,26 @@ def test_kill_9_of_the_torchrun_launcher_ends_its_ranks_and_their_folder(tmp_pat
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != TORCH_CACHE) == []
+
+
+@pytest.mark.timeout(300)
+def test_a_torchrun_run_that_ends_normally_leaves_nothing(tmp_path):
+    """A finished torchrun run leaves no torchelastic_* or pymp-* folder in TMPDIR, and no semaphore of
+    its processes in /dev/shm (sampled from their maps while it runs, as for the course's launcher)."""
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(sys.path), "TMPDIR": str(tmp_path)}
+    launcher = [sys.executable, "-m", "course_lib.cli.torchrun", "--nproc-per-node", "2"]
+    command = [*launcher, "-m", "course_lib.cli.torchrun", "--layers", "2", "--steps", "3"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                            start_new_session=True, text=True)  # fmt: skip
+    semaphores: set[str] = set()
+    try:
+        while proc.poll() is None:
+            semaphores |= _semaphores_of([proc.pid, *_children(proc.pid)])
+            time.sleep(0.1)
+        assert proc.wait(240) == 0, proc.stderr.read()
+    finally:
+        for pid in _alive_in_session(proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != TORCH_CACHE) == []
+    assert [s for s in semaphores if Path("/dev/shm", s).exists()] == []
