@@ -35,6 +35,7 @@ SHELF: tuple[tuple[str, str], ...] = (
     ("simulator.py", "02-04"),  # the plain event loop
     ("model.py", "00, 05, 08"),  # the toy transformer, its data, how it is cut into stages
     ("reference.py", "00, 08"),  # the ground truth
+    ("training_memory.py", "00, 08"),  # what a run will allocate, counted before it does
     ("stage.py", "04, 08"),  # a stage's runtime
     ("local_engine.py", "04"),
     ("p2p.py", "08"),  # the sends and receives

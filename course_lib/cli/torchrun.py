@@ -33,6 +33,7 @@ if _QUIET_CPP:  # as torchrun's launcher: before torch loads, which reads it onc
     os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
 _IMPORTING_RANK = __name__ == "__main__" and "TORCHELASTIC_RUN_ID" in os.environ
 RUN_FOLDER_PREFIX = "course_lib-torchrun-"  # the launcher's TMPDIR for one run (``_run_folder``)
+_AGENT_LOGGERS = ("torch.distributed.run", "torch.distributed.elastic", "torch.distributed.launcher")
 
 
 def _end_with_launcher() -> None:
@@ -56,7 +57,8 @@ def _end_with_launcher() -> None:
     threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
 
 
-if _IMPORTING_RANK:  # Ctrl-C while a rank still imports torch: leave quietly (the launcher says it in a line)
+if _IMPORTING_RANK:  # Ctrl-C reaches a rank and its launcher both: the rank leaves quietly, at any point,
+    # and the launcher (launch_nodes) says it in its one line (each rank saying it too made three)
     signal.signal(signal.SIGINT, lambda *_: os._exit(128 + signal.SIGINT))
     _end_with_launcher()
 
@@ -75,9 +77,6 @@ from course_lib.shelf.errors import require  # noqa: E402
 from course_lib.shelf.launcher import free_port  # noqa: E402
 from course_lib.shelf.rank_loop import RunSpec, gather_and_merge, init_rank, run_rank  # noqa: E402
 from course_lib.shelf.run_spec import DistributedResult  # noqa: E402
-
-if _IMPORTING_RANK:  # imported: from here Ctrl-C is a KeyboardInterrupt, which report_errors answers
-    signal.signal(signal.SIGINT, signal.default_int_handler)
 from course_lib.tp import mesh  # noqa: E402, F401 (a room: adds tp= and dp= to make_spec)
 
 
@@ -228,6 +227,10 @@ def launch_nodes(argv: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
     args = torch_run.parse_args(argv)
+    # the agent's warnings (a banner at the start, three lines on Ctrl-C) go; its errors still show.
+    # torch sets a level on each module's logger, so each is set, not a parent
+    for name in [n for n in logging.root.manager.loggerDict if n.startswith(_AGENT_LOGGERS)]:
+        logging.getLogger(name).setLevel(logging.ERROR)
     barrier_log = logging.getLogger("torch.distributed.elastic.agent.server.api")
     barrier_log.addFilter(_EarlyStoreClose(args.node_rank, args.nnodes))
     try:

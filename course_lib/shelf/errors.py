@@ -155,16 +155,6 @@ def memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def require_fits(what: str, need: float, have: float, largest: str) -> None:
-    """Refuse a size whose bytes `need` exceed what the machine `have`s, before any work: the message
-    says the bound, its reason and `largest`, the largest value that would fit."""
-    require(
-        need <= have,
-        f"{what} needs about {need / 2**30:,.1f} GiB, more than the {have / 2**30:,.1f} GiB of memory this "
-        f"machine has free; the largest that fits: {largest}",
-    )
-
-
 def cores() -> int:
     """The cores this process may run on (its affinity where the OS says, else all of them)."""
     try:

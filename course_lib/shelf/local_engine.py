@@ -70,6 +70,7 @@ from course_lib.shelf.schedule import Action, Kind, Schedule, producer_of
 from course_lib.shelf.simulator import simulate
 from course_lib.shelf.stage import StageRuntime, check_checkpoint, stage_devices, synchronize
 from course_lib.shelf.timeline import MEASURED_COMPUTE, Timeline
+from course_lib.shelf.training_memory import Held
 from course_lib.shelf.validate import execution_order, validate
 
 
@@ -185,8 +186,8 @@ def make_plan(
         require(all(isinstance(x, Link) for x in links), f"links must be Link objects, got {links!r}")
     if checkpoint == "never":  # each stage keeps its micro-batches' activations until their backward:
         peaks = inflight_per_stage(sched)  # as many as the order holds at once (GPipe: all m)
-        held = sum(k * size for k, size in zip(peaks, partition.sizes, strict=True)) / partition.n_layers
-        cfg.check_fits(held, f"{sched.name} holds up to {max(peaks)} micro-batches' activations on a stage")
+        why = f"{sched.name} holds up to {max(peaks)} micro-batches' activations on a stage"
+        cfg.check_fits(Held.of(peaks, partition.sizes), why)
     devices = stage_devices(sched.n_devices, cfg.device)
     return PipelinePlan(sched, partition, devices, checkpoint, links)
 

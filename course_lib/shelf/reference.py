@@ -43,6 +43,7 @@ One file of about 400 lines, read whole: the ground truth and what engines compa
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -53,7 +54,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from course_lib.shelf.errors import is_number, memory_bytes, require, require_fits, shown, typed_fields, whole
+from course_lib.shelf.errors import CourseError, is_number, memory_bytes, require, shown, typed_fields, whole
 from course_lib.shelf.first_schedules import LIMITS, within_limit
 from course_lib.shelf.model import (
     Corpus,
@@ -69,6 +70,7 @@ from course_lib.shelf.model import (
     split_microbatches,
 )
 from course_lib.shelf.stage import resolve_device
+from course_lib.shelf.training_memory import Held, training_memory
 
 
 @dataclass
@@ -120,30 +122,25 @@ class TrainConfig:
         within_limit("layers", self.n_layers, "n_layers")  # the command line's --layers reads the same
         self.check_fits()
 
-    def training_bytes(self, held: float = 1.0) -> float:
-        """Bytes a run of this config needs at its peak, on all its devices together: the parameters
-        with AdamW (16 B each: weights, gradients, two moments), the token ids of a batch, and what
-        backward keeps of `held` micro-batches in every block (64 B per token per unit of width, measured
-        on the toy: accelerator_config's docstring) and in the head (logits, their softmax and gradient:
-        12 B per token per vocabulary entry). `held` = 1: the reference, one micro-batch at a time."""
-        d, vocab = self.d_model, ModelConfig.vocab_size
-        params = 12 * d * d * self.n_layers + (2 * vocab + self.seq_len) * d
-        tokens = self.batch_size // max(1, self.microbatches) * self.seq_len  # of one micro-batch
-        saved = held * tokens * (64 * d * self.n_layers + 12 * vocab)
-        return 16 * params + 16 * self.batch_size * self.seq_len + saved
+    def training_bytes(self, held: Held | None = None, vocab_size: int | None = None) -> float:
+        """Bytes a run needs at its peak (shelf/training_memory.py counts them by part), with `held`
+        micro-batches held for backward, on `vocab_size` characters (None: cfg.data_path's vocabulary)."""
+        return training_memory(self, vocab_size, held).total
 
-    def check_fits(self, held: float = 1.0, why: str = "one micro-batch at a time") -> None:
-        """Refuse, before any work, a config whose training_bytes(held) exceed the memory of the device
-        it runs on; the message names the largest batch size and sequence length that would fit."""
-        have, need = _free_bytes(resolve_device(self.device)), self.training_bytes(held)
-        if have is None or need <= have:  # None: a GPU that cannot say (the first CUDA call fails)
+    def check_fits(self, held: Held | None = None, why: str = "one micro-batch at a time") -> None:
+        """Refuse, before any work, a config whose training_bytes exceed the memory of its device, naming
+        the largest parts, by how much, and the largest batch size, length and width that would fit."""
+        have, need = _free_bytes(resolve_device(self.device)), training_memory(self, None, held)
+        if have is None or need.total <= have:  # None: a GPU that cannot say (the first CUDA call fails)
             return
-        largest = {
-            n: _largest(lambda v, n=n: replace(self, **{n: v}).training_bytes(held) <= have, getattr(self, n))
-            for n in ("batch_size", "seq_len", "d_model")
-        }
+
+        def fits(name: str, value: int) -> bool:
+            return training_memory(replace(self, **{name: value}), need.vocab_size, held).total <= have
+
+        names = ("batch_size", "seq_len", "d_model")
+        largest = {n: _largest(functools.partial(fits, n), getattr(self, n)) for n in names}
         said = ", ".join(f"{name} {value:,}" if value else f"no {name}" for name, value in largest.items())
-        require_fits(f"training this config ({why})", need, have, f"{said} (each with the rest as given)")
+        raise CourseError(need.refusal(why, have, f"{said} (each with the rest as given)"))
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(

@@ -106,8 +106,8 @@ def _children(pid: int) -> list[int]:
 def test_ctrl_c_on_the_torchrun_launcher_is_one_line_and_leaves_no_folder(tmp_path):
     """The course's torchrun launcher (``python -m course_lib.cli.torchrun ... -m course_lib.cli.torchrun``)
     runs torch's agent in a TMPDIR of its own: its torchelastic_* log folder and the ranks' pymp-* ones
-    go there, and go with it. Ctrl-C ends it with exit 130 and no traceback (each rank and the launcher
-    say "interrupted"; the agent's own warnings are torch's)."""
+    go there, and go with it. Ctrl-C ends it with exit 130 and one line, "interrupted": the ranks leave
+    quietly, and the agent's warnings are not shown (measured 1.6 s; 25 s is the issue's 5 s x 5)."""
     env = os.environ | {"PYTHONPATH": os.pathsep.join(sys.path), "TMPDIR": str(tmp_path)}
     flags = ["--layers", "2", "--steps", "100000"]
     command = [
@@ -132,7 +132,7 @@ def test_ctrl_c_on_the_torchrun_launcher_is_one_line_and_leaves_no_folder(tmp_pa
         os.killpg(proc.pid, signal.SIGINT)
         err = proc.communicate(timeout=25)[1]
         assert time.monotonic() - start < 25 and proc.returncode == 130, err
-        assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err, err
+        assert err.strip() == "interrupted", err  # one line: not the ranks', nor the agent's warnings
         deadline = time.monotonic() + 10
         while (
             alive := [pid for pid in ranks if _state(pid) not in (None, "Z")]
@@ -177,3 +177,26 @@ def test_kill_9_of_the_torchrun_launcher_ends_its_ranks_and_their_folder(tmp_pat
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != TORCH_CACHE) == []
+
+
+@pytest.mark.timeout(300)
+def test_a_torchrun_run_that_ends_normally_leaves_nothing(tmp_path):
+    """A finished torchrun run leaves no torchelastic_* or pymp-* folder in TMPDIR, and no semaphore of
+    its processes in /dev/shm (sampled from their maps while it runs, as for the course's launcher)."""
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(sys.path), "TMPDIR": str(tmp_path)}
+    launcher = [sys.executable, "-m", "course_lib.cli.torchrun", "--nproc-per-node", "2"]
+    command = [*launcher, "-m", "course_lib.cli.torchrun", "--layers", "2", "--steps", "3"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                            start_new_session=True, text=True)  # fmt: skip
+    semaphores: set[str] = set()
+    try:
+        while proc.poll() is None:
+            semaphores |= _semaphores_of([proc.pid, *_children(proc.pid)])
+            time.sleep(0.1)
+        assert proc.wait(240) == 0, proc.stderr.read()
+    finally:
+        for pid in _alive_in_session(proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != TORCH_CACHE) == []
+    assert [s for s in semaphores if Path("/dev/shm", s).exists()] == []
