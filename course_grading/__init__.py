@@ -9,12 +9,15 @@ notebooks/assignments/README.md). What runs where:
   bounded memory, processes and wall clock), started as ``worker``: one runs its cells; each graded
   function is called in one whose course_lib is a grading edition (``edition``: the answers that
   function may not use, named in ``switched_off``, are cut out), the cells replayed there first. Of this
-  package a sandbox holds only ``worker``, ``plain`` (the only data that crosses back) and ``names``.
+  package a sandbox holds only ``worker``, ``plain`` (the only data that crosses back), ``names`` and
+``peer_ranks``.
 
-A rank function the student writes (lesson 04c) is graded by ``rank_grading``: it runs on real processes
-(``course_lib/lessons/own_rank.py``) on a hidden matrix of sizes, beside the instructor's ranks
-(``peer_ranks``), which compare what arrives from it with 1F1B's messages. (Not yet an nbgrader
-assignment: routing its runs through the sandbox is still to do.)
+A rank function the student writes (assignment a04c, after lesson 04c) is graded by ``rank_grading``: it
+runs on real processes (``course_lib/lessons/own_rank.py``) on a hidden matrix of sizes, beside the
+instructor's ranks (``peer_ranks``), which compare what arrives from it with 1F1B's messages. In nbgrader,
+its source is cut from the student's cells and run in a fresh sandbox with its grading edition
+(``execute.Editions.ranks``, the worker's "ranks" operation); the runs come back as plain data and the
+checks (``course_lib.grading.rank_checks``) judge them here.
 
 The student's side stays in course_lib: the checks released assignments import (course_lib.grading),
 the kit that builds lab/ and the lessons' self-checks. Nothing there imports this package.

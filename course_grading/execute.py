@@ -17,6 +17,10 @@ autograde`` itself (nbgrader_config.py lists it in ``Autograde.autograde_preproc
   (``course_grading.switched_off``): started when first called, the student's cells replayed in it, so
   nothing a cell computed with an answer reaches the graded call; they hand back plain data;
   no student name may take a name the instructor's cells bind, a builtin, or a private name;
+- a rank function (assignment a04c) runs on real processes: its module is cut from the student's cells
+  as the grader ran them (``function_source``) and run in a sandbox started for it alone, with its
+  grading edition (``Editions.ranks``); the runs come back as plain data, and a check passed in some
+  hidden cases earns that share of its points (nbgrader's partial credit, with its verdict line);
 - the submission has a wall clock (``submission_s``) over all its sandboxes: past it, nothing of the
   student's runs, and the cell where it ran out says so;
 - a hidden test shows only a verdict line: its check's message without numbers or arguments, or that the
@@ -31,7 +35,7 @@ import contextlib
 import io
 import re
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from nbformat import NotebookNode, from_dict
@@ -41,6 +45,7 @@ from course_grading import plain
 from course_grading.edition import edition, stubbed
 from course_grading.sandbox import Budget, Limits, Sandbox, StudentError, unavailable
 from course_grading.switched_off import table
+from course_lib.grading.rank_checks import PartialCredit
 
 try:
     from nbgrader.preprocessors import NbGraderPreprocessor
@@ -123,8 +128,42 @@ class StudentFunction:
                 raise NotImplementedError() from None
             raise _raised(err.ename)(err.evalue + where(err.traceback)) from None
 
+    def run_ranks(self, cases: list, stall_s: float) -> list:
+        """A rank function's runs on real processes (assignment a04c): in a fresh sandbox, its source cut
+        from the student's cells (``Editions.ranks``); plain data per case. The grader's stall limit
+        (``SandboxedExecute.rank_stall_s``) stands for the one asked."""
+        __tracebackhide__ = True
+        try:
+            return self.boxes.ranks(self.__name__, cases)
+        except StudentError as err:
+            raise _raised(err.ename)(err.evalue + where(err.traceback)) from None
+
     def __repr__(self) -> str:
         return f"<your function {self.__name__}>"
+
+
+def function_source(name: str, sources: list[str]) -> str | None:
+    """A module holding `name` as the student's cells define it: the imports at the top of every cell (in
+    order) and the last top-level ``def name`` among them, each as its cell wrote it. Read from the cells
+    the grader ran, not from an object in the student's process."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    imports, found = [], None
+    for source in sources:
+        try:
+            text = TransformerManager().transform_cell(source)
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                imports.append(ast.get_source_segment(text, node) or "")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+                start = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+                found = "".join(text.splitlines(keepends=True)[start : node.end_lineno])
+    if found is None:
+        return None
+    return "import torch\nimport torch.distributed as dist\n" + "\n".join(imports) + "\n\n\n" + found
 
 
 class Unavailable:
@@ -151,8 +190,12 @@ class Editions:
     so whatever a cell computes for a graded function is computed again without the answers. All share
     the submission's wall clock."""
 
-    def __init__(self, assignment: str, limits: Limits, contained: bool, budget: Budget) -> None:
+    def __init__(
+        self, assignment: str, limits: Limits, contained: bool, budget: Budget, rank_stall_s: float = 10.0,
+        rank_cases: int = 0,
+    ) -> None:  # fmt: skip
         self.table, self.limits, self.contained, self.budget = table(assignment), limits, contained, budget
+        self.rank_stall_s, self.rank_cases = rank_stall_s, rank_cases
         self.cells: list[tuple[str, bool]] = []  # (source, the instructor's?) as run: replayed in the others
         # every edition is written now, before any test runs (a check may have switched a library function
         # off in this process while it calls the student's, and an edition reads the library's constants)
@@ -221,6 +264,33 @@ class Editions:
     def call(self, name: str, args: tuple, kwargs: dict) -> Any:
         return self._for(name).call(name, args, kwargs)
 
+    def ranks(self, name: str, cases: list) -> list:
+        """The student's rank function `name` run on each case ((p, m, n_layers, student)) on real
+        processes: its module cut from the student's cells (``function_source``) and run in a sandbox
+        started for this alone, whose edition leaves out what `name` may not use and in which no cell of
+        the student's ran; closed after. Plain data per case (``course_lib.grading.rank_checks``)."""
+        source = function_source(name, [source for source, mine in self.cells if not mine])
+        cases = cases[: self.rank_cases] if self.rank_cases > 0 else cases
+        if source is None:
+            raise StudentError("NameError", f"no cell of yours defines {name}() at its top level")
+        # ranks are processes (with their threads): room for p of them; a case's own wall clock is the
+        # stall limit + 20 s, so the request's clock is the cases' sum and a start-up
+        per_case = self.rank_stall_s + 25.0
+        limits = replace(self.limits, processes=max(self.limits.processes, 256),
+                         request_s=len(cases) * per_case + 60.0)  # fmt: skip
+        library = self.editions.get(self._key(self.table.get(name) or {}))
+        box = Sandbox(limits, library=library, contained=self.contained, budget=self.budget)
+        try:
+            box._start()
+            cases_data, stall_s = plain.encode(cases), self.rank_stall_s
+            reply = box._request({"op": "ranks", "source": source, "cases": cases_data, "stall_s": stall_s})
+        finally:
+            box.close()
+        if not reply.get("ok"):
+            error = reply.get("error") or {}
+            raise StudentError(str(error.get("ename", "Error"))[:40], str(error.get("evalue", ""))[:2000])
+        return plain.decode(reply["value"])
+
 
 class _Grader:
     """Runs the instructor's code (locked cells, test cells) here, with stand-ins for the student's names."""
@@ -244,6 +314,14 @@ class _Grader:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 code = compile(TransformerManager().transform_cell(source), "<test cell>", "exec")
                 exec(code, self.space)  # noqa: S102  the instructor's code, from the gradebook
+        except PartialCredit as credit:  # a check passed in some of its cases: its share of the points
+            shown = {"output_type": "error", "ename": "AssertionError", "evalue": str(credit)}
+            text = str((_anonymous(shown) if hidden else shown)["evalue"])
+            # shown as the verdict line, and scored by nbgrader from the cell's value (its partial credit)
+            outputs.append({"output_type": "display_data", "metadata": {},
+                            "data": {"text/plain": f"partial credit: AssertionError: {text}"}})
+            outputs.append({"output_type": "execute_result", "metadata": {}, "execution_count": None,
+                            "data": {"text/plain": repr(float(credit.points))}})  # fmt: skip
         except Exception as error:  # a failed check (AssertionError) or a broken cell
             lines = traceback.format_exception_only(type(error), error)
             outputs.append({"output_type": "error", "ename": type(error).__name__, "evalue": str(error),
@@ -323,6 +401,12 @@ class SandboxedExecute(NbGraderPreprocessor):
     ).tag(config=True)
     memory_gib = Float(6.0, help="address space of the student's process, GiB").tag(config=True)
     output_chars = Integer(10_000, help="printed output kept per student cell").tag(config=True)
+    rank_cases = Integer(
+        0, help="a04c: run only the first N cases of a hidden matrix (0: all); to check the grading quickly"
+    ).tag(config=True)
+    rank_stall_s = Float(
+        10.0, help="a04c: seconds a rank of the student's may wait for a message before it is named"
+    ).tag(config=True)
     allow_unsandboxed = Bool(False, help="without bubblewrap, run the student's process unconfined").tag(
         config=True
     )
@@ -339,7 +423,8 @@ class SandboxedExecute(NbGraderPreprocessor):
         reserved = set().union(*(bound_names(c.source) for c in instructors.values()))
         grader, seen = _Grader(reserved), set()
         budget = Budget(self.submission_s)
-        with Editions(assignment, limits, contained=reason is None, budget=budget) as boxes:
+        with Editions(assignment, limits, contained=reason is None, budget=budget,
+                      rank_stall_s=self.rank_stall_s, rank_cases=self.rank_cases) as boxes:  # fmt: skip
             for cell in nb.cells:
                 if cell.cell_type != "code":
                     continue

@@ -64,6 +64,10 @@ class StudentFeedback(Preprocessor):
                 out = {"output_type": "stream", "name": "stderr", "text": wrapped(text, self.width)}
             elif out.get("output_type") == "stream":
                 out["text"] = wrapped(out["text"], self.width)
+            elif out.get("output_type") == "display_data" and "text/plain" in out.get("data", {}):
+                text = out["data"]["text/plain"]  # a partial credit's verdict line (course_grading.execute)
+                text = "".join(text) if isinstance(text, list) else text
+                out["data"]["text/plain"] = wrapped(text, self.width)
             outputs.append(out)
         cell.outputs = [from_dict(o) for o in outputs]
         return cell, resources

@@ -101,8 +101,9 @@ def python() -> Path:
     return inside if inside.exists() else Path(sys.executable).resolve()
 
 
-# What the sandbox holds of the grader: the worker and what it imports, nothing else of course_grading
-WORKER_FILES = ("__init__.py", "worker.py", "plain.py", "names.py")
+# What the sandbox holds of the grader: the worker and what it imports, and the instructor's observing
+# ranks that run beside a student's rank function (a04c); nothing else of course_grading
+WORKER_FILES = ("__init__.py", "worker.py", "plain.py", "names.py", "peer_ranks.py")
 GRADER = Path(__file__).resolve().parent
 
 
@@ -117,6 +118,8 @@ def bwrap_argv(library: Path | None = None) -> list[str]:
     argv += ["--die-with-parent", "--new-session"]
     argv += ["--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev"]
     argv += ["--perms", "1777", "--tmpfs", "/tmp"]
+    # its own /dev/shm: multiprocessing's locks and queues live there (a04c's ranks are processes)
+    argv += ["--perms", "1777", "--tmpfs", "/dev/shm"]
     for name in ("bin", "lib", "lib64", "sbin"):  # /bin -> /usr/bin on Debian: the links, kept
         path = Path("/") / name
         if path.is_symlink():

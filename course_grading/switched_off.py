@@ -52,6 +52,19 @@ _A5_FLOPS = {
 
 _A5_STATES = "work the model states out from the shape yourself"
 
+_OWN_LOOP = "write the rank's loop yourself, with its own sends and receives"
+_A04C_LOOP = {  # the course's rank loop, its engines and the schedule builders: no answer to call
+    "run_schedule": _OWN_LOOP,
+    "PipelineRank": _OWN_LOOP,
+    "RankComm": _OWN_LOOP,
+    "run_distributed": _OWN_LOOP,
+    "LocalPipelineTrainer": _OWN_LOOP,
+    "one_f_one_b": _OWN_LOOP,
+    "gpipe": _OWN_LOOP,
+    "naive": _OWN_LOOP,
+    "build_schedule": _OWN_LOOP,
+}
+
 SWITCHED_OFF: dict[str, dict[str, dict[str, str]]] = {
     "a03_bubble": {
         "idle_fraction": _A1_FORMULA,
@@ -61,6 +74,9 @@ SWITCHED_OFF: dict[str, dict[str, dict[str, str]]] = {
     },
     "a04_one_f_one_b": {
         "my_1f1b": {"one_f_one_b": OWN_SCHEDULE + ", in my_1f1b"},
+    },
+    "a04c_write_the_pipeline": {
+        "one_f_one_b": _A04C_LOOP,
     },
     "a05_memory_budget": {
         "stage_bytes": {"stage_memory": "add up the profile's bytes yourself"},

@@ -10,6 +10,11 @@ leaves is plain data (``course_grading.plain``).
   and what each new or rebound name is: plain data, a function, or something else.
 - ``{"op": "call", "name": ..., "args": ..., "kwargs": ...}``: call the student's function; reply with
   its value, as plain data, or its error.
+- ``{"op": "ranks", "source": ..., "cases": ..., "stall_s": ...}``: a rank function (assignment a04c),
+  sent as a module's source that the grader cut from the student's cells, written to this sandbox's /tmp
+  and run on real processes for each case (``course_lib.grading.rank_checks.run_cases``, the
+  instructor's observing ranks, ``peer_ranks.py``, beside it where a case says so); reply with each
+  run as plain data. The grader sends it to a fresh sandbox in which no cell of the student's ran.
 
 Nothing here is trusted by the grader: the student's code may rewrite this module while it runs. The
 grader takes only plain data from it, and decides nothing from what it says beyond that data.
@@ -96,6 +101,19 @@ class Worker:
             value = fn(*plain.decode(args), **plain.decode(kwargs))
             return {"ok": True, "value": plain.encode(value)}
         except BaseException as err:  # sys.exit inside the function fails this call only
+            return {"ok": False, "error": _error(err)}
+
+
+    def ranks(self, source: str, cases: list, stall_s: float) -> dict:
+        from course_lib.grading.rank_checks import run_cases
+
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "your_rank.py")  # noqa: S108  the sandbox's own
+        with open(path, "w") as file:
+            file.write(source)
+        peers = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_ranks.py")
+        try:
+            return {"ok": True, "value": plain.encode(run_cases(path, cases, float(stall_s), peers))}
+        except BaseException as err:
             return {"ok": False, "error": _error(err)}
 
 

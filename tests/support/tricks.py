@@ -75,6 +75,32 @@ LIBRARY_CALL = {  # the graded function calls the library's answer (the grader o
     "def my_1f1b(p, m):\n    return build_schedule('1f1b', p, m)\n",
     "a07_zero_bubble": "from course_lib.schedules.zero_bubble import zb_h1\n"
     "def my_zb_h1(p, m):\n    return zb_h1(p, m)\n",
+    # a04c: the rank's order read off the library's 1F1B (its builders are left out of the edition)
+    "a04c_write_the_pipeline": """from course_lib.shelf.first_schedules import build_schedule
+
+
+def one_f_one_b(rank):
+    held, pending = {}, []
+
+    def arrive(src):
+        buffer = torch.empty(rank.shape, dtype=rank.dtype, device=rank.device)
+        dist.recv(buffer, src=src)
+        return buffer
+
+    for action in build_schedule("1f1b", rank.p, rank.m).orders[rank.stage]:
+        i = action.microbatch
+        if action.kind.name == "F":
+            y = rank.forward(i, rank.tokens(i) if rank.is_first else arrive(rank.prev))
+            held[i] = rank.loss_fn(y, rank.targets(i)) / rank.m if rank.is_last else y
+            if not rank.is_last:
+                pending.append(dist.isend(y.detach(), dst=rank.next))
+        else:
+            dx = rank.backward(i, held.pop(i), None if rank.is_last else arrive(rank.next))
+            if not rank.is_first:
+                pending.append(dist.isend(dx, dst=rank.prev))
+    for work in pending:
+        work.wait()
+""",
 }
 ANSWER_TABLE = {  # a cell fills a table of the library's answers while it runs; the functions read it
     "a03_bubble": "from course_lib.schedules.closed_forms import gpipe_bubble\n"
