@@ -1,20 +1,21 @@
 """Lesson 10's glue: the Zero Bubble paper's table replayed in the simulator, and the memory frontier.
 
 **Published against predicted.** Qi et al. 2024 (arXiv 2401.10241) profile T_F, T_B, T_W and T_comm
-(their Table 9; their B is our I) and compute each schedule's bubble rate from them (their Table 5:
-computed, not measured). Their bubble rate is (cost - m(T_F+T_B+T_W)) / cost with cost the *largest
-time any one stage takes from its first action to its last*; this course's ``Timeline.bubble_fraction``
-divides by the step's makespan instead. The two agree where the busiest device is busy from the first
-start to the last end (1F1B, ZB-H1) and differ where every device starts late and ends early by the
-pipeline's slant (ZB-H2's parallelogram): there the makespan counts the fill and drain, theirs does not.
+for 12 settings (their Table 9; their B is our I) and compute each schedule's bubble rate from them
+(their Table 5: computed, not measured); ``PAPER_SETTINGS`` holds all 12. Their bubble rate is
+(cost - m(T_F+T_B+T_W)) / cost with cost the *largest time any one stage takes from its first action to
+its last*; this course's ``Timeline.bubble_fraction`` divides by the step's makespan instead. The two
+agree where the busiest device is busy from the first start to the last end (1F1B, ZB-H1) and differ
+where every device starts late and ends early by the pipeline's slant: ZB-H2's parallelogram once 2T_W
+clearly exceeds T_F (the 6.2B to 28.3B rows), where the makespan counts the fill and drain, theirs not.
 
 **The frontier.** For given costs and a link time, every schedule is a point (peak activations held,
 bubble); the automatic scheduler (``autoschedule.auto_zero_bubble``) is a curve over the memory limit.
 
 Try it::
 
-    from course_lib.lessons.zero_bubble_frontier import published_vs_predicted, format_paper_table
-    print(format_paper_table(published_vs_predicted()))
+    from course_lib.lessons.zero_bubble_frontier import published_vs_predicted, format_whole_table
+    print(format_whole_table(published_vs_predicted()))
 """
 
 from __future__ import annotations
@@ -55,14 +56,30 @@ class ProfiledSetting:
         return StageCosts(self.t_f, self.t_b, self.t_w)
 
 
-# Qi et al. 2024, arXiv 2401.10241, Table 9 (profile) and Table 5 (bubble rates), 1.5B model, p = 8
-# stages, m = 24 micro-batches. The paper has 12 such rows; only this one is in the course so far.
-PAPER_SETTINGS = (
-    ProfiledSetting(
-        "1.5B", 8, 24, 18.522, 18.086, 9.337, 0.601,
-        {"1f1b": 0.2431, "zb-h1": 0.1585, "zb-h2": 0.1083, "zb-1p": 0.1585, "zb-2p": 0.0433},
-    ),
+# Qi et al. 2024, arXiv 2401.10241, appendix: Table 9 (the profile, ms) and Table 5 (the bubble rates
+# computed from it), all 12 settings: four models, three micro-batch counts m each. Every setting holds
+# Table 5's handcrafted three; the first (the lesson's running example) also its ZB-1p and ZB-2p.
+TABLE_5_HANDCRAFTED = ("1f1b", "zb-h1", "zb-h2")
+_TABLE_9_AND_5 = (
+    # model     p    m    T_F     T_B     T_W   T_comm   1F1B    ZB-H1   ZB-H2
+    ("1.5B",   8,  24, 18.522, 18.086,  9.337, 0.601, 0.2431, 0.1585, 0.1083),
+    ("1.5B",   8,  32, 18.513, 18.086,  9.331, 0.626, 0.1985, 0.1242, 0.0837),
+    ("1.5B",   8,  64, 18.546, 18.097,  9.321, 0.762, 0.1240, 0.0674, 0.0444),
+    ("6.2B",   8,  24, 29.718, 29.444, 19.927, 0.527, 0.2347, 0.1323, 0.0698),
+    ("6.2B",   8,  32, 29.802, 29.428, 19.530, 0.577, 0.1898, 0.1045, 0.0559),
+    ("6.2B",   8,  64, 29.935, 29.621, 19.388, 0.535, 0.1091, 0.0554, 0.0294),
+    ("14.6B", 16,  48, 11.347, 11.248,  8.132, 0.377, 0.2552, 0.1397, 0.0672),
+    ("14.6B", 16,  64, 11.307, 11.254,  8.101, 0.379, 0.2082, 0.1088, 0.0516),
+    ("14.6B", 16, 128, 11.325, 11.308,  8.109, 0.378, 0.1251, 0.0576, 0.0266),
+    ("28.3B", 32,  96, 10.419, 10.207,  7.715, 0.408, 0.2646, 0.1421, 0.0641),
+    ("28.3B", 32, 128, 10.408, 10.204,  7.703, 0.408, 0.2168, 0.1106, 0.0490),
+    ("28.3B", 32, 256, 10.402, 10.248,  7.698, 0.460, 0.1352, 0.0594, 0.0257),
 )  # fmt: skip
+_published = [dict(zip(TABLE_5_HANDCRAFTED, row[7:], strict=True)) for row in _TABLE_9_AND_5]
+_published[0] |= {"zb-1p": 0.1585, "zb-2p": 0.0433}  # Table 5's automatic two, 1.5B, p = 8, m = 24
+PAPER_SETTINGS = tuple(
+    ProfiledSetting(*row[:7], pub) for row, pub in zip(_TABLE_9_AND_5, _published, strict=True)
+)
 
 
 @dataclass(frozen=True)
@@ -128,6 +145,26 @@ def format_paper_table(rows: Sequence[TableRow]) -> str:
             f"{r.model:6s} {r.p:3d} {r.m:4d} {r.schedule:9s} {r.published:8.2%} {r.paper_rate:10.2%} "
             f"{r.paper_rate - r.published:+7.2%} {r.makespan_rate:13.2%} {r.peak:5d}"
         )
+    return "\n".join(lines)
+
+
+def format_whole_table(rows: Sequence[TableRow], schedules: Sequence[str] = TABLE_5_HANDCRAFTED) -> str:
+    """One line per setting: for each of `schedules`, Table 5's rate, the simulator's (the paper's
+    definition) and their difference in percentage points."""
+    settings = list(dict.fromkeys((r.model, r.p, r.m) for r in rows))
+    by_key = {(r.model, r.p, r.m, r.schedule): r for r in rows}
+    top = f"{'':14s}" + "".join(f" | {name.upper():^24s}" for name in schedules)
+    head = f"{'model':6s} {'p':>3s} {'m':>3s}" + " | Table 5 simulated   diff" * len(schedules)
+    title = "Table 5: computed by the paper from its Table 9; simulated: source: simulated, the paper's def"
+    lines = [title, top.rstrip(), head, "-" * len(head)]
+    for model, p, m in settings:
+        cells = []
+        for name in schedules:
+            r = by_key[model, p, m, name]
+            cells.append(
+                f" | {r.published:7.2%} {r.paper_rate:9.2%} {100 * (r.paper_rate - r.published):+6.3f}"
+            )
+        lines.append(f"{model:6s} {p:3d} {m:3d}" + "".join(cells))
     return "\n".join(lines)
 
 

@@ -175,3 +175,14 @@ def test_07a_and_07c_say_gpipes_and_1f1bs_bubbles_agree_on_equal_stages(stem):
     for said in ("same bubble as GPipe", "same bubble as 1F1B"):
         for at in [k for k in range(len(lesson)) if lesson.startswith(said, k)]:
             assert "equal stages" in lesson[at - 40 : at + len(said) + 40], lesson[at - 60 : at + 80]
+
+
+def test_10_holds_all_twelve_settings_of_the_zero_bubble_paper_and_says_what_agrees():
+    lesson, printed = text("10_zero_bubble_frontier"), outputs("10_zero_bubble_frontier")
+    assert "holds one of the paper's settings so far" not in lesson
+    assert "The course holds all 12 of the paper's settings" in lesson and "all 36 rates" in lesson
+    assert "0.40 to 0.59 of 1F1B's idle time, not a third" in lesson
+    for row in ("1.5B     8  24 |  24.31%    24.31%", "28.3B   32 256 |  13.52%    13.52%"):
+        assert row in printed
+    assert "36 rates, largest difference: 0.005 points" in printed
+    assert "1f1b 0.00, zb-h1 0.00, zb-h2 4.57" in printed  # the "up to 4.6 points" of the text
