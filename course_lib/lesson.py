@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 import sys
+import traceback
 
 import matplotlib as mpl
 import numpy as np
@@ -96,6 +97,15 @@ def _one_line(shell, etype, value, tb, tb_offset=None) -> list[str]:
     # _showtraceback is what ipykernel overrides to send an error message to the notebook
     line = f"KeyboardInterrupt: {stopped(value)}"
     shell._showtraceback(etype, value, [line])
+    # IPython keeps the exception (its last result's error), and with it every frame's locals: the stopped
+    # run's tensors, and a multi-process run's queue, whose named semaphores sit in /dev/shm until they
+    # are freed. What was computed is lost anyway, so free it now: a kernel killed later leaves nothing.
+    seen, error = set(), value
+    while error is not None and id(error) not in seen:  # and the errors it was raised from, or during
+        seen.add(id(error))
+        traceback.clear_frames(error.__traceback__)
+        error = error.__cause__ or error.__context__
+    traceback.clear_frames(tb)
     return [line]
 
 

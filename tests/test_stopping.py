@@ -8,10 +8,12 @@ started by a widget's button are covered in test_dashboard.py and test_lessons_0
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(180)]  # a kernel process
+SHM = Path("/dev/shm")
 
 TRAINING_CELL = """
 from course_lib.shelf.reference import TrainConfig, train
@@ -100,9 +102,13 @@ run_distributed(cfg, "1f1b", stages=2)
 
 def test_an_interrupted_distributed_run_says_its_processes_ended_and_none_is_left(kernel):
     run(kernel, "from course_lib import lesson\nlesson.setup(quiet=True)")
+    before = set(SHM.glob("sem.mp-*"))
     status, outputs = run(kernel, DISTRIBUTED_CELL, interrupt_on="starting the ranks", wait_s=8)
     (error,) = [content for kind, content in outputs if kind == "error"]
     assert status == "error" and len(error["traceback"]) == 1
     assert error["traceback"][0].endswith("(all 2 rank processes ended)"), error["traceback"]
     status, outputs = run(kernel, "import multiprocessing\nprint(len(multiprocessing.active_children()))")
     assert outputs[-1][1]["text"].strip() == "0"  # no rank left behind
+    # nor the launcher's queue's semaphores: freed with the stopped cell's locals, not at the kernel's end
+    # (a kernel killed with SIGKILL, as jupyter_client's shutdown does, would have left them)
+    assert set(SHM.glob("sem.mp-*")) <= before
