@@ -79,6 +79,7 @@ class RunPanel:
         self._going = ""  # what runs now ("" when nothing does), for the progress line
         self._lines = threading.Lock()  # the ticker never writes over a run's last line
         self._ended = threading.Event()  # wakes the ticker at once when a run ends
+        self._last_line: str | None = None  # a refused, failed or stopped run's one line, said at its end
 
     # ---- starting and stopping -------------------------------------------------------------------
     def start(self, what: str, job: Callable[[RunControl], Any], shown: Callable[[Any], None]) -> None:
@@ -114,6 +115,7 @@ class RunPanel:
         self._ended.clear()
         ticker = threading.Thread(target=self._tick, args=(control,), name="progress line", daemon=True)
         ticker.start()
+        self._last_line = None
         try:
             with self._interrupt_stops():
                 value = self._guarded(job, control)
@@ -122,6 +124,8 @@ class RunPanel:
             ticker.join()
             self.train_button.disabled, self.stop_button.disabled = False, True
             self._one_run.release()
+            if self._last_line is not None:  # said once the panel takes the next run, not before: a
+                self.say(self._last_line)  # student (or a test) who reads "stopped" may click at once
         if value is not None:
             shown(value)
         return value
@@ -145,21 +149,19 @@ class RunPanel:
         try:
             return job(control)
         except CourseError as err:
-            self._finish(f"cannot train this combination: {err}")
+            self._last_line = f"cannot train this combination: {err}"
         except KeyboardInterrupt as err:  # the stop button or Kernel > Interrupt: one line, no traceback
             said = str(err).strip()
             ended = f"; {said}" if said.startswith("all ") else ""  # "all 4 rank processes ended"
-            self._finish(f"stopped after {control.count()}{ended}")
+            self._last_line = f"stopped after {control.count()}{ended}"
         except Exception as err:  # noqa: BLE001  (on the button's thread, a traceback would go unseen)
-            self._finish(f"the run failed: {type(err).__name__}: {err}")
+            self._last_line = f"the run failed: {type(err).__name__}: {err}"
         return None
 
-    def _finish(self, last_line: str | None = None) -> None:
-        with self._lines:
+    def _finish(self) -> None:
+        with self._lines:  # the ticker writes no progress line after this
             self._going = ""
             self._ended.set()
-            if last_line is not None:
-                self.say(last_line)
 
     # ---- the lines shown -------------------------------------------------------------------------
     def _progress(self, control: RunControl) -> str:

@@ -11,6 +11,7 @@ import pytest
 
 from course_lib.network import PRESETS
 from course_lib.shelf.costs import Link
+from course_lib.shelf.errors import CourseError
 from course_lib.shelf.simulator import StageCosts
 from course_lib.shelf.timeline import MEASURED, Timeline
 from course_lib.widgets.controls import DESCRIPTION_PX, READOUT_PX
@@ -239,3 +240,26 @@ def test_train_without_a_hook_says_how_to_get_one():
 
     with pytest.raises(CourseError, match="on_train"):
         pipeline_dashboard("1f1b", p=2, m=2).train()
+
+
+def test_a_stopped_runs_line_shows_only_once_the_panel_takes_the_next_run():
+    """The race a browser test found: "stopped after N steps" was said while the train button was still
+    disabled (and the run still held), so a click right after reading it did nothing."""
+    from course_lib.widgets.run_panel import RunControl, RunPanel
+
+    panel, seen = RunPanel(), []
+    say = panel.say
+    panel.say = lambda text, fig=None: (seen.append((text, panel.train_button.disabled, panel.running)),
+                                        say(text, fig))  # fmt: skip
+
+    def stopped(control: RunControl):
+        control(3)
+        raise KeyboardInterrupt("all 2 rank processes ended")
+
+    def refused(control: RunControl):
+        raise CourseError("m must be at least 1")
+
+    for job, line in ((stopped, "stopped after 3 steps; all 2 rank processes ended"),
+                      (refused, "cannot train this combination: m must be at least 1")):  # fmt: skip
+        assert panel.run("training", job, shown=lambda value: None) is None
+        assert seen[-1] == (line, False, False)  # the button on, the run released, then the line
