@@ -3,8 +3,10 @@
 You write what one rank of a pipeline does, with torch.distributed's own point-to-point calls (``isend`` /
 ``irecv``, ``batch_isend_irecv``, or blocking ``send`` / ``recv``), as one function in a module file::
 
-    def one_f_one_b(rank: OwnRank) -> None:      # warm-up, steady state, cool-down
+    def one_f_one_b(rank: OwnRank) -> None:      # a04c: warm-up, steady state, cool-down
         ...
+
+(the lesson's worked example is GPipe's ``all_forward_all_backward``, run with ``function=`` its name).
 
 ``run_own_pipeline(path, p=2, m=4)`` starts p processes (``shelf/launcher.spawn``: gloo on the CPU, NCCL
 with one GPU per rank). Each imports your file *by path*: a function defined in a notebook cell cannot be
@@ -431,11 +433,12 @@ class OwnRun:
         mine = self.ranks[: self.job.p]
         t0 = min((s for r in mine for _, s, _ in r.spans), default=0.0)
         spans = [Span(r.stage, a, s - t0, e - t0) for r in mine for a, s, e in r.spans]
-        return Timeline(source=MEASURED, n_devices=self.job.p, spans=spans, schedule_name="your 1F1B",
+        return Timeline(source=MEASURED, n_devices=self.job.p, spans=spans, schedule_name="your ranks",
                         n_stages=self.job.p, n_microbatches=self.job.m)  # fmt: skip
 
     def summary(self) -> str:
-        """A few lines: the verdict against the reference, the memory held, the mistakes seen."""
+        """A few lines: the verdict against the reference, the memory held (beside GPipe's m and 1F1B's
+        bound, with no verdict: a function may implement either), the mistakes seen."""
         if self.stalls:
             lines = [f"stalled past the limit of {self.job.stall_s:g} s, the run was stopped:"]
             lines += [f"  {s}" for s in self.stalls]
@@ -448,8 +451,8 @@ class OwnRun:
         lines = [
             f"loss {self.loss:.6f}, reference {self.reference_loss:.6f}; largest gradient difference "
             f"{self.grad_diff:.1e}: {'equal to the reference' if self.ok else 'NOT the reference'}",
-            f"micro-batches held at once per stage: {self.peak_held} "
-            f"(1F1B's bound: {one_f_one_b_bound(self.job.p, self.job.m)})",
+            f"micro-batches held at once per stage: {self.peak_held} (GPipe holds all m: "
+            f"{[self.job.m] * self.job.p}; 1F1B's bound: {one_f_one_b_bound(self.job.p, self.job.m)})",
         ]  # fmt: skip
         return "\n".join(lines + [f"  {m}" for m in self.mistakes])
 
