@@ -9,7 +9,7 @@ import re
 import time
 
 import pytest
-from support.own_rank_lesson import lesson_function, written
+from support.own_rank_lesson import solution_function, written
 
 from course_grading.rank_grading import MATRIX, Case, grade
 
@@ -29,7 +29,7 @@ def no_sizes(lines: list[str]) -> bool:
 def test_the_solution_scores_full_on_the_hidden_matrix(tmp_path):
     assert {c.p for c in MATRIX} >= {2, 3, 4} and any(c.m < c.p for c in MATRIX)
     assert any(c.m % c.p for c in MATRIX) and any(c.student is not None for c in MATRIX)
-    result = grade(written(tmp_path, "solution", lesson_function()))
+    result = grade(written(tmp_path, "solution", solution_function()))
     assert (result.score, result.verdicts) == (10, [])
 
 
@@ -41,7 +41,7 @@ def test_the_untouched_release_scores_zero(tmp_path):
 
 
 def test_a_deadlock_is_answered_within_30_s_with_ranks_and_operation_and_scores_partial(tmp_path):
-    blocking = lesson_function().replace("sends.append(dist.isend(", "(dist.send(")
+    blocking = solution_function().replace("pending.append(dist.isend(", "(dist.send(")
     started = time.perf_counter()
     result = grade(written(tmp_path, "blocking", blocking), SMALL, stall_s=STALL_S)
     assert time.perf_counter() - started < 30 * len(SMALL)
@@ -52,22 +52,22 @@ def test_a_deadlock_is_answered_within_30_s_with_ranks_and_operation_and_scores_
 
 
 MISTAKES = {  # name: (how the solution is changed, the check it fails, words of its verdict)
-    "unscaled": ((" / rank.m  #", "  #"), "loss", "m times the reference's: divide each micro-batch's loss"),
+    "unscaled": ((" / rank.m\n", "\n"), "loss", "m times the reference's: divide each micro-batch's loss"),
     "wrong dtype": (
         ("dtype=rank.dtype, device=rank.device)", "dtype=torch.float64 if src == rank.prev else rank.dtype)"),
         "buffers",
         "a receive buffer has the sender's shape and dtype",
     ),
     "buffer reused": (
-        ("sends.append(dist.isend(y.detach(), dst=rank.next))",
-         "keep.copy_(y.detach()); sends.append(dist.isend(keep, dst=rank.next))"),
+        ("pending.append(dist.isend(out.detach(), dst=rank.next))",
+         "keep.copy_(out.detach()); pending.append(dist.isend(keep, dst=rank.next))"),
         "buffers",
         "changed a tensor before its send completed",
     ),
     "backward before its gradient": (
-        ("dy = None if rank.is_last else receive(rank.next)",
-         "dy = None if rank.is_last else torch.empty(rank.shape)\n"
-         "        if dy is not None:\n            sends.append(dist.irecv(dy, src=rank.next))"),
+        ("grad = None if rank.is_last else arrive(rank.next)",
+         "grad = None if rank.is_last else torch.empty(rank.shape)\n"
+         "        if grad is not None:\n            pending.append(dist.irecv(grad, src=rank.next))"),
         "buffers",
         "a backward must not start before its gradient arrived",
     ),
@@ -77,7 +77,7 @@ MISTAKES = {  # name: (how the solution is changed, the check it fails, words of
 @pytest.mark.parametrize("name", MISTAKES)
 def test_each_common_mistake_scores_partial_with_its_teaching_verdict(tmp_path, name):
     (old, new), check, words = MISTAKES[name]
-    source = lesson_function().replace("    sends = []", "    sends, keep = [], torch.empty(rank.shape)")
+    source = solution_function().replace("    pending = []", "    pending, keep = [], torch.empty(rank.shape)")
     assert old in source
     result = grade(written(tmp_path, name, source.replace(old, new)), SMALL)
     assert 0 < result.score < 10, (name, result)
