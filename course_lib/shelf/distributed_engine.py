@@ -77,7 +77,10 @@ DEFAULT_ROOMS: list[
 # to say what to import, when the room is not loaded
 ROOM_HOMES = {"tp": (1, "course_lib.tp.mesh"), "dp": (1, "course_lib.tp.mesh"),
               "fault": (None, "course_lib.engines.faults"),
-              "runner": ("distributed", "course_lib.engines.torch_pipelining")}  # fmt: skip
+              "runner": ("distributed", "course_lib.engines.torch_pipelining"),
+              "links": (None, "course_lib.engines.injected_links")}  # fmt: skip
+# what rooms add to a failed run's message: (error, specs, timeout_s) -> the error, with a hint or as it was
+FAILURE_HINTS: list[Callable[[DistributedError, list[RunSpec], float], DistributedError]] = []
 
 
 def add_room_option(option: RoomOption) -> None:
@@ -131,7 +134,6 @@ def make_spec(
         "distributed engine needs the same number of stages on every device",
     )
     timeout_s = check_timeout(timeout_s)
-    _check_latency(plan.links, timeout_s)
     if pace_s is not None:
         require(
             len(pace_s) == 2 and all(x > 0 for x in pace_s) and not sched.split_backward,
@@ -144,7 +146,7 @@ def make_spec(
         track_memory=track_memory, pace_s=None if pace_s is None else (float(pace_s[0]), float(pace_s[1])),
         rooms=tuple(DEFAULT_ROOMS), split_runtime=_split_runtime(sched),
     )  # fmt: skip
-    spec = _widen(spec, room_options, local_ranks)
+    spec = _widen(spec, room_options | {"links": spec.links}, local_ranks)  # links: a room delivers them
     local_ranks = local_ranks or spec.world  # ranks on this machine (torchrun: LOCAL_WORLD_SIZE)
     require(
         local_ranks <= MAX_LOCAL_RANKS,
@@ -188,18 +190,6 @@ def _widen(spec: RunSpec, options: dict, local_ranks: int | None) -> RunSpec:
     return spec
 
 
-def _check_latency(links: list[Link] | None, timeout_s: float) -> None:
-    """A rank waits for every message at least its link's latency: one at or over the timeout would
-    fail the run after the timeout, blaming a rank that "stopped answering". Refused here instead."""
-    slowest = max((link.latency_s for link in links or ()), default=0.0)
-    require(
-        slowest < timeout_s,
-        f"link latency {slowest:g} s is not below the timeout of {timeout_s:g} s: every rank would wait "
-        f"longer than the timeout for its first message; raise --timeout (timeout_s) above "
-        f"{slowest:g} s times the messages a step waits for in a row, or lower the latency",
-    )
-
-
 def _check_data(cfg: TrainConfig) -> None:
     """Refuse here what the reference trainer refuses when it reads its first windows of data (a
     missing file, a `seq_len` longer than a split): the same calls, so the same rule and message."""
@@ -238,11 +228,13 @@ def launch(
                 should_stop=asked,
             )  # fmt: skip
         except DistributedError as err:
-            raise naming_slow_links(naming_a_missing_guard(err), specs, timeout_s) from None
+            for hint in (naming_a_missing_guard, *FAILURE_HINTS):
+                err = hint(err, specs, timeout_s)
+            raise err from None
     return values[0]
 
 
-def naming_a_missing_guard(err: DistributedError) -> DistributedError:
+def naming_a_missing_guard(err: DistributedError, *_) -> DistributedError:
     """`err` with a hint when a rank died before it could report and this process runs a script: the
     spawn and forkserver start methods import that script again in every rank, and one without an
     ``if __name__ == "__main__":`` guard starts its run again there, which multiprocessing refuses
@@ -251,30 +243,8 @@ def naming_a_missing_guard(err: DistributedError) -> DistributedError:
     script = getattr(main, "__spec__", None) is None and hasattr(main, "__file__")  # python path/to/x.py
     if not (script and "exit code 1 without reporting" in err.cause):
         return err
-    return _with_hint(err, f"if {main.__file__} starts the run when imported, put its code under "
-                      '`if __name__ == "__main__":`, as every rank imports the script again')  # fmt: skip
-
-
-def _with_hint(err: DistributedError, hint: str) -> DistributedError:
-    """The same failure, its message followed by `hint`."""
-    named = DistributedError(f"{err}; {hint}", err.failed_rank, err.cause, err.outcomes)
-    named.stopped_after_s = err.stopped_after_s
-    return named
-
-
-def naming_slow_links(err: DistributedError, specs: list[RunSpec], timeout_s: float) -> DistributedError:
-    """`err` saying which input made a timed-out run slow, when its links have a latency: a micro-batch's
-    forward and backward cross 2(n-1) boundaries one after another, each paying it, against the timeout."""
-    waits = [(link.latency_s, 2 * (s.schedule.n_stages - 1)) for s in specs for link in s.links or ()]
-    latency, messages = max(waits, default=(0.0, 0))
-    timed_out = any(w in err.cause for w in ("stopped answering", "imed out", "timeout"))
-    if not (timed_out and latency > 0):
-        return err
-    return _with_hint(
-        err, f"the links' latency of {latency:g} s, paid by {messages} messages one after another "
-        f"({latency * messages:g} s for one micro-batch), against the timeout of {timeout_s:g} s may be what "
-        "made it slow: raise --timeout (timeout_s) or lower --latency",
-    )  # fmt: skip
+    return err.with_hint(f"if {main.__file__} starts the run when imported, put its code under "
+                         '`if __name__ == "__main__":`, as every rank imports the script again')  # fmt: skip
 
 
 def run_distributed(

@@ -125,6 +125,8 @@ class PipelineRank:
     """One pipeline rank for a whole run: the stages the schedule places on it, its optimizer, and
     (in ``train``) its sends and receives. `shared`: what rooms set up once per launch, for every spec."""
 
+    comm_type: Callable[..., RankComm] = RankComm  # what carries its messages (a room's: injected links)
+
     def __init__(self, spec: RunSpec, rank: int, device: torch.device, shared: dict | None = None):
         self.spec, self.global_rank, self.device, self.schedule = spec, rank, device, spec.schedule
         self.shared = {} if shared is None else shared
@@ -218,8 +220,8 @@ class PipelineRank:
         peers = None if pipelines is None else pipelines[mine]
         # every pipeline's global ranks, stage by stage, and which is this rank's (for tie_group)
         self.pipelines, self.pipeline_index = pipelines or [list(range(self.schedule.n_devices))], mine
-        return RankComm(self.schedule, self.index, (samples, cfg.seq_len, cfg.d_model), self.device,
-                        common_clock(), spec.links, directions, peers, group, dtype)  # fmt: skip
+        return self.comm_type(self.schedule, self.index, (samples, cfg.seq_len, cfg.d_model), self.device,
+                              common_clock(), directions, peers, group, dtype)  # fmt: skip
 
     def counts_once(self, name: str) -> bool:
         """False for the head's copy of a tied embedding: the model's weight is the embedding's."""

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from course_lib.cli import main
+from course_lib.engines import injected_links
 from course_lib.engines.faults import Fault
-from course_lib.shelf import p2p
 from course_lib.shelf.costs import Link
 from course_lib.shelf.distributed_engine import make_spec
 from course_lib.shelf.errors import CourseError
@@ -194,11 +194,11 @@ def test_the_rank_loop_gives_the_reference_gradients(corpus, schedule, ranks, vi
 def test_injected_link_queues_bandwidth_but_overlaps_latency(monkeypatch):
     sent = []
     monkeypatch.setattr(
-        p2p.dist,
+        injected_links.dist,
         "isend",
         lambda t, dst, group, tag: sent.append((time.perf_counter(), tag)) or "work",
     )
-    wire = p2p.Wire(dst=1)
+    wire = injected_links.Wire(dst=1)
     # 10 kB take 0.1 s on the wire, then 0.2 s of latency: wide margins, so a busy machine that pauses
     # this test for tens of milliseconds cannot change what is checked
     link = Link(latency_s=0.2, bandwidth_Bps=1e5)
