@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from course_lib.input_files import read_input
 from course_lib.shelf.costs import Link
-from course_lib.shelf.errors import CourseError, read_input, require
+from course_lib.shelf.errors import CourseError, require
 
 SITES_CSV = Path(__file__).resolve().parent.parent / "data" / "sites.csv"
 EARTH_RADIUS_KM = 6371.0  # mean radius (IUGG); the choice moves distances by well under 1%

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from course_lib.cli.flags import print_json
-from course_lib.shelf.errors import read_input
+from course_lib.input_files import read_input
 
 SHELF_DIR = Path(__file__).resolve().parent.parent / "shelf"
 
