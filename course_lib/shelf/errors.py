@@ -11,9 +11,9 @@ argument, what was given and what is allowed, so that no TypeError from deep ins
     whole("n_devices", "4")    # CourseError: n_devices must be a whole number >= 1, got '4' (str)
     real("latency_s", float("inf"))         # CourseError: latency_s must be a finite number >= 0, got inf
 
-The machine's bounds are read here too, once: its memory (:func:`memory_bytes`), its cores
-(:func:`check_threads`), :func:`divisors` for messages that list what would divide (sqrt(n) steps, so a
-batch of 10**9 is answered at once), and :data:`LIMITS`, the largest sizes the course accepts.
+The machine's bounds are read here too, once: its cores (:func:`check_threads`), :func:`divisors` for
+messages that list what would divide (sqrt(n) steps, so a batch of 10**9 is answered at once), and
+:data:`LIMITS`, the largest sizes the course accepts. (Its memory: ``course_lib/engines/memory_fit.py``.)
 
 Files are a door too: every file the course reads goes through :func:`read_file`, which refuses what
 is not a regular file of at most `limit` bytes (a FIFO would block forever, /dev/zero never end). Its
@@ -135,29 +135,6 @@ def divisors(n: int) -> list[int]:
     """Every divisor of n >= 1, ascending: sqrt(n) trial divisions (10**9: 31,623 of them, milliseconds)."""
     small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
     return small + [n // k for k in reversed(small) if k * k != n]
-
-
-def memory_bytes() -> int:
-    """This machine's memory a run may use: what Linux calls MemAvailable (RAM not needed by others,
-    page cache included), else the physical total (macOS has no /proc)."""
-    try:
-        with open("/proc/meminfo") as file:
-            for line in file:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def require_fits(what: str, need: float, have: float, largest: str) -> None:
-    """Refuse a size whose bytes `need` exceed what the machine `have`s, before any work: the message
-    says the bound, its reason and `largest`, the largest value that would fit."""
-    require(
-        need <= have,
-        f"{what} needs about {need / 2**30:,.1f} GiB, more than the {have / 2**30:,.1f} GiB of memory this "
-        f"machine has free; the largest that fits: {largest}",
-    )
 
 
 def cores() -> int:

@@ -11,7 +11,7 @@ says, and really trains.
 name from the registry, or a built one), the partition of the model's layers, one device per
 pipeline device (``stage_devices``) and the links; all of it checked, so bad input is refused with a
 clear message before a model is built or data is read, and a schedule whose activations cannot fit
-this machine's memory is refused too.
+this machine's memory is refused too (``TrainConfig.check_fits``: the room ``engines/memory_fit.py``).
 
 **The run.** The engine runs the schedule's actions one at a time, in the validator's global order
 (``execution_order``), each on its stage's ``StageRuntime`` (``stage.py``), and times each one. One

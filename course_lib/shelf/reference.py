@@ -47,13 +47,13 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 
 import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from course_lib.shelf.errors import is_number, memory_bytes, require, require_fits, shown, typed_fields, whole
+from course_lib.shelf.errors import is_number, require, shown, typed_fields, whole
 from course_lib.shelf.first_schedules import LIMITS, within_limit
 from course_lib.shelf.model import (
     Corpus,
@@ -69,6 +69,10 @@ from course_lib.shelf.model import (
     split_microbatches,
 )
 from course_lib.shelf.stage import resolve_device
+
+# what refuses a config this machine's memory cannot hold: (config, micro-batches held, why) -> None. The
+# room course_lib/engines/memory_fit.py registers its check when imported (course_lib.engines imports it)
+MEMORY_CHECKS: list[Callable[[TrainConfig, float, str], None]] = []
 
 
 @dataclass
@@ -120,55 +124,17 @@ class TrainConfig:
         within_limit("layers", self.n_layers, "n_layers")  # the command line's --layers reads the same
         self.check_fits()
 
-    def training_bytes(self, held: float = 1.0) -> float:
-        """Bytes a run of this config needs at its peak, on all its devices together: the parameters
-        with AdamW (16 B each: weights, gradients, two moments), the token ids of a batch, and what
-        backward keeps of `held` micro-batches in every block (64 B per token per unit of width, measured
-        on the toy: accelerator_config's docstring) and in the head (logits, their softmax and gradient:
-        12 B per token per vocabulary entry). `held` = 1: the reference, one micro-batch at a time."""
-        d, vocab = self.d_model, ModelConfig.vocab_size
-        params = 12 * d * d * self.n_layers + (2 * vocab + self.seq_len) * d
-        tokens = self.batch_size // max(1, self.microbatches) * self.seq_len  # of one micro-batch
-        saved = held * tokens * (64 * d * self.n_layers + 12 * vocab)
-        return 16 * params + 16 * self.batch_size * self.seq_len + saved
-
     def check_fits(self, held: float = 1.0, why: str = "one micro-batch at a time") -> None:
-        """Refuse, before any work, a config whose training_bytes(held) exceed the memory of the device
-        it runs on; the message names the largest batch size and sequence length that would fit."""
-        have, need = _free_bytes(resolve_device(self.device)), self.training_bytes(held)
-        if have is None or need <= have:  # None: a GPU that cannot say (the first CUDA call fails)
-            return
-        largest = {
-            n: _largest(lambda v, n=n: replace(self, **{n: v}).training_bytes(held) <= have, getattr(self, n))
-            for n in ("batch_size", "seq_len", "d_model")
-        }
-        said = ", ".join(f"{name} {value:,}" if value else f"no {name}" for name, value in largest.items())
-        require_fits(f"training this config ({why})", need, have, f"{said} (each with the rest as given)")
+        """Door: refuse, before any work, a config whose peak memory (with `held` micro-batches' activations
+        on a stage) this machine does not have: each of MEMORY_CHECKS asks (none: no check)."""
+        for check in MEMORY_CHECKS:
+            check(self, held, why)
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(
             self.n_layers, self.d_model, self.n_heads, vocab_size, self.seq_len,
             tie_embeddings=self.tie_embeddings,
         )  # fmt: skip
-
-
-def _free_bytes(device: torch.device) -> int | None:
-    """Free memory of `device`: a CUDA GPU's own; the machine's for the CPU and Apple's shared memory."""
-    if device.type != "cuda":
-        return memory_bytes()
-    try:
-        return torch.cuda.mem_get_info(device)[0]
-    except (AssertionError, RuntimeError):
-        return None
-
-
-def _largest(fits: Callable[[int], bool], above: int) -> int:
-    """The largest v in 1..above for which fits(v) holds (0: none), by bisection: fits grows false."""
-    low, high = 0, above
-    while low < high:
-        mid = (low + high + 1) // 2
-        low, high = (mid, high) if fits(mid) else (low, mid - 1)
-    return low
 
 
 def accelerator_config(**overrides) -> TrainConfig:
