@@ -47,7 +47,7 @@ def training_bytes(cfg: TrainConfig, held: float = 1.0) -> float:
     """Bytes a run of `cfg` needs at its peak, on all its devices together: the parameters with AdamW
     (16 B each: weights, gradients, two moments), the token ids of a batch, and what backward keeps of
     `held` micro-batches in every block (64 B per token per unit of width, measured on the toy:
-    ``reference.accelerator_config``'s docstring) and in the head (logits, their softmax and gradient:
+    ``lesson.accelerator_config``'s docstring) and in the head (logits, their softmax and gradient:
     12 B per token per vocabulary entry). `held` = 1: the reference, one micro-batch at a time."""
     d, vocab = cfg.d_model, ModelConfig.vocab_size
     params = 12 * d * d * cfg.n_layers + (2 * vocab + cfg.seq_len) * d

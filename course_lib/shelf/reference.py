@@ -137,16 +137,6 @@ class TrainConfig:
         )  # fmt: skip
 
 
-def accelerator_config(**overrides) -> TrainConfig:
-    """The size the lessons train on a GPU (CUDA or mps): still 80 layers, 16x wider than the CPU toy,
-    whose 32-wide matmuls are launch-bound on a GPU. Sized for a 16 GB card holding all p=4 stages:
-    252M parameters take 4.0 GB (weights, gradients, AdamW's two moments: 16 B each); a micro-batch of
-    2 x 128 tokens saves 8.4 MB per block for backward (64 B per token per unit of width, measured), so
-    GPipe at m=8 holds 5.4 GB and 1F1B at p=4 1.7 GB. lr: GPT-3 Small's (Brown et al. 2020, Table 2.1)."""
-    preset = dict(d_model=512, n_heads=8, seq_len=128, batch_size=16, microbatches=8, lr=6e-4, device="auto")
-    return TrainConfig(**(preset | overrides))
-
-
 @dataclass
 class TrainResult:
     losses: list[float]  # training loss per step (mean over the batch)

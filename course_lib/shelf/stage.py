@@ -112,19 +112,6 @@ def synchronize(devices: Iterable[torch.device]) -> None:
             torch.mps.synchronize()
 
 
-def describe_devices() -> str:
-    """One line: what a pipeline of p stages runs on here (``lesson.setup()`` prints it)."""
-    gpus = gpu_count()
-    if gpus == 1:
-        return f"1 GPU ({torch.cuda.get_device_name(0)}): all p stages share it as simulated devices"
-    if gpus > 1:
-        names = sorted({torch.cuda.get_device_name(i) for i in range(gpus)})
-        return f"{gpus} GPUs ({', '.join(names)}): one per stage for p <= {gpus}; more stages share cuda:0"
-    if accelerator() == "mps":
-        return "1 Apple GPU (mps): all p stages share it as simulated devices"
-    return "no GPU: simulated devices on the CPU"
-
-
 # ---- memory held for backward ------------------------------------------------------------------
 class SavedTensor:
     """What autograd keeps instead of a saved tensor: the tensor, and the storage it is counted under.
