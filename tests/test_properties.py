@@ -26,9 +26,10 @@ import course_lib.engines.torch_pipelining  # noqa: F401 (adds runner= to make_s
 import course_lib.fast_simulator  # noqa: F401 (the fast path, taken past lesson sizes)
 from course_lib.cli import build_parser, main
 from course_lib.engines import memory_fit
+from course_lib.network import ring_all_reduce_bytes, ring_all_reduce_s
 from course_lib.planner import plan
 from course_lib.shelf import distributed_engine, local_engine, reference
-from course_lib.shelf.costs import Link, StageCosts, ring_all_reduce_bytes, ring_all_reduce_s
+from course_lib.shelf.costs import Link, StageCosts
 from course_lib.shelf.distributed_engine import make_spec
 from course_lib.shelf.errors import CourseError
 from course_lib.shelf.first_schedules import SCHEDULES, build_schedule
