@@ -78,7 +78,9 @@ DEFAULT_ROOMS: list[
 ROOM_HOMES = {"tp": (1, "course_lib.tp.mesh"), "dp": (1, "course_lib.tp.mesh"),
               "fault": (None, "course_lib.engines.faults"),
               "runner": ("distributed", "course_lib.engines.torch_pipelining"),
-              "links": (None, "course_lib.engines.injected_links")}  # fmt: skip
+              "links": (None, "course_lib.engines.injected_links"),
+              "tie_embeddings": (False, "course_lib.engines.whole_model"),
+              "clip_grad_norm": (None, "course_lib.engines.whole_model")}  # fmt: skip
 # what rooms add to a failed run's message: (error, specs, timeout_s) -> the error, with a hint or as it was
 FAILURE_HINTS: list[Callable[[DistributedError, list[RunSpec], float], DistributedError]] = []
 
@@ -146,7 +148,9 @@ def make_spec(
         track_memory=track_memory, pace_s=None if pace_s is None else (float(pace_s[0]), float(pace_s[1])),
         rooms=tuple(DEFAULT_ROOMS), split_runtime=_split_runtime(sched),
     )  # fmt: skip
-    spec = _widen(spec, room_options | {"links": spec.links}, local_ranks)  # links: a room delivers them
+    # the plan's links and the config's whole-model rules are rooms' too (injected_links, whole_model)
+    rules = {"tie_embeddings": cfg.tie_embeddings, "clip_grad_norm": cfg.clip_grad_norm}
+    spec = _widen(spec, room_options | rules | {"links": spec.links}, local_ranks)
     local_ranks = local_ranks or spec.world  # ranks on this machine (torchrun: LOCAL_WORLD_SIZE)
     require(
         local_ranks <= MAX_LOCAL_RANKS,

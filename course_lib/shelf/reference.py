@@ -36,7 +36,7 @@ last section, lesson 16):
   the same (``share_embeddings_and_output_weights``, summed over an "embedding group" of the first and
   last ranks); leave the sum out and the copies drift apart (Megatron-LM issue #299). On one device
   (one rank, or a V shape's rank 0 holding stage 0 and stage 2p - 1) the sum is one add; across ranks
-  an all-reduce of the two (``rank_loop.py``). The tied weight counts once in the norm.
+  an all-reduce of the two (``engines/whole_model.py``). The tied weight counts once in the norm.
 
 One file of about 400 lines, read whole: the ground truth and what engines compare with it.
 """

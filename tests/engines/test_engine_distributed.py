@@ -13,6 +13,7 @@ import torch
 from course_lib.cli import main
 from course_lib.engines import injected_links
 from course_lib.engines.faults import Fault
+from course_lib.shelf import distributed_engine
 from course_lib.shelf.costs import Link
 from course_lib.shelf.distributed_engine import make_spec
 from course_lib.shelf.errors import CourseError
@@ -55,6 +56,26 @@ def test_bad_input_is_refused_with_the_value_named(kwargs, words):
         make_spec(args.pop("cfg"), args.pop("schedule"), args.pop("stages"), **args)
     for word in words:
         assert word in str(err.value), (word, str(err.value))
+
+
+@pytest.mark.parametrize(
+    "kwargs, room",
+    [
+        (dict(links=Link(0.01)), "injected_links"),
+        (dict(cfg=TrainConfig(**TINY, microbatches=4, tie_embeddings=True)), "whole_model"),
+        (dict(cfg=TrainConfig(**TINY, microbatches=4, clip_grad_norm=1.0)), "whole_model"),
+    ],
+)
+def test_a_run_whose_room_is_not_loaded_is_refused_naming_the_room(kwargs, room, monkeypatch):
+    """Injected links and the whole model's rules live in rooms: without them, such a run is refused
+    before any process starts (never run with its links or its rules silently left out)."""
+    loaded = [o for o in distributed_engine.ROOM_OPTIONS if {"links", "tie_embeddings"}.isdisjoint(o.names)]
+    monkeypatch.setattr(distributed_engine, "ROOM_OPTIONS", loaded)
+    args = dict(cfg=TrainConfig(**TINY, microbatches=4)) | kwargs
+    with pytest.raises(CourseError, match=f"an option of the room course_lib.engines.{room}, which is not"):
+        make_spec(args.pop("cfg"), "1f1b", 2, **args)
+    plain = make_spec(TrainConfig(**TINY, microbatches=4), "1f1b", 2)  # asks nothing of them: runs plain
+    assert plain.rooms == tuple(distributed_engine.DEFAULT_ROOMS)
 
 
 @pytest.mark.parametrize("change", [dict(seq_len=200_000), dict(data_path="/nonexistent/corpus.txt")])
