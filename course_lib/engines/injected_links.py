@@ -15,7 +15,7 @@ it to ``isend`` then. A spec with links carries ``InjectedLinks`` among its room
 (pickled by reference) imports this module and sends through ``LinkedComm``.
 
 What a link's latency does to a run's timeout is checked here too: a latency at or over the timeout is
-refused before any process starts, and a run that timed out with slow links says so.
+refused before any process starts (a run that timed out with slow links says so: ``failure_hints.py``).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ import torch
 import torch.distributed as dist
 
 from course_lib.shelf.costs import Link
-from course_lib.shelf.distributed_engine import FAILURE_HINTS, RoomOption, add_room_option
+from course_lib.shelf.distributed_engine import RoomOption, add_room_option
 from course_lib.shelf.errors import require
-from course_lib.shelf.launcher import DistributedError, PeerFailure
+from course_lib.shelf.launcher import PeerFailure
 from course_lib.shelf.p2p import RankComm
 from course_lib.shelf.rank_loop import PipelineRank
 from course_lib.shelf.run_spec import RunSpec
@@ -144,21 +144,6 @@ def check_latency(links: Sequence[Link], timeout_s: float) -> None:
     )
 
 
-def naming_slow_links(err: DistributedError, specs: list[RunSpec], timeout_s: float) -> DistributedError:
-    """`err` saying which input made a timed-out run slow, when its links have a latency: a micro-batch's
-    forward and backward cross 2(n-1) boundaries one after another, each paying it, against the timeout."""
-    waits = [(link.latency_s, 2 * (s.schedule.n_stages - 1)) for s in specs for link in s.links or ()]
-    latency, messages = max(waits, default=(0.0, 0))
-    timed_out = any(w in err.cause for w in ("stopped answering", "imed out", "timeout"))
-    if not (timed_out and latency > 0):
-        return err
-    return err.with_hint(
-        f"the links' latency of {latency:g} s, paid by {messages} messages one after another "
-        f"({latency * messages:g} s for one micro-batch), against the timeout of {timeout_s:g} s may be what "
-        "made it slow: raise --timeout (timeout_s) or lower --latency",
-    )  # fmt: skip
-
-
 def _widen(spec: RunSpec, given: dict, local_ranks: int | None) -> RunSpec:
     """A spec with links: checked against its timeout, its ranks sending through ``LinkedComm``."""
     check_latency(spec.links, spec.timeout_s)
@@ -166,5 +151,3 @@ def _widen(spec: RunSpec, given: dict, local_ranks: int | None) -> RunSpec:
 
 
 add_room_option(RoomOption(("links",), {"links": None}, _widen))
-if naming_slow_links not in FAILURE_HINTS:
-    FAILURE_HINTS.append(naming_slow_links)

@@ -33,7 +33,6 @@ tears the group down and names the failed rank.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -81,7 +80,8 @@ ROOM_HOMES = {"tp": (1, "course_lib.tp.mesh"), "dp": (1, "course_lib.tp.mesh"),
               "links": (None, "course_lib.engines.injected_links"),
               "tie_embeddings": (False, "course_lib.engines.whole_model"),
               "clip_grad_norm": (None, "course_lib.engines.whole_model")}  # fmt: skip
-# what rooms add to a failed run's message: (error, specs, timeout_s) -> the error, with a hint or as it was
+# what rooms add to a failed run's message (engines/failure_hints.py): (error, specs, timeout_s) -> the
+# error, with a hint or as it was
 FAILURE_HINTS: list[Callable[[DistributedError, list[RunSpec], float], DistributedError]] = []
 
 
@@ -232,23 +232,10 @@ def launch(
                 should_stop=asked,
             )  # fmt: skip
         except DistributedError as err:
-            for hint in (naming_a_missing_guard, *FAILURE_HINTS):
+            for hint in FAILURE_HINTS:
                 err = hint(err, specs, timeout_s)
             raise err from None
     return values[0]
-
-
-def naming_a_missing_guard(err: DistributedError, *_) -> DistributedError:
-    """`err` with a hint when a rank died before it could report and this process runs a script: the
-    spawn and forkserver start methods import that script again in every rank, and one without an
-    ``if __name__ == "__main__":`` guard starts its run again there, which multiprocessing refuses
-    (its traceback goes to this terminal, not to the rank log)."""
-    main = sys.modules.get("__main__")
-    script = getattr(main, "__spec__", None) is None and hasattr(main, "__file__")  # python path/to/x.py
-    if not (script and "exit code 1 without reporting" in err.cause):
-        return err
-    return err.with_hint(f"if {main.__file__} starts the run when imported, put its code under "
-                         '`if __name__ == "__main__":`, as every rank imports the script again')  # fmt: skip
 
 
 def run_distributed(

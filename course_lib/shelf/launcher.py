@@ -75,12 +75,6 @@ class DistributedError(RuntimeError):
         self.failed_rank, self.cause, self.outcomes = failed_rank, cause, outcomes
         self.stopped_after_s: dict[int, float] = {}  # how long after the first failure each rank ended
 
-    def with_hint(self, hint: str) -> DistributedError:
-        """The same failure, its message followed by `hint`."""
-        named = DistributedError(f"{self}; {hint}", self.failed_rank, self.cause, self.outcomes)
-        named.stopped_after_s = self.stopped_after_s
-        return named
-
 
 @dataclass(frozen=True)
 class RankContext:

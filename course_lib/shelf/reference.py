@@ -368,8 +368,3 @@ def sum_tied_grads(embedding: nn.Parameter, head: nn.Parameter) -> None:
     total = embedding.grad + head.grad.to(embedding.grad.device)
     embedding.grad.copy_(total)
     head.grad.copy_(total.to(head.grad.device))
-
-
-def tied_drift(embedding: nn.Parameter, head: nn.Parameter) -> float:
-    """Largest |difference| between the two copies (0.0 while the gradient sum keeps them equal)."""
-    return (embedding.detach().cpu() - head.detach().cpu()).abs().max().item()
