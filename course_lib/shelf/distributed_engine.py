@@ -77,6 +77,7 @@ DEFAULT_ROOMS: list[
 ROOM_HOMES = {"tp": (1, "course_lib.tp.mesh"), "dp": (1, "course_lib.tp.mesh"),
               "fault": (None, "course_lib.engines.faults"),
               "runner": ("distributed", "course_lib.engines.torch_pipelining"),
+              "pace_s": (None, "course_lib.engines.paced_ops"),
               "links": (None, "course_lib.engines.injected_links"),
               "tie_embeddings": (False, "course_lib.engines.whole_model"),
               "clip_grad_norm": (None, "course_lib.engines.whole_model")}  # fmt: skip
@@ -110,8 +111,7 @@ def make_spec(
     virtual: int | None = None, partition: list[int] | tuple[int, ...] | str | None = None,
     links: Link | list[Link] | None = None, checkpoint: str = "never", timeout_s: float = 60.0,
     return_grads: bool = False, threads: int | None = None, local_ranks: int | None = None,
-    direction_groups: bool | None = None, track_memory: bool = True,
-    pace_s: tuple[float, float] | None = None, **room_options,
+    direction_groups: bool | None = None, track_memory: bool = True, **room_options,
 ) -> RunSpec:  # fmt: skip
     """Check every input and build the spec; raises CourseError before any process starts.
 
@@ -122,9 +122,9 @@ def make_spec(
     `timeout_s`: how long a
     rank waits for a silent peer; `threads`: torch threads per rank; `local_ranks`: ranks on this
     machine (default all); ``track_memory=False`` skips measuring bytes saved for backward (for
-    timing); `pace_s`: (forward, backward) seconds, the least each F and B span lasts (a fixed stage
-    cost). `room_options`: the rooms' (ROOM_OPTIONS), e.g. ``tp=2, dp=2`` (TP x PP x DP),
-    ``fault=Fault(rank=1)``, ``runner="torch"`` (torch.distributed.pipelining runs it)."""
+    timing). `room_options`: the rooms' (ROOM_OPTIONS), e.g. ``tp=2, dp=2`` (TP x PP x DP),
+    ``fault=Fault(rank=1)``, ``runner="torch"`` (torch.distributed.pipelining runs it), ``pace_s=(F, B)``
+    (each op lasts at least this long: a fixed stage cost)."""
     if stages is None and not isinstance(schedule, Schedule) and not isinstance(partition, str):
         stages = 2  # (a layout string says its own stages: one rank each unless `stages` is given)
     plan = make_plan(cfg, schedule, stages, virtual, partition, checkpoint, links)
@@ -136,17 +136,10 @@ def make_spec(
         "distributed engine needs the same number of stages on every device",
     )
     timeout_s = check_timeout(timeout_s)
-    if pace_s is not None:
-        require(
-            len(pace_s) == 2 and all(x > 0 for x in pace_s) and not sched.split_backward,
-            f"pace_s must be (forward, backward) seconds > 0, for a schedule with a fused backward; got "
-            f"{pace_s!r} for {sched.name!r}",
-        )
     spec = RunSpec(
         cfg=cfg, schedule=sched, partition=plan.partition, checkpoint=checkpoint, timeout_s=float(timeout_s),
         links=tuple(plan.links) if plan.links is not None else None, return_grads=return_grads,
-        track_memory=track_memory, pace_s=None if pace_s is None else (float(pace_s[0]), float(pace_s[1])),
-        rooms=tuple(DEFAULT_ROOMS), split_runtime=_split_runtime(sched),
+        track_memory=track_memory, rooms=tuple(DEFAULT_ROOMS), split_runtime=_split_runtime(sched),
     )  # fmt: skip
     # the plan's links and the config's whole-model rules are rooms' too (injected_links, whole_model)
     rules = {"tie_embeddings": cfg.tie_embeddings, "clip_grad_norm": cfg.clip_grad_norm}

@@ -83,13 +83,10 @@ def run_schedule(rank: PipelineRank, batch: Batch, comm: RankComm, recorder: Ste
 
 
 class StepRecorder:
-    """Around each action: wait for the GPU, pace the op (``RunSpec.pace_s``), record the span."""
+    """Around each action: wait for the GPU, record the span (a room paces ops: engines/paced_ops.py)."""
 
-    def __init__(
-        self, now: Callable[[], float], torch_device: torch.device, pace_s: tuple[float, float] | None
-    ):
+    def __init__(self, now: Callable[[], float], torch_device: torch.device):
         self.now, self.torch_device = now, torch_device
-        self.pace = {} if pace_s is None else {Kind.F: pace_s[0], Kind.B: pace_s[1]}
         self.step, self.spans, self._start = 0, [], 0.0
 
     def begin_step(self, step: int) -> None:
@@ -101,8 +98,6 @@ class StepRecorder:
     def after(self, action: Action) -> None:
         if self.torch_device.type == "cuda":
             torch.cuda.synchronize(self.torch_device)  # the span must cover the GPU's work
-        if (slot := self.pace.get(action.kind)) is not None:  # a fixed cost: sleep out the rest of the slot
-            time.sleep(max(0.0, self._start + slot - self.now()))
         self.spans.append((action, self._start, self.now()))
 
 
@@ -233,8 +228,8 @@ class PipelineRank:
         return 0.0
 
     def recorder_for_steps(self) -> StepRecorder:
-        """Door: what measures each action (a fault's room injects its fault there)."""
-        return StepRecorder(self.comm.now, self.device, self.spec.pace_s)
+        """Door: what measures each action (a fault's room injects its fault there, a pace's paces it)."""
+        return StepRecorder(self.comm.now, self.device)
 
     def microbatches(self, x: Tensor, y: Tensor) -> Batch:
         """Door: the batch this rank trains on, split into the schedule's micro-batches."""

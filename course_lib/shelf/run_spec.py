@@ -73,9 +73,6 @@ class RunSpec:
     threads: int = 1  # torch threads per rank
     direction_groups: bool = False  # one process group per direction of a pair (NCCL needs it)
     track_memory: bool = True  # measure bytes saved for backward (costs ~10% CPU on the toy model)
-    # (forward, backward) seconds: each F and B span lasts at least this long, the rank sleeping out the
-    # rest of the slot after the real op, so that a busy machine does not change the stage's cost
-    pace_s: tuple[float, float] | None = None
     world: int = 0  # processes in all; 0: one per pipeline rank (a room's layout may ask for more)
     runner: str = "distributed"  # one of RUNNERS
     rooms: tuple[type, ...] = ()  # classes a room widens each rank with (the module doc)

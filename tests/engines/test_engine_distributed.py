@@ -194,7 +194,7 @@ def test_the_rank_loop_gives_the_reference_gradients(corpus, schedule, ranks, vi
 
     def rank_thread(rank):
         try:
-            recorder = StepRecorder(time.perf_counter, torch.device("cpu"), None)
+            recorder = StepRecorder(time.perf_counter, torch.device("cpu"))
             run_schedule(rank, batch, ThreadComm(box, ready), recorder)
         except BaseException as err:  # reported below, in the test's thread
             errors.append(err)
