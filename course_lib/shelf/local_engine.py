@@ -208,8 +208,6 @@ class StepStats:
     peak_saved_bytes: list[int] = field(default_factory=list)  # per stage, within the step
     peak_device_bytes: list[int] = field(default_factory=list)  # per device, sampled between actions
     peak_inflight: list[int] = field(default_factory=list)  # per stage
-    # after each action, in the order they ran: (the action, bytes its stage holds for backward then)
-    held_after: list[tuple[Action, int]] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
@@ -293,10 +291,9 @@ class LocalPipelineTrainer:
                 inp = outputs.pop(producer)
             else:  # no producer: stage 0's F reads token ids, the last stage's backward starts from the loss
                 inp = tokens if action.kind is Kind.F else None  # (and W needs no input)
-            out = self._measured_run(action, inp, targets, stats)
+            out = self.run_action(action, inp, targets, stats)
             if out is not None:
                 outputs[action] = out
-            stats.held_after.append((action, self.runtimes[action.stage].saved_bytes()))
             d = self.schedule.device_of(action.stage)
             held = sum(self.runtimes[s].saved_bytes() for s in self.schedule.stages_of(d))
             device_peak[d] = max(device_peak[d], held)
@@ -317,11 +314,12 @@ class LocalPipelineTrainer:
             counted = [p.grad for name, p in self.model.named_parameters() if name != copy]
             scale_grads(self.model.parameters(), clip_coefficient(squared_norm(counted), cfg.clip_grad_norm))
 
-    def _measured_run(
+    def run_action(
         self, action: Action, inp: torch.Tensor | None, targets: torch.Tensor, stats: StepStats
     ) -> torch.Tensor | None:
         """Run one action, timed (GPUs synchronised on both sides, so a time is the work's and not
-        the launch's); note what a forward stashed and the size of what it passes on."""
+        the launch's); note what a forward stashed and the size of what it passes on. A door: lesson
+        16's memory trace notes what each stage holds after it (``lessons/held_memory.py``)."""
         rt = self.runtimes[action.stage]
         before = rt.saved_bytes()
         synchronize(self.plan.devices)
