@@ -8,13 +8,13 @@ does, from joining the group to handing rank 0 its record, is ``rank_loop.py``::
     r = run_distributed(TrainConfig(n_layers=8, steps=5), "1f1b", stages=2)
     r.losses, r.step_time_s, r.timeline.bubble_fraction        # measured
     r = run_distributed(TrainConfig(n_layers=8, steps=5), "1f1b", stages=2,
-                        links=Link(latency_s=0.05))               # a 50 ms link between the stages
+                        links=Link(latency_s=0.05))               # a 50 ms link (engines/injected_links.py)
 
 A built schedule runs as well as a name (one process per device of it), e.g.
 ``latency_aware_1f1b(2, 8, extra_per_link=3)`` (``course_lib/schedules/latency_aware.py``).
 
-TP x PP x DP (Megatron's layout), an injected fault and torch's own runtime are rooms of their own
-(``course_lib/tp/mesh.py``, ``course_lib/engines/faults.py``, ``course_lib/engines/torch_pipelining.py``):
+TP x PP x DP (Megatron's layout), an injected fault, torch's own runtime, injected links, paced ops and
+the whole model's gradient rules are rooms of their own (``course_lib/tp/mesh.py``, ``course_lib/engines/``):
 each adds its options to ``make_spec`` when imported (``course_lib.lesson`` and the command line import
 them), and widens the ranks only of a run that asks for it::
 
@@ -69,9 +69,8 @@ class RoomOption:
 
 
 ROOM_OPTIONS: list[RoomOption] = []  # filled by the rooms (add_room_option), read by make_spec
-DEFAULT_ROOMS: list[
-    type
-] = []  # rooms every run of this engine takes once loaded (speed: engines/idle_release.py)
+# rooms every run of this engine takes once loaded (speed: engines/idle_release.py)
+DEFAULT_ROOMS: list[type] = []
 # the rooms' options, their idle values and where each room lives: only to accept an idle value, and
 # to say what to import, when the room is not loaded
 ROOM_HOMES = {"tp": (1, "course_lib.tp.mesh"), "dp": (1, "course_lib.tp.mesh"),

@@ -3,7 +3,7 @@
 The rank loop (``rank_loop.run_schedule``) calls four of them by name: ``recv_activation`` and
 ``send_activation`` (a forward's output, stage s -> s+1), ``recv_grad`` and ``send_grad`` (a backward's
 input gradient, stage s+1 -> s). Both ends list a step's messages from the Schedule alone
-(``messages.py``), so a receiver knows in advance what will arrive, from whom, and in which order.
+(``schedule.py``), so a receiver knows in advance what will arrive, from whom, and in which order.
 
 How messages are matched, so that nothing deadlocks: the receiver posts all of a step's receives at the
 start of the step (``begin_step``), into buffers allocated once and reused every step, so data moves in

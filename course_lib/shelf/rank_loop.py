@@ -13,8 +13,8 @@ Just before that step come the whole model's gradients (``finish_gradients``, th
 ``engines/whole_model.py``): a tied embedding's two copies summed, one clipping norm over every rank.
 
 ``PipelineRank`` holds one rank for a whole run. Its methods marked *door* are where a room widens a
-run that asks for it (``RunSpec.rooms``): TP and DP (``course_lib/tp/mesh.py``), an injected fault
-(``course_lib/engines/faults.py``), torch's runtime (``course_lib/engines/torch_pipelining.py``). A
+run that asks for it (``RunSpec.rooms``): TP and DP (``course_lib/tp/mesh.py``), an injected fault,
+torch's runtime, injected links, paced ops, the whole model's rules (``course_lib/engines/``). A
 plain pipeline runs none of their code.
 
 Clocks: the spans every rank records (perf_counter, seconds) must line up in one Timeline. On one

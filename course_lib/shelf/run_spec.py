@@ -3,8 +3,8 @@ gets (checked by ``distributed_engine.make_spec``), and the result: losses, step
 measured Timeline per step.
 
 The spec holds the pipeline's fields. A room widens a run where it asks for it: TP and DP
-(``course_lib/tp/mesh.py``), an injected fault (``course_lib/engines/faults.py``), torch's
-own runtime (``course_lib/engines/torch_pipelining.py``). Each puts its classes in ``rooms``, which
+(``course_lib/tp/mesh.py``), an injected fault, torch's own runtime, injected links, paced ops, the
+whole model's gradient rules (``course_lib/engines/``). Each puts its classes in ``rooms``, which
 every rank composes with the shelf's ``rank_loop.PipelineRank`` (pickled by reference, so a rank
 imports the room when it unpacks its spec), and its values in ``extras``.
 
@@ -128,9 +128,8 @@ class RankRecord:
     steps: list[StepRecord]
     losses: list[float]  # per step, on a rank that holds the last stage; else empty
     n_params: int  # parameters counted once over the whole run (0 where another rank counts them)
-    in_timeline: bool = (
-        True  # one of the pipeline's ranks that make the timeline (with DP or TP: one pipeline)
-    )
+    # one of the pipeline's ranks that make the timeline (with DP or TP: one pipeline)
+    in_timeline: bool = True
     coords: tuple[int, ...] = ()  # a room's coordinates of the rank (TP x PP x DP: (dp, stage, tp))
     grads: dict[str, torch.Tensor] | None = None  # with return_grads: last step's gradients
     params: dict[str, torch.Tensor] | None = None  # with return_grads: weights after the last step
