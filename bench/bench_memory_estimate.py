@@ -1,4 +1,4 @@
-"""Issue 42: the memory estimate (course_lib/shelf/training_memory.py) against the measured peak, on the
+"""Issue 42: the memory estimate (course_lib/engines/memory_fit.py) against the measured peak, on the
 issue's grid: 3 model sizes x 3 vocabularies x GPipe and 1F1B on the local engine (4 stages, 4
 micro-batches of 4 x 64 tokens, 2 steps), each in a fresh process on the CPU. The peak is the
 largest resident set above the one right after the imports (tests/support/memory_peak.py). Target:

@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the namespace helper is the tests' (o
 
 from two_hosts import TwoHosts, run_two_nodes, why_not_here  # noqa: E402
 
+import course_lib.engines  # noqa: E402, F401  (the rooms: injected links)
 from course_lib.lessons.scale_out import replay  # noqa: E402
 from course_lib.shelf.costs import Link  # noqa: E402
 from course_lib.shelf.distributed_engine import launch, make_spec  # noqa: E402

@@ -28,10 +28,11 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 from gpu_sections import CUDA_SECTIONS, FAIL, PASS, SECTIONS, SKIP, CheckRun, Outcome
 
+from course_lib.lesson import accelerator_config, describe_devices
 from course_lib.shelf.errors import CourseError, require
 from course_lib.shelf.model import load_corpus
-from course_lib.shelf.reference import TrainConfig, accelerator_config
-from course_lib.shelf.stage import accelerator, describe_devices, gpu_count, resolve_device
+from course_lib.shelf.reference import TrainConfig
+from course_lib.shelf.stage import accelerator, gpu_count, resolve_device
 
 
 @dataclass

@@ -5,9 +5,9 @@
     lesson.setup()
 
 It seeds every random generator, picks a colour-blind-safe plotting style, and prints which versions
-and devices this run uses (course_lib/shelf/stage.py), so that a screenshot of any lesson says where its
-numbers came from. ``train_config()`` gives the model size to train here: the CPU toy, or a wider
-model when there is a GPU.
+and devices this run uses (``describe_devices``: course_lib/shelf/stage.py's rule), so that a screenshot
+of any lesson says where its numbers came from. ``train_config()`` gives the model size to train here:
+the CPU toy, or ``accelerator_config()``'s wider model when there is a GPU.
 
 The stop rule for a run started from a cell: Kernel > Interrupt ends it with one line, never a
 traceback from deep inside torch. ``setup()`` tells IPython (when there is one) to show an interrupt
@@ -33,9 +33,19 @@ import course_lib.engines.torch_pipelining  # noqa: F401  (a room: adds runner= 
 import course_lib.schedules  # noqa: F401  (registers every schedule by name in the shelf's registry)
 import course_lib.stage_layout  # noqa: F401  (a room: partition= takes a Megatron layout string)
 from course_lib.charts.bubble_and_memory import SERIES_COLORS
-from course_lib.shelf.reference import TrainConfig, accelerator_config
-from course_lib.shelf.stage import accelerator, describe_devices
+from course_lib.shelf.reference import TrainConfig
+from course_lib.shelf.stage import accelerator, gpu_count
 from course_lib.tp import mesh  # noqa: F401 (a room: adds tp= and dp= to run_distributed)
+
+
+def accelerator_config(**overrides) -> TrainConfig:
+    """The size the lessons train on a GPU (CUDA or mps): still 80 layers, 16x wider than the CPU toy,
+    whose 32-wide matmuls are launch-bound on a GPU. Sized for a 16 GB card holding all p=4 stages:
+    252M parameters take 4.0 GB (weights, gradients, AdamW's two moments: 16 B each); a micro-batch of
+    2 x 128 tokens saves 8.4 MB per block for backward (64 B per token per unit of width, measured), so
+    GPipe at m=8 holds 5.4 GB and 1F1B at p=4 1.7 GB. lr: GPT-3 Small's (Brown et al. 2020, Table 2.1)."""
+    preset = dict(d_model=512, n_heads=8, seq_len=128, batch_size=16, microbatches=8, lr=6e-4, device="auto")
+    return TrainConfig(**(preset | overrides))
 
 
 def train_config(**overrides) -> TrainConfig:
@@ -126,3 +136,16 @@ def run_line(seed: int = 0) -> str:
         f"course_lib {course_lib.__version__} | torch {torch.__version__} | seed {seed} | "
         f"{torch.get_num_threads()} CPU thread(s)\n{describe_devices()}"
     )
+
+
+def describe_devices() -> str:
+    """One line: what a pipeline of p stages runs on here (``lesson.setup()`` prints it)."""
+    gpus = gpu_count()
+    if gpus == 1:
+        return f"1 GPU ({torch.cuda.get_device_name(0)}): all p stages share it as simulated devices"
+    if gpus > 1:
+        names = sorted({torch.cuda.get_device_name(i) for i in range(gpus)})
+        return f"{gpus} GPUs ({', '.join(names)}): one per stage for p <= {gpus}; more stages share cuda:0"
+    if accelerator() == "mps":
+        return "1 Apple GPU (mps): all p stages share it as simulated devices"
+    return "no GPU: simulated devices on the CPU"

@@ -15,6 +15,11 @@ Every preset is a :class:`~course_lib.shelf.costs.Link` (latency + bandwidth, on
 string naming where its numbers come from (the full list: REFERENCES.md at the repository root);
 where a number is an assumption (no measurement is quoted), the source says "assumed". Bandwidths
 are per direction: NVLink's datasheet figures are bidirectional, so they are halved here.
+
+Collectives cross these links too: :func:`ring_all_reduce_s` is what a ring all-reduce of n bytes
+over t ranks costs on one (tensor parallelism, the planner's TP and DP)::
+
+    ring_all_reduce_s(2**30, 8, preset("nvlink4"))   # 2(t-1) latencies + 2(t-1)/t of the bytes
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from course_lib.input_files import read_input
 from course_lib.shelf.costs import Link
-from course_lib.shelf.errors import CourseError, read_input, require
+from course_lib.shelf.errors import LIMITS, CourseError, real, require, shown, whole
 
 SITES_CSV = Path(__file__).resolve().parent.parent / "data" / "sites.csv"
 EARTH_RADIUS_KM = 6371.0  # mean radius (IUGG); the choice moves distances by well under 1%
@@ -177,3 +183,21 @@ def site_link(a: str, b: str, route_factor: float = 1.0, bandwidth_Bps: float = 
     return Link(
         fiber_latency_s(km, route_factor), bandwidth_Bps, name=f"{here.name} - {there.name} ({km:,.0f} km)"
     )
+
+
+def ring_all_reduce_bytes(nbytes: float, ranks: int) -> float:
+    """Bytes each rank sends in a ring all-reduce of `nbytes` (a reduce-scatter, then an all-gather):
+    2(n-1)/n of them, the bus factor of NVIDIA's nccl-tests (doc/PERFORMANCE.md)."""
+    nbytes, ranks = real("nbytes", nbytes), whole("ranks", ranks, high=LIMITS["gpus"])  # 0: named
+    return 2 * (ranks - 1) / ranks * nbytes
+
+
+def ring_all_reduce_s(nbytes: float, ranks: int, link: Link) -> float:
+    """Seconds of a ring all-reduce of `nbytes` over `ranks` ranks joined by `link`: 2(n-1) steps,
+    each paying the latency, and ``ring_all_reduce_bytes`` over the bandwidth; 0 for one rank."""
+    nbytes, ranks = real("nbytes", nbytes), whole("ranks", ranks, high=LIMITS["gpus"])
+    if not isinstance(link, Link):
+        raise CourseError(f"link must be a Link, got {shown(link)}")
+    if ranks <= 1:
+        return 0.0
+    return 2 * (ranks - 1) * link.latency_s + ring_all_reduce_bytes(nbytes, ranks) / link.bandwidth_Bps

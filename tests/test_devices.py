@@ -8,14 +8,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from course_lib import lesson
+from course_lib.lesson import accelerator_config, describe_devices
 from course_lib.planner.clusters import card_peak
 from course_lib.planner.toy import toy_shape
 from course_lib.shelf.errors import CourseError
 from course_lib.shelf.model import ModelConfig, build_model, count_parameters
-from course_lib.shelf.reference import TrainConfig, accelerator_config, accumulate_gradients
+from course_lib.shelf.reference import TrainConfig, accumulate_gradients
 from course_lib.shelf.stage import (
     StageRuntime,
-    describe_devices,
     resolve_device,
     stage_devices,
     synchronize,

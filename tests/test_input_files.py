@@ -1,4 +1,5 @@
-"""Issue 42: every file the course reads is checked before it is read (shelf/errors.py: read_input).
+"""Issue 42: every file the course reads is checked before it is read (course_lib/input_files.py:
+read_input, the shelf's file door once imported).
 
 A FIFO (a read that blocks forever), /dev/zero (a read that never ends), a folder and a file over the
 limit (a sparse file: its size costs no disk) are each refused, naming the path, before a byte is read;
@@ -17,8 +18,10 @@ from pathlib import Path
 import pytest
 
 from course_lib.cli import main
+from course_lib.input_files import read_input
 from course_lib.schedules.torch_csv import MAX_BYTES, read_csv
-from course_lib.shelf.errors import LIMITS, CourseError, read_input
+from course_lib.shelf import errors
+from course_lib.shelf.errors import LIMITS, CourseError
 from course_lib.shelf.model import load_corpus
 
 SLACK_S = 5.0
@@ -109,3 +112,13 @@ def test_the_command_line_answers_in_one_line(case, odd_files, capsys):
         assert answered(lambda argv=argv: main(argv)) == 2, argv
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and path in err, err
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_shelf_alone_refuses_them_too(case, odd_files, monkeypatch):
+    """Without the room (course_lib/input_files.py), the shelf's plain door still refuses each one,
+    naming the path, before reading a byte."""
+    monkeypatch.setattr(errors, "FILE_DOORS", [])
+    path, words = odd_files[case]
+    err = answered(lambda: load_corpus(path))
+    assert isinstance(err, CourseError) and path in str(err), err

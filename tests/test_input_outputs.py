@@ -17,9 +17,10 @@ from support.inputs import TINY, machine_of_8_gib, refused
 
 from course_lib import cli
 from course_lib.cli import main, report_errors
+from course_lib.engines.failure_hints import naming_a_missing_guard, naming_slow_links
 from course_lib.schedules.torch_csv import from_csv_text, read_csv
 from course_lib.shelf.costs import Link
-from course_lib.shelf.distributed_engine import make_spec, naming_a_missing_guard, naming_slow_links
+from course_lib.shelf.distributed_engine import make_spec
 from course_lib.shelf.launcher import DistributedError
 from course_lib.shelf.reference import TrainConfig
 

@@ -18,8 +18,9 @@ import pytest
 from support.inputs import TINY, refused
 
 import course_lib.schedules
+from course_lib.network import ring_all_reduce_bytes, ring_all_reduce_s
 from course_lib.shelf import first_schedules
-from course_lib.shelf.costs import Link, ring_all_reduce_bytes, ring_all_reduce_s
+from course_lib.shelf.costs import Link
 from course_lib.shelf.errors import CourseError
 from course_lib.shelf.model import ModelConfig
 from course_lib.shelf.reference import TrainConfig

@@ -14,9 +14,9 @@ from support.inputs import GiB, machine_of_8_gib, refused
 from support.memory_peak import estimate, measured_peak, write_corpus
 
 from course_lib.cli import main
+from course_lib.engines.memory_fit import corpus_vocabulary, training_memory
 from course_lib.shelf import local_engine, reference
 from course_lib.shelf.reference import TrainConfig
-from course_lib.shelf.training_memory import corpus_vocabulary, training_memory
 
 _machine_of_8_gib = pytest.fixture(autouse=True)(machine_of_8_gib)
 

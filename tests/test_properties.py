@@ -25,9 +25,11 @@ from hypothesis import strategies as st
 import course_lib.engines.torch_pipelining  # noqa: F401 (adds runner= to make_spec)
 import course_lib.fast_simulator  # noqa: F401 (the fast path, taken past lesson sizes)
 from course_lib.cli import build_parser, main
+from course_lib.engines import memory_fit
+from course_lib.network import ring_all_reduce_bytes, ring_all_reduce_s
 from course_lib.planner import plan
 from course_lib.shelf import distributed_engine, local_engine, reference
-from course_lib.shelf.costs import Link, StageCosts, ring_all_reduce_bytes, ring_all_reduce_s
+from course_lib.shelf.costs import Link, StageCosts
 from course_lib.shelf.distributed_engine import make_spec
 from course_lib.shelf.errors import CourseError
 from course_lib.shelf.first_schedules import SCHEDULES, build_schedule
@@ -85,7 +87,7 @@ def nothing_trains():
     """The trainers' first step and the launcher replaced by a stop; the machine's memory fixed at 8 GiB
     (as tests/support/inputs.py's fixture does), so the bounds do not depend on the machine."""
     patch = pytest.MonkeyPatch()
-    patch.setattr(reference, "memory_bytes", lambda: 8 * 2**30)
+    patch.setattr(memory_fit, "memory_bytes", lambda: 8 * 2**30)
     patch.setattr(local_engine.LocalPipelineTrainer, "train", stop)
     patch.setattr(local_engine.LocalPipelineTrainer, "max_grad_diff_vs_reference", stop)
     patch.setattr(distributed_engine, "launch", stop)

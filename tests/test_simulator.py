@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from course_lib.cli.simulate_command import timeline_summary
 from course_lib.shelf.costs import Link, StageCosts
 from course_lib.shelf.errors import CourseError
 from course_lib.shelf.first_schedules import build_schedule
@@ -242,7 +243,7 @@ def test_timeline_carries_source_and_summary():
     assert tl.source == MEASURED_COMPUTE
     tl = simulate(build_schedule("1f1b", 3, 6))
     assert tl.source == SIMULATED
-    summary = tl.summary()
+    summary = timeline_summary(tl)
     assert summary["source"] == SIMULATED and summary["makespan"] == pytest.approx(24.0)
     assert [d["peak_inflight_microbatches"] for d in summary["per_device"]] == [3, 2, 1]
     assert all(d["busy"] + d["idle"] == pytest.approx(24.0) for d in summary["per_device"])

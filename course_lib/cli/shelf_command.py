@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from course_lib.cli.flags import print_json
-from course_lib.shelf.errors import read_input
+from course_lib.input_files import read_input
 
 SHELF_DIR = Path(__file__).resolve().parent.parent / "shelf"
 
@@ -35,7 +35,6 @@ SHELF: tuple[tuple[str, str], ...] = (
     ("simulator.py", "02-04"),  # the plain event loop
     ("model.py", "00, 05, 08"),  # the toy transformer, its data, how it is cut into stages
     ("reference.py", "00, 08"),  # the ground truth
-    ("training_memory.py", "00, 08"),  # what a run will allocate, counted before it does
     ("stage.py", "04, 08"),  # a stage's runtime
     ("local_engine.py", "04"),
     ("p2p.py", "08"),  # the sends and receives

@@ -61,6 +61,7 @@ def _counts(args: argparse.Namespace) -> None:
 
 
 def _measure(args: argparse.Namespace) -> None:
+    import course_lib.engines  # noqa: F401  (the room that injects the links' latency between ranks)
     from course_lib.shelf.costs import Link
     from course_lib.shelf.distributed_engine import launch, make_spec
     from course_lib.shelf.reference import TrainConfig

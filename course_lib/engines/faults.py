@@ -46,26 +46,27 @@ class Fault:
         time.sleep(10**6)  # "hang": a rank that stops answering
 
 
-class FaultyRecorder(StepRecorder):
-    """A StepRecorder that injects `fault` when it is due on this rank."""
+class FaultyRecorder:
+    """A rank's recorder (the StepRecorder, or another room's) that injects `fault` when it is due here."""
 
-    def __init__(self, fault: Fault, rank: int, *args):
-        super().__init__(*args)
-        self.fault, self.rank = fault, rank
+    def __init__(self, fault: Fault, rank: int, recorder: StepRecorder):
+        self.fault, self.rank, self.recorder = fault, rank, recorder
+
+    def __getattr__(self, name: str):
+        return getattr(self.recorder, name)
 
     def before(self, action: Action) -> None:
-        f = self.fault
-        if (f.rank, f.step, f.after_actions) == (self.rank, self.step, len(self.spans)):
+        f, recorder = self.fault, self.recorder
+        if (f.rank, f.step, f.after_actions) == (self.rank, recorder.step, len(recorder.spans)):
             f.inject()
-        super().before(action)
+        recorder.before(action)
 
 
 class FaultRank(PipelineRank):
     """A pipeline rank whose recorder injects the run's fault."""
 
-    def recorder_for_steps(self) -> StepRecorder:
-        return FaultyRecorder(self.spec.extras["fault"], self.global_rank, self.comm.now, self.device,
-                              self.spec.pace_s)  # fmt: skip
+    def recorder_for_steps(self) -> FaultyRecorder:
+        return FaultyRecorder(self.spec.extras["fault"], self.global_rank, super().recorder_for_steps())
 
 
 def _widen(spec: RunSpec, given: dict, local_ranks: int | None) -> RunSpec:

@@ -4,14 +4,17 @@ A room beside the rank loop (``course_lib/shelf/rank_loop.py``): after a backwar
 the saved tensors, but tearing down the graph's ~1000 nodes still takes about half a millisecond; done
 at once, it delays the next action, and the peer waiting for its output. Importing this module adds
 ``ReleaseWhenIdle`` to every run of the distributed engine (``distributed_engine.DEFAULT_ROOMS``;
-``course_lib.lesson`` and the command line import it): each stage keeps its spent graphs
-(``StageRuntime.defer_graph_release``) until the rank is about to wait for a message that the last step
-also waited for. Speed only: losses and gradients are the same with it or without it.
+``course_lib.lesson`` and the command line import it): each stage's spent graphs (``StageRuntime.spent``)
+are kept (``SpentGraphs``, at most m: the oldest goes first) until the rank is about to wait for a message
+that the last step also waited for. Speed only: losses and gradients are the same with it or without it.
 """
 
 from __future__ import annotations
 
+from collections import deque
+
 import torch
+from torch import Tensor
 
 from course_lib.shelf.distributed_engine import DEFAULT_ROOMS
 from course_lib.shelf.p2p import RankComm
@@ -22,10 +25,22 @@ from course_lib.shelf.stage import StageRuntime
 IDLE_S = 0.003  # a wait this long (in the last step) hides tearing the graphs down
 
 
+class SpentGraphs:
+    """The spent graphs one stage keeps instead of tearing them down at once (autograd already freed
+    their saved tensors): at most m, so that a rank that never idles holds a bounded number."""
+
+    def __init__(self, stage: StageRuntime):
+        self.kept: deque[Tensor] = deque(maxlen=stage.n_microbatches)
+        stage.spent = self.kept.append  # the stage's door: keep, do not tear down
+
+    def release_graphs(self) -> None:
+        self.kept.clear()
+
+
 class IdleComm:
     """A rank's RankComm whose receives first release the spent graphs, where the last step waited."""
 
-    def __init__(self, comm: RankComm, stages: list[StageRuntime]):
+    def __init__(self, comm: RankComm, stages: list[SpentGraphs]):
         self.comm, self.stages = comm, stages
         self.waits_before: dict = {}  # producer -> seconds the last step waited for it
 
@@ -60,9 +75,7 @@ class ReleaseWhenIdle(PipelineRank):
     """A pipeline rank whose stages keep spent graphs until it idles (the module doc)."""
 
     def connect(self, *args, **kwargs) -> IdleComm:
-        for stage in self.stages.values():
-            stage.defer_graph_release = True
-        return IdleComm(super().connect(*args, **kwargs), list(self.stages.values()))
+        return IdleComm(super().connect(*args, **kwargs), [SpentGraphs(s) for s in self.stages.values()])
 
 
 if ReleaseWhenIdle not in DEFAULT_ROOMS:

@@ -65,8 +65,8 @@ def _widen(spec: RunSpec, given: dict, local_ranks: int | None) -> RunSpec:
         f"torch's Schedule1F1B needs m >= p (micro-batches >= ranks): m={cfg.microbatches}, "
         f"p={schedule.n_devices}",
     )
-    ours_only = dict(links=spec.links, checkpoint=spec.checkpoint != "never", return_grads=spec.return_grads,
-                     pace_s=spec.pace_s) | {k: spec.extras.get(k) for k in ("fault", "tp", "dp")}  # fmt: skip
+    ours_only = dict(links=spec.links, checkpoint=spec.checkpoint != "never", return_grads=spec.return_grads)
+    ours_only |= {k: spec.extras.get(k) for k in ("fault", "tp", "dp", "pace_s")}
     # the tied copies' gradient sum and the global clipping run between the flush and the optimizer step,
     # which torch's schedule.step() does not expose to us
     ours_only |= dict(tie_embeddings=cfg.tie_embeddings, clip_grad_norm=cfg.clip_grad_norm is not None)

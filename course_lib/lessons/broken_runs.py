@@ -34,8 +34,13 @@ from course_lib.shelf.reference import (
     reference_gradients,
     reference_run,
     squared_norm,
-    tied_drift,
 )
+
+
+def tied_drift(embedding: torch.nn.Parameter, head: torch.nn.Parameter) -> float:
+    """Largest |difference| between a tied embedding's two copies (0.0 while the gradient sum of
+    ``reference.sum_tied_grads`` keeps them equal)."""
+    return (embedding.detach().cpu() - head.detach().cpu()).abs().max().item()
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from course_lib.network import PRESETS
+from course_lib.network import PRESETS, ring_all_reduce_s
 from course_lib.planner import plan
 from course_lib.planner.clusters import cluster
 from course_lib.planner.shapes import model
 from course_lib.planner.step_time import boundary_bytes
-from course_lib.shelf.costs import ring_all_reduce_s
 from course_lib.shelf.errors import require
 
 WAYS = ("pipeline", "DP", "DiLoCo")

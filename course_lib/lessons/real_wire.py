@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from course_lib.shelf.errors import read_input, require
+from course_lib.input_files import read_input
+from course_lib.shelf.errors import require
 
 SAVED = Path(__file__).resolve().parents[2] / "data" / "two_hosts_tbf.json"
 

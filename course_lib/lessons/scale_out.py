@@ -73,6 +73,7 @@ def train_distributed_for(
     step's measured Timeline. More than `max_ranks` processes would only fight over the cores: refused.
     `control` (the dashboard's RunControl, the engines' ``stop(steps_done)``) hears of every step and
     ends the run, every process with it, when the dashboard's stop button is pressed."""
+    import course_lib.engines  # noqa: F401  (the rooms: the link is injected for real by injected_links)
     from course_lib.shelf.distributed_engine import run_distributed
     from course_lib.shelf.reference import TrainConfig
 

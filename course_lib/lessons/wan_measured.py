@@ -265,6 +265,7 @@ def _link(latency_s: float) -> Link | None:
 def run_wan_experiment(e: WanExperiment = WanExperiment(), progress: bool = False) -> WanMeasurement:
     """Run plain 1F1B at each latency, then latency-aware 1F1B at aware_latency_s for each k, every run
     `e.repeats` times taking turns, all in one launch of p processes; the measurements beside the replays."""
+    import course_lib.engines  # noqa: F401  (the rooms its runs use: injected links, paced ops)
     from course_lib.shelf.distributed_engine import launch, make_spec
 
     e.check()

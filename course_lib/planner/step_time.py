@@ -41,12 +41,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import course_lib.fast_simulator  # noqa: F401  (registers the fast path this module asks for: fast=True)
+from course_lib.network import ring_all_reduce_s
 from course_lib.planner.clusters import Cluster
 from course_lib.planner.layout import Layout
 from course_lib.planner.memory import GRAD_BYTES, layers_per_gpu, parameters_per_gpu
 from course_lib.planner.shapes import ModelShape
 from course_lib.schedules.closed_forms import Case
-from course_lib.shelf.costs import Link, ring_all_reduce_s
+from course_lib.shelf.costs import Link
 from course_lib.shelf.errors import require
 from course_lib.shelf.first_schedules import SCHEDULES
 from course_lib.shelf.simulator import StageCosts, simulate_named

@@ -19,7 +19,12 @@ from __future__ import annotations
 
 from course_lib.shelf.errors import CourseError
 from course_lib.shelf.first_schedules import check_sizes
-from course_lib.shelf.schedule import Action, Kind, Schedule, loop_placement
+from course_lib.shelf.schedule import Action, Kind, Schedule
+
+
+def loop_placement(n_stages: int, n_devices: int) -> list[int]:
+    """Stage s on device s % n_devices: Megatron's and PyTorch's placement for interleaving."""
+    return [s % n_devices for s in range(n_stages)]
 
 
 def _fits(n_devices: int, n_microbatches: int) -> bool:

@@ -15,8 +15,9 @@ Try it::
 
 from __future__ import annotations
 
+from course_lib.schedules.interleaved import loop_placement
 from course_lib.shelf.first_schedules import check_sizes
-from course_lib.shelf.schedule import Action, Kind, Schedule, loop_placement
+from course_lib.shelf.schedule import Action, Kind, Schedule
 
 
 def looped_bfs(n_devices: int, n_microbatches: int, virtual: int = 2) -> Schedule:

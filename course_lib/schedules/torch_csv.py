@@ -21,8 +21,9 @@ import io
 import re
 from pathlib import Path
 
+from course_lib.input_files import read_input
 from course_lib.schedules.v_shape import split_full_backwards
-from course_lib.shelf.errors import CourseError, read_input, require
+from course_lib.shelf.errors import CourseError, require
 from course_lib.shelf.schedule import Action, Kind, Schedule
 from course_lib.shelf.validate import MAX_ACTIONS
 

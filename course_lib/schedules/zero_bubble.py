@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from course_lib.schedules.interleaved import chunk_action, rounds_of
+from course_lib.schedules.interleaved import chunk_action, loop_placement, rounds_of
 from course_lib.shelf.first_schedules import check_sizes
-from course_lib.shelf.schedule import Action, Kind, Schedule, loop_placement
+from course_lib.shelf.schedule import Action, Kind, Schedule
 
 
 def _zb1p_order(p: int, m: int, v: int, d: int, r: int) -> list[Action]:

@@ -12,8 +12,8 @@ whole backward in ``i``.
     costs_from(result.timelines[1:])        # medians of measured runs, per stage, for a replay
 
 Links: latency plus bytes over bandwidth (the alpha-beta model). The simulator, the distributed
-engine's injected links and the network presets all use this one type, and the one ring all-reduce
-formula (tensor parallelism, the planner's TP and DP) is written on it.
+engine's injected links and the network presets all use this one type; the ring all-reduce formula
+(tensor parallelism, the planner's TP and DP) is written on it in ``course_lib/network.py``.
 
     Link(latency_s=5e-3, bandwidth_Bps=12.5e9).transfer_time(64 * 2**20)   # seconds for 64 MiB
 
@@ -31,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from course_lib.shelf.errors import LIMITS, CourseError, real, require, shown, whole
+from course_lib.shelf.errors import LIMITS, CourseError, real, require, shown
 from course_lib.shelf.schedule import Kind, Schedule
 from course_lib.shelf.timeline import Timeline
 
@@ -143,24 +143,6 @@ class Link:
 
 
 FREE = Link(name="free")
-
-
-def ring_all_reduce_bytes(nbytes: float, ranks: int) -> float:
-    """Bytes each rank sends in a ring all-reduce of `nbytes` (a reduce-scatter, then an all-gather):
-    2(n-1)/n of them, the bus factor of NVIDIA's nccl-tests (doc/PERFORMANCE.md)."""
-    nbytes, ranks = real("nbytes", nbytes), whole("ranks", ranks, high=LIMITS["gpus"])  # 0: named
-    return 2 * (ranks - 1) / ranks * nbytes
-
-
-def ring_all_reduce_s(nbytes: float, ranks: int, link: Link) -> float:
-    """Seconds of a ring all-reduce of `nbytes` over `ranks` ranks joined by `link`: 2(n-1) steps,
-    each paying the latency, and ``ring_all_reduce_bytes`` over the bandwidth; 0 for one rank."""
-    nbytes, ranks = real("nbytes", nbytes), whole("ranks", ranks, high=LIMITS["gpus"])
-    if not isinstance(link, Link):
-        raise CourseError(f"link must be a Link, got {shown(link)}")
-    if ranks <= 1:
-        return 0.0
-    return 2 * (ranks - 1) * link.latency_s + ring_all_reduce_bytes(nbytes, ranks) / link.bandwidth_Bps
 
 
 def per_boundary(value, n_boundaries: int, label: str, default=None) -> list:

@@ -8,13 +8,13 @@ does, from joining the group to handing rank 0 its record, is ``rank_loop.py``::
     r = run_distributed(TrainConfig(n_layers=8, steps=5), "1f1b", stages=2)
     r.losses, r.step_time_s, r.timeline.bubble_fraction        # measured
     r = run_distributed(TrainConfig(n_layers=8, steps=5), "1f1b", stages=2,
-                        links=Link(latency_s=0.05))               # a 50 ms link between the stages
+                        links=Link(latency_s=0.05))               # a 50 ms link (engines/injected_links.py)
 
 A built schedule runs as well as a name (one process per device of it), e.g.
 ``latency_aware_1f1b(2, 8, extra_per_link=3)`` (``course_lib/schedules/latency_aware.py``).
 
-TP x PP x DP (Megatron's layout), an injected fault and torch's own runtime are rooms of their own
-(``course_lib/tp/mesh.py``, ``course_lib/engines/faults.py``, ``course_lib/engines/torch_pipelining.py``):
+TP x PP x DP (Megatron's layout), an injected fault, torch's own runtime, injected links, paced ops and
+the whole model's gradient rules are rooms of their own (``course_lib/tp/mesh.py``, ``course_lib/engines/``):
 each adds its options to ``make_spec`` when imported (``course_lib.lesson`` and the command line import
 them), and widens the ranks only of a run that asks for it::
 
@@ -33,7 +33,6 @@ tears the group down and names the failed rank.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -70,14 +69,20 @@ class RoomOption:
 
 
 ROOM_OPTIONS: list[RoomOption] = []  # filled by the rooms (add_room_option), read by make_spec
-DEFAULT_ROOMS: list[
-    type
-] = []  # rooms every run of this engine takes once loaded (speed: engines/idle_release.py)
+# rooms every run of this engine takes once loaded (speed: engines/idle_release.py)
+DEFAULT_ROOMS: list[type] = []
 # the rooms' options, their idle values and where each room lives: only to accept an idle value, and
 # to say what to import, when the room is not loaded
 ROOM_HOMES = {"tp": (1, "course_lib.tp.mesh"), "dp": (1, "course_lib.tp.mesh"),
               "fault": (None, "course_lib.engines.faults"),
-              "runner": ("distributed", "course_lib.engines.torch_pipelining")}  # fmt: skip
+              "runner": ("distributed", "course_lib.engines.torch_pipelining"),
+              "pace_s": (None, "course_lib.engines.paced_ops"),
+              "links": (None, "course_lib.engines.injected_links"),
+              "tie_embeddings": (False, "course_lib.engines.whole_model"),
+              "clip_grad_norm": (None, "course_lib.engines.whole_model")}  # fmt: skip
+# what rooms add to a failed run's message (engines/failure_hints.py): (error, specs, timeout_s) -> the
+# error, with a hint or as it was
+FAILURE_HINTS: list[Callable[[DistributedError, list[RunSpec], float], DistributedError]] = []
 
 
 def add_room_option(option: RoomOption) -> None:
@@ -105,8 +110,7 @@ def make_spec(
     virtual: int | None = None, partition: list[int] | tuple[int, ...] | str | None = None,
     links: Link | list[Link] | None = None, checkpoint: str = "never", timeout_s: float = 60.0,
     return_grads: bool = False, threads: int | None = None, local_ranks: int | None = None,
-    direction_groups: bool | None = None, track_memory: bool = True,
-    pace_s: tuple[float, float] | None = None, **room_options,
+    direction_groups: bool | None = None, track_memory: bool = True, **room_options,
 ) -> RunSpec:  # fmt: skip
     """Check every input and build the spec; raises CourseError before any process starts.
 
@@ -117,9 +121,9 @@ def make_spec(
     `timeout_s`: how long a
     rank waits for a silent peer; `threads`: torch threads per rank; `local_ranks`: ranks on this
     machine (default all); ``track_memory=False`` skips measuring bytes saved for backward (for
-    timing); `pace_s`: (forward, backward) seconds, the least each F and B span lasts (a fixed stage
-    cost). `room_options`: the rooms' (ROOM_OPTIONS), e.g. ``tp=2, dp=2`` (TP x PP x DP),
-    ``fault=Fault(rank=1)``, ``runner="torch"`` (torch.distributed.pipelining runs it)."""
+    timing). `room_options`: the rooms' (ROOM_OPTIONS), e.g. ``tp=2, dp=2`` (TP x PP x DP),
+    ``fault=Fault(rank=1)``, ``runner="torch"`` (torch.distributed.pipelining runs it), ``pace_s=(F, B)``
+    (each op lasts at least this long: a fixed stage cost)."""
     if stages is None and not isinstance(schedule, Schedule) and not isinstance(partition, str):
         stages = 2  # (a layout string says its own stages: one rank each unless `stages` is given)
     plan = make_plan(cfg, schedule, stages, virtual, partition, checkpoint, links)
@@ -131,20 +135,14 @@ def make_spec(
         "distributed engine needs the same number of stages on every device",
     )
     timeout_s = check_timeout(timeout_s)
-    _check_latency(plan.links, timeout_s)
-    if pace_s is not None:
-        require(
-            len(pace_s) == 2 and all(x > 0 for x in pace_s) and not sched.split_backward,
-            f"pace_s must be (forward, backward) seconds > 0, for a schedule with a fused backward; got "
-            f"{pace_s!r} for {sched.name!r}",
-        )
     spec = RunSpec(
         cfg=cfg, schedule=sched, partition=plan.partition, checkpoint=checkpoint, timeout_s=float(timeout_s),
         links=tuple(plan.links) if plan.links is not None else None, return_grads=return_grads,
-        track_memory=track_memory, pace_s=None if pace_s is None else (float(pace_s[0]), float(pace_s[1])),
-        rooms=tuple(DEFAULT_ROOMS), split_runtime=_split_runtime(sched),
+        track_memory=track_memory, rooms=tuple(DEFAULT_ROOMS), split_runtime=_split_runtime(sched),
     )  # fmt: skip
-    spec = _widen(spec, room_options, local_ranks)
+    # the plan's links and the config's whole-model rules are rooms' too (injected_links, whole_model)
+    rules = {"tie_embeddings": cfg.tie_embeddings, "clip_grad_norm": cfg.clip_grad_norm}
+    spec = _widen(spec, room_options | rules | {"links": spec.links}, local_ranks)
     local_ranks = local_ranks or spec.world  # ranks on this machine (torchrun: LOCAL_WORLD_SIZE)
     require(
         local_ranks <= MAX_LOCAL_RANKS,
@@ -188,18 +186,6 @@ def _widen(spec: RunSpec, options: dict, local_ranks: int | None) -> RunSpec:
     return spec
 
 
-def _check_latency(links: list[Link] | None, timeout_s: float) -> None:
-    """A rank waits for every message at least its link's latency: one at or over the timeout would
-    fail the run after the timeout, blaming a rank that "stopped answering". Refused here instead."""
-    slowest = max((link.latency_s for link in links or ()), default=0.0)
-    require(
-        slowest < timeout_s,
-        f"link latency {slowest:g} s is not below the timeout of {timeout_s:g} s: every rank would wait "
-        f"longer than the timeout for its first message; raise --timeout (timeout_s) above "
-        f"{slowest:g} s times the messages a step waits for in a row, or lower the latency",
-    )
-
-
 def _check_data(cfg: TrainConfig) -> None:
     """Refuse here what the reference trainer refuses when it reads its first windows of data (a
     missing file, a `seq_len` longer than a split): the same calls, so the same rule and message."""
@@ -238,43 +224,10 @@ def launch(
                 should_stop=asked,
             )  # fmt: skip
         except DistributedError as err:
-            raise naming_slow_links(naming_a_missing_guard(err), specs, timeout_s) from None
+            for hint in FAILURE_HINTS:
+                err = hint(err, specs, timeout_s)
+            raise err from None
     return values[0]
-
-
-def naming_a_missing_guard(err: DistributedError) -> DistributedError:
-    """`err` with a hint when a rank died before it could report and this process runs a script: the
-    spawn and forkserver start methods import that script again in every rank, and one without an
-    ``if __name__ == "__main__":`` guard starts its run again there, which multiprocessing refuses
-    (its traceback goes to this terminal, not to the rank log)."""
-    main = sys.modules.get("__main__")
-    script = getattr(main, "__spec__", None) is None and hasattr(main, "__file__")  # python path/to/x.py
-    if not (script and "exit code 1 without reporting" in err.cause):
-        return err
-    return _with_hint(err, f"if {main.__file__} starts the run when imported, put its code under "
-                      '`if __name__ == "__main__":`, as every rank imports the script again')  # fmt: skip
-
-
-def _with_hint(err: DistributedError, hint: str) -> DistributedError:
-    """The same failure, its message followed by `hint`."""
-    named = DistributedError(f"{err}; {hint}", err.failed_rank, err.cause, err.outcomes)
-    named.stopped_after_s = err.stopped_after_s
-    return named
-
-
-def naming_slow_links(err: DistributedError, specs: list[RunSpec], timeout_s: float) -> DistributedError:
-    """`err` saying which input made a timed-out run slow, when its links have a latency: a micro-batch's
-    forward and backward cross 2(n-1) boundaries one after another, each paying it, against the timeout."""
-    waits = [(link.latency_s, 2 * (s.schedule.n_stages - 1)) for s in specs for link in s.links or ()]
-    latency, messages = max(waits, default=(0.0, 0))
-    timed_out = any(w in err.cause for w in ("stopped answering", "imed out", "timeout"))
-    if not (timed_out and latency > 0):
-        return err
-    return _with_hint(
-        err, f"the links' latency of {latency:g} s, paid by {messages} messages one after another "
-        f"({latency * messages:g} s for one micro-batch), against the timeout of {timeout_s:g} s may be what "
-        "made it slow: raise --timeout (timeout_s) or lower --latency",
-    )  # fmt: skip
 
 
 def run_distributed(

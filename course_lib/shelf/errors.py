@@ -11,18 +11,13 @@ argument, what was given and what is allowed, so that no TypeError from deep ins
     whole("n_devices", "4")    # CourseError: n_devices must be a whole number >= 1, got '4' (str)
     real("latency_s", float("inf"))         # CourseError: latency_s must be a finite number >= 0, got inf
 
-The machine's bounds are read here too, once: its memory (:func:`memory_bytes`), its cores
-(:func:`check_threads`), :func:`divisors` for messages that list what would divide (sqrt(n) steps, so a
-batch of 10**9 is answered at once), and :data:`LIMITS`, the largest sizes the course accepts.
+The machine's bounds are read here too, once: its cores (:func:`check_threads`), :func:`divisors` for
+messages that list what would divide (sqrt(n) steps, so a batch of 10**9 is answered at once), and
+:data:`LIMITS`, the largest sizes the course accepts. (Its memory: ``course_lib/engines/memory_fit.py``.)
 
-Files are a door too: every file the course reads goes through :func:`read_input`. A student may name
-a FIFO (a read that blocks forever), a device such as /dev/zero (a read that never ends), a folder, or a
-file far larger than anything the course reads; each gets one CourseError naming the path, before a byte
-is read, and a regular file is read in chunks, at most `limit` bytes (a SIGTERM ends it between chunks)::
-
-    read_input("data/corpus.txt", "data file", limit=LIMITS["data_bytes"])   # bytes
-    read_input("/dev/zero", "schedule CSV", limit=10**6)
-    # CourseError: schedule CSV '/dev/zero' is a character device, not a regular file: ...
+Files are a door too: every file the course reads goes through :func:`read_file`, which refuses what
+is not a regular file of at most `limit` bytes (a FIFO would block forever, /dev/zero never end). Its
+fault machinery (naming the kind of file, reading in chunks) is ``course_lib/input_files.py``.
 """
 
 from __future__ import annotations
@@ -31,7 +26,7 @@ import dataclasses
 import math
 import numbers
 import os
-import stat
+from collections.abc import Callable
 from pathlib import Path
 
 MAX_CHARS, MAX_LINES = 2000, 20  # a screenful: a message about a huge answer must not flood the notebook
@@ -142,19 +137,6 @@ def divisors(n: int) -> list[int]:
     return small + [n // k for k in reversed(small) if k * k != n]
 
 
-def memory_bytes() -> int:
-    """This machine's memory a run may use: what Linux calls MemAvailable (RAM not needed by others,
-    page cache included), else the physical total (macOS has no /proc)."""
-    try:
-        with open("/proc/meminfo") as file:
-            for line in file:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
 def cores() -> int:
     """The cores this process may run on (its affinity where the OS says, else all of them)."""
     try:
@@ -194,7 +176,7 @@ LIMITS = {
     # stays a finite float with room for the small terms (1e308 overflows the makespan, then bubble is nan)
     "seconds": 1e12,
     "timeout_s": TIMEOUT_LIMIT_S,  # a rank's wait for a silent peer (check_timeout)
-    # a training text (read_input below reads it): the shipped corpus is 1 MB; each character becomes an
+    # a training text (read_file below reads it): the shipped corpus is 1 MB; each character becomes an
     # 8-byte token id, so 64 MiB of text is already 0.5 GiB of ids before a model exists
     "data_bytes": 64 * 2**20,
     # counts the command line bounds, each answered at once, stated in --help (cli/flags.py's number):
@@ -214,65 +196,21 @@ def within_limit(name: str, value: int, what: str) -> None:
     require(value <= LIMITS[name], f"{what} is {value:,}, over {limit}")
 
 
-# ---- files: checked before they are opened, read bounded ----
+# ---- files: the one door ----
 
-CHUNK = 1 << 20  # bytes per read(): small enough that a signal handler runs between chunks
-
-_KINDS = (  # what stat says a path is, in words
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
+# course_lib/input_files.py puts its read_input here when imported (it names a FIFO, a device or a folder
+# before opening it, and reads in chunks); without it, the plain door below
+FILE_DOORS: list[Callable[[str | os.PathLike, str, int], bytes]] = []
 
 
-def kind_of(mode: int) -> str:
-    """A file's kind, from its st_mode, in words ("a FIFO (named pipe)"); "a regular file" for a file."""
-    return next((words for test, words in _KINDS if test(mode)), "a regular file")
-
-
-def check_input(path: str | os.PathLike, what: str, limit: int) -> Path:
-    """Refuse, without opening it, a `path` that is missing, not a regular file, or over `limit` bytes;
-    the message names `what` the file is meant to be, the path, and the limit. Returns it as a Path."""
+def read_file(path: str | os.PathLike, what: str, limit: int) -> bytes:
+    """The bytes of `path`, refused (naming `what` it is meant to be) unless it is a regular file of at
+    most `limit` bytes: the one door every file the course reads passes."""
+    if FILE_DOORS:
+        return FILE_DOORS[-1](path, what, limit)
     path = Path(path)
-    try:
-        info = os.stat(path)  # follows a link: what a read would open
-    except OSError as err:
-        raise CourseError(f"cannot read {what} {str(path)!r}: {err.strerror or err}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise CourseError(
-            f"{what} {str(path)!r} is {kind_of(info.st_mode)}, not a regular file: give the path of a file"
-        )
-    if info.st_size > limit:
-        raise CourseError(
-            f"{what} {str(path)!r} holds {info.st_size:,} bytes, "
-            f"over the limit of {limit:,} bytes for a {what}"
-        )
-    return path
-
-
-def read_input(path: str | os.PathLike, what: str, limit: int) -> bytes:
-    """The bytes of `path`, checked by :func:`check_input` first and read in chunks, never more than
-    `limit` bytes (a file that grew past it since the check is refused the same way)."""
-    path = check_input(path, what, limit)
-    # O_NONBLOCK: had the path become a FIFO since the check, opening it must not wait for a writer
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as err:
-        raise CourseError(f"cannot read {what} {str(path)!r}: {err.strerror or err}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped between the check and the open
-            raise CourseError(f"{what} {str(path)!r} is not a regular file any more: give the path of a file")
-        chunks, total = [], 0
-        while chunk := os.read(fd, min(CHUNK, limit + 1 - total)):
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > limit:
-                raise CourseError(f"{what} {str(path)!r} grew past the limit of {limit:,} bytes")
-        return b"".join(chunks)
-    except OSError as err:
-        raise CourseError(f"cannot read {what} {str(path)!r}: {err.strerror or err}") from None
-    finally:
-        os.close(fd)
+    require(path.is_file(), f"{what} {str(path)!r} is not a regular file: give the path of a file")
+    size = path.stat().st_size
+    require(size <= limit, f"{what} {str(path)!r} holds {size:,} bytes, over the limit of {limit:,} bytes "
+            f"for a {what}")  # fmt: skip
+    return path.read_bytes()

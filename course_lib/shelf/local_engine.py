@@ -11,7 +11,7 @@ says, and really trains.
 name from the registry, or a built one), the partition of the model's layers, one device per
 pipeline device (``stage_devices``) and the links; all of it checked, so bad input is refused with a
 clear message before a model is built or data is read, and a schedule whose activations cannot fit
-this machine's memory is refused too.
+this machine's memory is refused too (``TrainConfig.check_fits``: the room ``engines/memory_fit.py``).
 
 **The run.** The engine runs the schedule's actions one at a time, in the validator's global order
 (``execution_order``), each on its stage's ``StageRuntime`` (``stage.py``), and times each one. One
@@ -70,7 +70,6 @@ from course_lib.shelf.schedule import Action, Kind, Schedule, producer_of
 from course_lib.shelf.simulator import simulate
 from course_lib.shelf.stage import StageRuntime, check_checkpoint, stage_devices, synchronize
 from course_lib.shelf.timeline import MEASURED_COMPUTE, Timeline
-from course_lib.shelf.training_memory import Held
 from course_lib.shelf.validate import execution_order, validate
 
 
@@ -187,7 +186,7 @@ def make_plan(
     if checkpoint == "never":  # each stage keeps its micro-batches' activations until their backward:
         peaks = inflight_per_stage(sched)  # as many as the order holds at once (GPipe: all m)
         why = f"{sched.name} holds up to {max(peaks)} micro-batches' activations on a stage"
-        cfg.check_fits(Held.of(peaks, partition.sizes), why)
+        cfg.check_fits(peaks, partition.sizes, why)
     devices = stage_devices(sched.n_devices, cfg.device)
     return PipelinePlan(sched, partition, devices, checkpoint, links)
 
@@ -209,8 +208,6 @@ class StepStats:
     peak_saved_bytes: list[int] = field(default_factory=list)  # per stage, within the step
     peak_device_bytes: list[int] = field(default_factory=list)  # per device, sampled between actions
     peak_inflight: list[int] = field(default_factory=list)  # per stage
-    # after each action, in the order they ran: (the action, bytes its stage holds for backward then)
-    held_after: list[tuple[Action, int]] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
@@ -294,10 +291,9 @@ class LocalPipelineTrainer:
                 inp = outputs.pop(producer)
             else:  # no producer: stage 0's F reads token ids, the last stage's backward starts from the loss
                 inp = tokens if action.kind is Kind.F else None  # (and W needs no input)
-            out = self._measured_run(action, inp, targets, stats)
+            out = self.run_action(action, inp, targets, stats)
             if out is not None:
                 outputs[action] = out
-            stats.held_after.append((action, self.runtimes[action.stage].saved_bytes()))
             d = self.schedule.device_of(action.stage)
             held = sum(self.runtimes[s].saved_bytes() for s in self.schedule.stages_of(d))
             device_peak[d] = max(device_peak[d], held)
@@ -318,11 +314,12 @@ class LocalPipelineTrainer:
             counted = [p.grad for name, p in self.model.named_parameters() if name != copy]
             scale_grads(self.model.parameters(), clip_coefficient(squared_norm(counted), cfg.clip_grad_norm))
 
-    def _measured_run(
+    def run_action(
         self, action: Action, inp: torch.Tensor | None, targets: torch.Tensor, stats: StepStats
     ) -> torch.Tensor | None:
         """Run one action, timed (GPUs synchronised on both sides, so a time is the work's and not
-        the launch's); note what a forward stashed and the size of what it passes on."""
+        the launch's); note what a forward stashed and the size of what it passes on. A door: lesson
+        16's memory trace notes what each stage holds after it (``lessons/held_memory.py``)."""
         rt = self.runtimes[action.stage]
         before = rt.saved_bytes()
         synchronize(self.plan.devices)

@@ -40,7 +40,7 @@ from course_lib.shelf.errors import (
     LIMITS,
     CourseError,
     divisors,
-    read_input,
+    read_file,
     require,
     shown,
     typed_fields,
@@ -279,7 +279,7 @@ def load_corpus(path: str | Path = DEFAULT_CORPUS, val_fraction: float = 0.1) ->
     expected = f"expected a UTF-8 text file such as {str(DEFAULT_CORPUS)!r} (made by data/make_corpus.py)"
     if not path.exists():
         raise CourseError(f"data file {str(path)!r} does not exist; {expected}")
-    data = read_input(path, "data file", LIMITS["data_bytes"])  # a FIFO, /dev/zero, 1 GB: refused first
+    data = read_file(path, "data file", LIMITS["data_bytes"])  # a FIFO, /dev/zero, 1 GB: refused first
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:  # Latin-1 text, or binary

@@ -3,7 +3,7 @@
 The rank loop (``rank_loop.run_schedule``) calls four of them by name: ``recv_activation`` and
 ``send_activation`` (a forward's output, stage s -> s+1), ``recv_grad`` and ``send_grad`` (a backward's
 input gradient, stage s+1 -> s). Both ends list a step's messages from the Schedule alone
-(``messages.py``), so a receiver knows in advance what will arrive, from whom, and in which order.
+(``schedule.py``), so a receiver knows in advance what will arrive, from whom, and in which order.
 
 How messages are matched, so that nothing deadlocks: the receiver posts all of a step's receives at the
 start of the step (``begin_step``), into buffers allocated once and reused every step, so data moves in
@@ -16,16 +16,13 @@ nothing.
   one process group per direction of each pair of ranks (``direction_groups``): on it only one rank
   sends and only the other receives, and the receiver posts in the sender's order.
 
-Sends never block compute: ``isend`` returns at once, and a rank waits for its sends only at the end of
-the step (``finish``), before the optimizer step. With injected links (``links=Link(latency_s=0.05)``),
-a message goes to a wire thread instead, which hands it to ``isend`` when it would have arrived over
-that link (``Wire``): a 50 ms WAN runs for real between processes on one laptop.
+Sends never block compute: ``isend`` returns at once (``hand_over``), and a rank waits for its sends
+only at the end of the step (``finish``), before the optimizer step. Injected links (a 50 ms WAN between
+processes on one laptop) hand a message over when it would have arrived: ``engines/injected_links.py``.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +30,6 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from course_lib.shelf.costs import Link
 from course_lib.shelf.errors import require
 from course_lib.shelf.launcher import PeerFailure
 from course_lib.shelf.schedule import (
@@ -104,14 +100,12 @@ class RankComm:
     shape: tuple[int, ...]  # of every message: a micro-batch's activations, or their gradients
     torch_device: torch.device
     t0: float  # the rank's aligned clock origin
-    links: Sequence[Link] | None = None  # one per stage boundary, delivering as over it (None: at once)
     groups: dict[tuple[int, int], object] | None = None  # from direction_groups (NCCL), or None
     peers: Sequence[int] | None = None  # the process-group rank of each pipeline rank (None: the same)
     pipeline_group: object = None  # the group the pipeline talks over (None: the default group)
     dtype: torch.dtype = torch.float32  # of every message: what the stages compute in (the CPU: float32)
 
     def __post_init__(self) -> None:
-        self.wires: dict[int, Wire] = {}  # with injected links: one per destination
         self.step = 0
         self.pending: dict[Action, tuple[torch.Tensor, object]] = {}
         self.handles: list[object] = []
@@ -188,36 +182,33 @@ class RankComm:
         return buf
 
     def _send(self, msg: Message, tensor: torch.Tensor) -> None:
-        """Hand `tensor` over without waiting for it to arrive (over its boundary's link, if any)."""
+        """Hand `tensor` over without waiting for it to arrive, and note when (``hand_over`` says how)."""
         require(
             tensor.dtype == self.dtype and tuple(tensor.shape) == self.shape,
             f"rank {self.rank} sends {msg.producer} as {tensor.dtype} {tuple(tensor.shape)}, but rank "
             f"{msg.dst} receives into {self.dtype} {self.shape}: all messages share one dtype and shape",
         )
-        tensor = tensor.detach().contiguous()
-        tag = message_tag(msg, self.schedule, self.step)
-        nbytes, handoff, deliver_at, dst = tensor.nbytes, self.now(), None, self._global(msg.dst)
-        if self.links is not None:  # to the wire towards dst, which delivers it as the link would
-            wire = self.wires.get(dst) or self.wires.setdefault(dst, Wire(dst))
-            deliver_at = (
-                wire.enqueue(tensor, tag, nbytes, self.links[msg.boundary], self._group(msg)) - self.t0
-            )
-        else:
-            try:  # gloo: a peer that died since our last receive shows here, before any wait
-                self.handles.append(dist.isend(tensor, dst=dst, group=self._group(msg), tag=tag))
-            except Exception as err:
-                raise PeerFailure(
-                    f"rank {self.rank} could not send {msg.producer} to rank {msg.dst}; the connection from "
-                    f"rank {msg.dst} failed: {type(err).__name__}: {err}",
-                    peer=msg.dst,
-                ) from err
-        self.send_events.append(SendEvent(msg.producer, msg.dst, handoff, deliver_at, nbytes))
+        tensor, handoff = tensor.detach().contiguous(), self.now()
+        deliver_at = self.hand_over(msg, tensor, message_tag(msg, self.schedule, self.step))
+        self.send_events.append(SendEvent(msg.producer, msg.dst, handoff, deliver_at, tensor.nbytes))
+
+    def hand_over(self, msg: Message, tensor: torch.Tensor, tag: int) -> float | None:
+        """Door: start sending at once; when it is delivered (None: as fast as the network goes). An
+        injected link's room delivers it later instead (``course_lib/engines/injected_links.py``)."""
+        dst, group = self._global(msg.dst), self._group(msg)
+        try:  # gloo: a peer that died since our last receive shows here, before any wait
+            self.handles.append(dist.isend(tensor, dst=dst, group=group, tag=tag))
+        except Exception as err:
+            raise PeerFailure(
+                f"rank {self.rank} could not send {msg.producer} to rank {msg.dst}; the connection from "
+                f"rank {msg.dst} failed: {type(err).__name__}: {err}",
+                peer=msg.dst,
+            ) from err
+        return None
 
     def finish(self) -> None:
         """Wait until every send of the step has left (before the optimizer step)."""
         try:
-            for wire in self.wires.values():
-                self.handles += wire.drain()
             for work in self.handles:
                 work.wait()
         except Exception as err:
@@ -225,59 +216,4 @@ class RankComm:
         self.handles.clear()
 
     def close(self) -> None:
-        """Stop the injected links' wire threads."""
-        for wire in self.wires.values():
-            wire.close()
-
-
-class Wire(threading.Thread):
-    """One direction of an injected link: delivers queued messages at their delivery times, in order.
-
-    A real link delays *delivery*, not the sender: the last byte lands ``latency + bytes / bandwidth``
-    after it left, and messages on one wire queue for bandwidth while their latencies overlap::
-
-        on_wire_end = max(wire_free, now) + bytes / bandwidth;  wire_free = on_wire_end
-        deliver_at  = on_wire_end + latency
-
-    Delivery times on one wire only grow, so one thread per wire delivers them in order without adding
-    delay (the transfer on localhost itself takes microseconds)."""
-
-    def __init__(self, dst: int):
-        super().__init__(name=f"course-link-to-rank{dst}", daemon=True)
-        self.dst, self.items, self.handles = dst, queue.Queue(), []
-        self.error: BaseException | None = None
-        self.wire_free = 0.0
-        self.start()
-
-    def enqueue(self, tensor: torch.Tensor, tag: int, nbytes: int, link: Link, group=None) -> float:
-        """Queue `tensor` (on process `group`, None: the default one); its delivery time (perf_counter)."""
-        self.wire_free = max(self.wire_free, time.perf_counter()) + nbytes / link.bandwidth_Bps
-        deliver_at = self.wire_free + link.latency_s
-        self.items.put((tensor, tag, deliver_at, group))
-        return deliver_at
-
-    def run(self) -> None:
-        while (item := self.items.get()) is not None:
-            try:
-                tensor, tag, deliver_at, group = item
-                if tensor.is_cuda:
-                    torch.cuda.set_device(tensor.device)
-                time.sleep(max(0.0, deliver_at - time.perf_counter()))
-                if self.error is None:
-                    self.handles.append(dist.isend(tensor, dst=self.dst, group=group, tag=tag))
-            except BaseException as err:  # reported to the compute thread by drain()
-                self.error = err
-            finally:
-                self.items.task_done()
-
-    def drain(self) -> list[object]:
-        """Block until every queued message has been handed to torch.distributed; return the sends."""
-        self.items.join()
-        if self.error is not None:
-            raise self.error
-        handles, self.handles = self.handles, []
-        return handles
-
-    def close(self) -> None:
-        self.items.put(None)
-        self.join(timeout=1.0)
+        """Door: let go of what a room started beside the sends (an injected link's threads)."""

@@ -9,12 +9,12 @@ rank, or the batch (stage 0's forward reads the token ids). The action runs on i
 (``StageRuntime.run``); its output goes to the rank that consumes it (``send_activation``,
 ``send_grad``: ``p2p.py``), or is kept here for a later action. After the last action the rank waits
 for its sends and steps its optimizer: one step per batch, after the flush, as the reference trainer.
-Just before that step come the whole model's gradients (``finish_gradients``): a tied embedding's two
-copies summed between the first and last stage's ranks, and one clipping norm over every rank.
+Just before that step come the whole model's gradients (``finish_gradients``, the room
+``engines/whole_model.py``): a tied embedding's two copies summed, one clipping norm over every rank.
 
 ``PipelineRank`` holds one rank for a whole run. Its methods marked *door* are where a room widens a
-run that asks for it (``RunSpec.rooms``): TP and DP (``course_lib/tp/mesh.py``), an injected fault
-(``course_lib/engines/faults.py``), torch's runtime (``course_lib/engines/torch_pipelining.py``). A
+run that asks for it (``RunSpec.rooms``): TP and DP (``course_lib/tp/mesh.py``), an injected fault,
+torch's runtime, injected links, paced ops, the whole model's rules (``course_lib/engines/``). A
 plain pipeline runs none of their code.
 
 Clocks: the spans every rank records (perf_counter, seconds) must line up in one Timeline. On one
@@ -40,15 +40,10 @@ from course_lib.shelf.launcher import RankContext
 from course_lib.shelf.model import split_microbatches, stage_modules
 from course_lib.shelf.p2p import RankComm, direction_groups
 from course_lib.shelf.reference import (
-    EMBEDDING_WEIGHT,
-    clip_coefficient,
     copy_tied_weight,
     corpus_and_model,
     head_weight,
     make_optimizer,
-    scale_grads,
-    squared_norm,
-    sum_tied_grads,
     train_batches,
 )
 from course_lib.shelf.run_spec import DistributedResult, RankRecord, RunSpec, StepRecord, build_result
@@ -88,13 +83,10 @@ def run_schedule(rank: PipelineRank, batch: Batch, comm: RankComm, recorder: Ste
 
 
 class StepRecorder:
-    """Around each action: wait for the GPU, pace the op (``RunSpec.pace_s``), record the span."""
+    """Around each action: wait for the GPU, record the span (a room paces ops: engines/paced_ops.py)."""
 
-    def __init__(
-        self, now: Callable[[], float], torch_device: torch.device, pace_s: tuple[float, float] | None
-    ):
+    def __init__(self, now: Callable[[], float], torch_device: torch.device):
         self.now, self.torch_device = now, torch_device
-        self.pace = {} if pace_s is None else {Kind.F: pace_s[0], Kind.B: pace_s[1]}
         self.step, self.spans, self._start = 0, [], 0.0
 
     def begin_step(self, step: int) -> None:
@@ -106,8 +98,6 @@ class StepRecorder:
     def after(self, action: Action) -> None:
         if self.torch_device.type == "cuda":
             torch.cuda.synchronize(self.torch_device)  # the span must cover the GPU's work
-        if (slot := self.pace.get(action.kind)) is not None:  # a fixed cost: sleep out the rest of the slot
-            time.sleep(max(0.0, self._start + slot - self.now()))
         self.spans.append((action, self._start, self.now()))
 
 
@@ -124,6 +114,8 @@ def common_clock() -> float:
 class PipelineRank:
     """One pipeline rank for a whole run: the stages the schedule places on it, its optimizer, and
     (in ``train``) its sends and receives. `shared`: what rooms set up once per launch, for every spec."""
+
+    comm_type: Callable[..., RankComm] = RankComm  # what carries its messages (a room's: injected links)
 
     def __init__(self, spec: RunSpec, rank: int, device: torch.device, shared: dict | None = None):
         self.spec, self.global_rank, self.device, self.schedule = spec, rank, device, spec.schedule
@@ -162,7 +154,6 @@ class PipelineRank:
         threads = torch.get_num_threads()
         torch.set_num_threads(self.spec.threads)  # the ranks share the machine's cores
         self.comm, steps, losses = self.connect(), [], []
-        self.tied = self.tie_group()
         self.recorder = self.recorder_for_steps()
         try:
             for step, (x, y) in enumerate(train_batches(self.corpus, self.spec.cfg)):
@@ -216,10 +207,10 @@ class PipelineRank:
         samples = samples or cfg.batch_size // cfg.microbatches
         dtype = next(iter(self.params.values()), torch.zeros(0)).dtype  # (no weights: float32)
         peers = None if pipelines is None else pipelines[mine]
-        # every pipeline's global ranks, stage by stage, and which is this rank's (for tie_group)
+        # every pipeline's global ranks, stage by stage, and which is this rank's (for a room's groups)
         self.pipelines, self.pipeline_index = pipelines or [list(range(self.schedule.n_devices))], mine
-        return RankComm(self.schedule, self.index, (samples, cfg.seq_len, cfg.d_model), self.device,
-                        common_clock(), spec.links, directions, peers, group, dtype)  # fmt: skip
+        return self.comm_type(self.schedule, self.index, (samples, cfg.seq_len, cfg.d_model), self.device,
+                              common_clock(), directions, peers, group, dtype)  # fmt: skip
 
     def counts_once(self, name: str) -> bool:
         """False for the head's copy of a tied embedding: the model's weight is the embedding's."""
@@ -230,45 +221,15 @@ class PipelineRank:
         yes; TP x PP x DP counts a replicated weight on one rank only.)"""
         return True
 
-    # ---- the whole model's gradients: tied copies and clipping (reference.py's last section) -------
-    def tie_group(self) -> object:
-        """With tied embeddings on two ranks, the group of the ranks that hold stage 0 and the last stage
-        of this rank's pipeline (Megatron's embedding group; every rank creates every pipeline's, in the
-        same order, as torch requires); None when one rank holds both, or this rank neither."""
-        sched = self.schedule
-        first, last = sched.device_of(0), sched.device_of(sched.n_stages - 1)
-        if not self.spec.cfg.tie_embeddings or first == last:
-            return None
-        mine = None
-        for k, pipe in enumerate(self.pipelines):
-            group = dist.new_group([pipe[first], pipe[last]])
-            if k == self.pipeline_index and self.index in (first, last):
-                mine = group
-        return mine
-
     def finish_gradients(self) -> float:
-        """After the flush, before the optimizer: the tied copies' gradients summed (one add on one rank,
-        an all-reduce between two), then every gradient scaled by the whole model's clipping factor (each
-        rank's squares added over every rank); seconds it took."""
-        cfg, start = self.spec.cfg, self.comm.now()
-        copy = head_weight(cfg.n_layers) if cfg.tie_embeddings else None
-        if cfg.tie_embeddings:
-            embedding, head = self.params.get(EMBEDDING_WEIGHT), self.params.get(copy)
-            if embedding is not None and head is not None:
-                sum_tied_grads(embedding, head)
-            elif self.tied is not None:
-                dist.all_reduce((embedding if embedding is not None else head).grad, group=self.tied)
-        if cfg.clip_grad_norm is not None:
-            counted = [p.grad for n, p in self.params.items() if n != copy and self.counts_in_norm(n)]
-            mine = squared_norm(counted)
-            total = torch.tensor([mine], dtype=torch.float64, device=self.device)
-            dist.all_reduce(total)  # every rank: the whole model's squares
-            scale_grads(self.params.values(), clip_coefficient(total.item(), cfg.clip_grad_norm))
-        return self.comm.now() - start if cfg.tie_embeddings or cfg.clip_grad_norm is not None else 0.0
+        """Door: the whole model's rules after the flush, before the optimizer (reference.py's last
+        section): a tied embedding's two copies summed, one clipping norm over every rank. A run whose
+        config asks for them takes the room ``course_lib/engines/whole_model.py``; seconds it took."""
+        return 0.0
 
     def recorder_for_steps(self) -> StepRecorder:
-        """Door: what measures each action (a fault's room injects its fault there)."""
-        return StepRecorder(self.comm.now, self.device, self.spec.pace_s)
+        """Door: what measures each action (a fault's room injects its fault there, a pace's paces it)."""
+        return StepRecorder(self.comm.now, self.device)
 
     def microbatches(self, x: Tensor, y: Tensor) -> Batch:
         """Door: the batch this rank trains on, split into the schedule's micro-batches."""

@@ -36,25 +36,24 @@ last section, lesson 16):
   the same (``share_embeddings_and_output_weights``, summed over an "embedding group" of the first and
   last ranks); leave the sum out and the copies drift apart (Megatron-LM issue #299). On one device
   (one rank, or a V shape's rank 0 holding stage 0 and stage 2p - 1) the sum is one add; across ranks
-  an all-reduce of the two (``rank_loop.py``). The tied weight counts once in the norm.
+  an all-reduce of the two (``engines/whole_model.py``). The tied weight counts once in the norm.
 
 One file of about 400 lines, read whole: the ground truth and what engines compare with it.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
 
 import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from course_lib.shelf.errors import CourseError, is_number, memory_bytes, require, shown, typed_fields, whole
+from course_lib.shelf.errors import is_number, require, shown, typed_fields, whole
 from course_lib.shelf.first_schedules import LIMITS, within_limit
 from course_lib.shelf.model import (
     Corpus,
@@ -70,7 +69,11 @@ from course_lib.shelf.model import (
     split_microbatches,
 )
 from course_lib.shelf.stage import resolve_device
-from course_lib.shelf.training_memory import Held, training_memory
+
+# what refuses a config this machine's memory cannot hold: (config, micro-batches held per stage, the
+# stages' layer counts, why) -> None. The room course_lib/engines/memory_fit.py registers its check when
+# imported (course_lib.engines imports it)
+MEMORY_CHECKS: list[Callable[[TrainConfig, Sequence[int], Sequence[int] | None, str], None]] = []
 
 
 @dataclass
@@ -122,60 +125,21 @@ class TrainConfig:
         within_limit("layers", self.n_layers, "n_layers")  # the command line's --layers reads the same
         self.check_fits()
 
-    def training_bytes(self, held: Held | None = None, vocab_size: int | None = None) -> float:
-        """Bytes a run needs at its peak (shelf/training_memory.py counts them by part), with `held`
-        micro-batches held for backward, on `vocab_size` characters (None: cfg.data_path's vocabulary)."""
-        return training_memory(self, vocab_size, held).total
-
-    def check_fits(self, held: Held | None = None, why: str = "one micro-batch at a time") -> None:
-        """Refuse, before any work, a config whose training_bytes exceed the memory of its device, naming
-        the largest parts, by how much, and the largest batch size, length and width that would fit."""
-        have, need = _free_bytes(resolve_device(self.device)), training_memory(self, None, held)
-        if have is None or need.total <= have:  # None: a GPU that cannot say (the first CUDA call fails)
-            return
-
-        def fits(name: str, value: int) -> bool:
-            return training_memory(replace(self, **{name: value}), need.vocab_size, held).total <= have
-
-        names = ("batch_size", "seq_len", "d_model")
-        largest = {n: _largest(functools.partial(fits, n), getattr(self, n)) for n in names}
-        said = ", ".join(f"{name} {value:,}" if value else f"no {name}" for name, value in largest.items())
-        raise CourseError(need.refusal(why, have, f"{said} (each with the rest as given)"))
+    def check_fits(
+        self, peaks: Sequence[int] = (1,), sizes: Sequence[int] | None = None,
+        why: str = "one micro-batch at a time",
+    ) -> None:  # fmt: skip
+        """Door: refuse, before any work, a config whose peak memory this machine does not have, with
+        `peaks` micro-batches held at once on stages of `sizes` layers (the reference: one, on one
+        stage): each of MEMORY_CHECKS asks (none: no check)."""
+        for check in MEMORY_CHECKS:
+            check(self, peaks, sizes, why)
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(
             self.n_layers, self.d_model, self.n_heads, vocab_size, self.seq_len,
             tie_embeddings=self.tie_embeddings,
         )  # fmt: skip
-
-
-def _free_bytes(device: torch.device) -> int | None:
-    """Free memory of `device`: a CUDA GPU's own; the machine's for the CPU and Apple's shared memory."""
-    if device.type != "cuda":
-        return memory_bytes()
-    try:
-        return torch.cuda.mem_get_info(device)[0]
-    except (AssertionError, RuntimeError):
-        return None
-
-
-def _largest(fits: Callable[[int], bool], above: int) -> int:
-    """The largest v in 1..above for which fits(v) holds (0: none), by bisection: fits grows false."""
-    low, high = 0, above
-    while low < high:
-        mid = (low + high + 1) // 2
-        low, high = (mid, high) if fits(mid) else (low, mid - 1)
-    return low
-
-
-def accelerator_config(**overrides) -> TrainConfig:
-    """The size the lessons train on a GPU (CUDA or mps): still 80 layers, 16x wider than the CPU toy,
-    whose 32-wide matmuls are launch-bound on a GPU. Sized for a 16 GB card holding all p=4 stages:
-    252M parameters take 4.0 GB (weights, gradients, AdamW's two moments: 16 B each); a micro-batch of
-    2 x 128 tokens saves 8.4 MB per block for backward (64 B per token per unit of width, measured), so
-    GPipe at m=8 holds 5.4 GB and 1F1B at p=4 1.7 GB. lr: GPT-3 Small's (Brown et al. 2020, Table 2.1)."""
-    preset = dict(d_model=512, n_heads=8, seq_len=128, batch_size=16, microbatches=8, lr=6e-4, device="auto")
-    return TrainConfig(**(preset | overrides))
 
 
 @dataclass
@@ -409,8 +373,3 @@ def sum_tied_grads(embedding: nn.Parameter, head: nn.Parameter) -> None:
     total = embedding.grad + head.grad.to(embedding.grad.device)
     embedding.grad.copy_(total)
     head.grad.copy_(total.to(head.grad.device))
-
-
-def tied_drift(embedding: nn.Parameter, head: nn.Parameter) -> float:
-    """Largest |difference| between the two copies (0.0 while the gradient sum keeps them equal)."""
-    return (embedding.detach().cpu() - head.detach().cpu()).abs().max().item()

@@ -3,8 +3,8 @@ gets (checked by ``distributed_engine.make_spec``), and the result: losses, step
 measured Timeline per step.
 
 The spec holds the pipeline's fields. A room widens a run where it asks for it: TP and DP
-(``course_lib/tp/mesh.py``), an injected fault (``course_lib/engines/faults.py``), torch's
-own runtime (``course_lib/engines/torch_pipelining.py``). Each puts its classes in ``rooms``, which
+(``course_lib/tp/mesh.py``), an injected fault, torch's own runtime, injected links, paced ops, the
+whole model's gradient rules (``course_lib/engines/``). Each puts its classes in ``rooms``, which
 every rank composes with the shelf's ``rank_loop.PipelineRank`` (pickled by reference, so a rank
 imports the room when it unpacks its spec), and its values in ``extras``.
 
@@ -73,9 +73,6 @@ class RunSpec:
     threads: int = 1  # torch threads per rank
     direction_groups: bool = False  # one process group per direction of a pair (NCCL needs it)
     track_memory: bool = True  # measure bytes saved for backward (costs ~10% CPU on the toy model)
-    # (forward, backward) seconds: each F and B span lasts at least this long, the rank sleeping out the
-    # rest of the slot after the real op, so that a busy machine does not change the stage's cost
-    pace_s: tuple[float, float] | None = None
     world: int = 0  # processes in all; 0: one per pipeline rank (a room's layout may ask for more)
     runner: str = "distributed"  # one of RUNNERS
     rooms: tuple[type, ...] = ()  # classes a room widens each rank with (the module doc)
@@ -131,9 +128,8 @@ class RankRecord:
     steps: list[StepRecord]
     losses: list[float]  # per step, on a rank that holds the last stage; else empty
     n_params: int  # parameters counted once over the whole run (0 where another rank counts them)
-    in_timeline: bool = (
-        True  # one of the pipeline's ranks that make the timeline (with DP or TP: one pipeline)
-    )
+    # one of the pipeline's ranks that make the timeline (with DP or TP: one pipeline)
+    in_timeline: bool = True
     coords: tuple[int, ...] = ()  # a room's coordinates of the rank (TP x PP x DP: (dp, stage, tp))
     grads: dict[str, torch.Tensor] | None = None  # with return_grads: last step's gradients
     params: dict[str, torch.Tensor] | None = None  # with return_grads: weights after the last step

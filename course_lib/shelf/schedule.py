@@ -105,11 +105,6 @@ class Schedule:
     __str__ = to_text
 
 
-def loop_placement(n_stages: int, n_devices: int) -> list[int]:
-    """Stage s on device s % n_devices: Megatron's and PyTorch's placement for interleaving."""
-    return [s % n_devices for s in range(n_stages)]
-
-
 # ---- the one rule: what each action reads ---------------------------------------------------------
 # An action as plain data, (stage, kind letter, micro-batch): cheap to hash where a validator or an
 # engine keys a dictionary by 100k actions. ``key_of(Action(2, Kind.F, 0)) == (2, "F", 0)``.

@@ -112,19 +112,6 @@ def synchronize(devices: Iterable[torch.device]) -> None:
             torch.mps.synchronize()
 
 
-def describe_devices() -> str:
-    """One line: what a pipeline of p stages runs on here (``lesson.setup()`` prints it)."""
-    gpus = gpu_count()
-    if gpus == 1:
-        return f"1 GPU ({torch.cuda.get_device_name(0)}): all p stages share it as simulated devices"
-    if gpus > 1:
-        names = sorted({torch.cuda.get_device_name(i) for i in range(gpus)})
-        return f"{gpus} GPUs ({', '.join(names)}): one per stage for p <= {gpus}; more stages share cuda:0"
-    if accelerator() == "mps":
-        return "1 Apple GPU (mps): all p stages share it as simulated devices"
-    return "no GPU: simulated devices on the CPU"
-
-
 # ---- memory held for backward ------------------------------------------------------------------
 class SavedTensor:
     """What autograd keeps instead of a saved tensor: the tensor, and the storage it is counted under.
@@ -239,7 +226,7 @@ class StageRuntime:
     def __init__(
         self, stage: int, n_stages: int, module: nn.Module, n_microbatches: int, checkpoint: str = "never",
         device: torch.device | str = "cpu", track_memory: bool = True, split_backward: bool = False,
-        defer_graph_release: bool = False, precision: str = "float32",
+        precision: str = "float32",
     ):  # fmt: skip
         require(0 <= stage < n_stages, f"stage must be in 0..{n_stages - 1}, got {stage}")
         require(n_microbatches >= 1, f"micro-batches must be >= 1, got {n_microbatches}")
@@ -259,12 +246,6 @@ class StageRuntime:
         self._bytes = SavedBytes({p.untyped_storage().data_ptr() for p in self.module.parameters()})
         self.peak_saved_bytes = 0  # most bytes held for backward at once since start_batch()
         self.peak_inflight = 0  # most micro-batches stashed at once since start_batch()
-        # B's spent graph (autograd already freed its saved tensors; tearing down its ~1000 nodes takes
-        # about a millisecond): with defer_graph_release it is kept until release_graphs(), so that a
-        # caller can tear it down while it idles (the distributed engine: waiting for a message), not
-        # while a peer waits for it; at most n_microbatches are kept (the oldest goes first)
-        self.defer_graph_release = defer_graph_release
-        self._spent: list[Tensor] = []
 
     # ---- bookkeeping ---------------------------------------------------------------------------
     def _checkpointed_inputs(self) -> int:
@@ -363,10 +344,7 @@ class StageRuntime:
         stash = self._ready_for_backward(mb)
         torch.autograd.backward(stash.out, self._grad_seed(grad_output))
         del self._stash[mb]
-        if self.defer_graph_release:
-            self._spent.append(stash.out)
-            if len(self._spent) > self.n_microbatches:  # a caller that never idles: keep it bounded
-                del self._spent[0]
+        self.spent(stash.out)
         stash.free()
         return None if self.is_first else stash.inp.grad
 
@@ -396,10 +374,9 @@ class StageRuntime:
         self.losses = {}
         self.peak_saved_bytes = self.peak_inflight = 0
 
-    def release_graphs(self) -> None:
-        """Drop the spent graphs that ``defer_graph_release`` kept (they hold no saved tensors)."""
-        self._spent.clear()
+    def spent(self, graph: Tensor) -> None:
+        """Door: B's spent graph (its output), torn down as the stash lets go of it; a room keeps it until
+        the rank idles instead (``course_lib/engines/idle_release.py``)."""
 
     def close(self) -> None:
-        """Let go of what the runtime keeps on the side (a subclass also takes its hooks off)."""
-        self.release_graphs()
+        """Door: let go of what the runtime keeps on the side (a subclass takes its hooks off)."""

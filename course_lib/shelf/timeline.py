@@ -144,19 +144,6 @@ class Timeline:
         sizes = self.stash_bytes
         return None if sizes is None else self._peak(device, lambda key: sizes[key[0]])
 
-    def summary(self) -> dict[str, object]:
-        """Plain-data summary, the shape the CLI's --json prints."""
-        return {
-            "source": self.source, "schedule": self.schedule_name, "makespan": self.makespan,
-            "bubble_fraction": self.bubble_fraction,
-            "per_device": [
-                {"device": d, "busy": self.busy(d), "idle": self.idle(d),
-                 "idle_fraction": self.idle_fraction(d), "peak_inflight_microbatches": self.peak_inflight(d),
-                 "peak_stash_bytes": self.peak_stash_bytes(d)}
-                for d in range(self.n_devices)
-            ],
-        }  # fmt: skip
-
 
 def format_bytes(n: float) -> str:
     """'512 B', '1.5 KiB', '3.0 MiB', ... (binary units, as memory is counted), up to TiB."""

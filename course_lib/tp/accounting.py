@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import course_lib.schedules  # noqa: F401  (registers every schedule by name in the shelf's registry)
-from course_lib.shelf.costs import ring_all_reduce_bytes
+from course_lib.network import ring_all_reduce_bytes
 from course_lib.shelf.errors import require
 from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.schedule import FORWARD, Schedule, messages

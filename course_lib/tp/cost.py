@@ -1,7 +1,7 @@
 """Alpha-beta cost model: step time and waiting share of TP and PP as the link latency grows.
 
 Every message costs latency plus bytes over bandwidth (``links.Link``). A ring all-reduce of n bytes
-over t ranks costs 2(t-1)*alpha + 2(t-1)/t * n/B (``links.ring_all_reduce_s``; all sources:
+over t ranks costs 2(t-1)*alpha + 2(t-1)/t * n/B (``network.ring_all_reduce_s``; all sources:
 REFERENCES.md). Then, with C = compute of one layer for one micro-batch on one device (forward plus
 backward in training, forward only in decoding), L layers, m micro-batches and n devices:
 
@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from course_lib.shelf.costs import Link, ring_all_reduce_s
+from course_lib.network import ring_all_reduce_s
+from course_lib.shelf.costs import Link
 from course_lib.shelf.errors import require
 
 TP_OVERLAPS = False  # the model's assumption: every TP all-reduce blocks the next matmul (module docstring)

@@ -26,7 +26,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from course_lib.shelf.costs import Link, ring_all_reduce_s
+from course_lib.network import ring_all_reduce_s
+from course_lib.shelf.costs import Link
 from course_lib.shelf.errors import require
 from course_lib.shelf.launcher import RankContext, spawn
 from course_lib.shelf.model import Block, ModelConfig, build_model

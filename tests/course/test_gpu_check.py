@@ -11,7 +11,8 @@ import pytest
 import torch
 from support.paths import REPO_ROOT
 
-from course_lib.shelf.reference import TrainResult, accelerator_config
+from course_lib.lesson import accelerator_config
+from course_lib.shelf.reference import TrainResult
 
 # the check is a script in bench/ (make gpu-check), not part of the library
 sys.path.insert(0, str(REPO_ROOT / "bench"))

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from course_lib.cli import main
+from course_lib.engines import injected_links
 from course_lib.engines.faults import Fault
-from course_lib.shelf import p2p
+from course_lib.shelf import distributed_engine
 from course_lib.shelf.costs import Link
 from course_lib.shelf.distributed_engine import make_spec
 from course_lib.shelf.errors import CourseError
@@ -55,6 +56,26 @@ def test_bad_input_is_refused_with_the_value_named(kwargs, words):
         make_spec(args.pop("cfg"), args.pop("schedule"), args.pop("stages"), **args)
     for word in words:
         assert word in str(err.value), (word, str(err.value))
+
+
+@pytest.mark.parametrize(
+    "kwargs, room",
+    [
+        (dict(links=Link(0.01)), "injected_links"),
+        (dict(cfg=TrainConfig(**TINY, microbatches=4, tie_embeddings=True)), "whole_model"),
+        (dict(cfg=TrainConfig(**TINY, microbatches=4, clip_grad_norm=1.0)), "whole_model"),
+    ],
+)
+def test_a_run_whose_room_is_not_loaded_is_refused_naming_the_room(kwargs, room, monkeypatch):
+    """Injected links and the whole model's rules live in rooms: without them, such a run is refused
+    before any process starts (never run with its links or its rules silently left out)."""
+    loaded = [o for o in distributed_engine.ROOM_OPTIONS if {"links", "tie_embeddings"}.isdisjoint(o.names)]
+    monkeypatch.setattr(distributed_engine, "ROOM_OPTIONS", loaded)
+    args = dict(cfg=TrainConfig(**TINY, microbatches=4)) | kwargs
+    with pytest.raises(CourseError, match=f"an option of the room course_lib.engines.{room}, which is not"):
+        make_spec(args.pop("cfg"), "1f1b", 2, **args)
+    plain = make_spec(TrainConfig(**TINY, microbatches=4), "1f1b", 2)  # asks nothing of them: runs plain
+    assert plain.rooms == tuple(distributed_engine.DEFAULT_ROOMS)
 
 
 @pytest.mark.parametrize("change", [dict(seq_len=200_000), dict(data_path="/nonexistent/corpus.txt")])
@@ -173,7 +194,7 @@ def test_the_rank_loop_gives_the_reference_gradients(corpus, schedule, ranks, vi
 
     def rank_thread(rank):
         try:
-            recorder = StepRecorder(time.perf_counter, torch.device("cpu"), None)
+            recorder = StepRecorder(time.perf_counter, torch.device("cpu"))
             run_schedule(rank, batch, ThreadComm(box, ready), recorder)
         except BaseException as err:  # reported below, in the test's thread
             errors.append(err)
@@ -194,11 +215,11 @@ def test_the_rank_loop_gives_the_reference_gradients(corpus, schedule, ranks, vi
 def test_injected_link_queues_bandwidth_but_overlaps_latency(monkeypatch):
     sent = []
     monkeypatch.setattr(
-        p2p.dist,
+        injected_links.dist,
         "isend",
         lambda t, dst, group, tag: sent.append((time.perf_counter(), tag)) or "work",
     )
-    wire = p2p.Wire(dst=1)
+    wire = injected_links.Wire(dst=1)
     # 10 kB take 0.1 s on the wire, then 0.2 s of latency: wide margins, so a busy machine that pauses
     # this test for tens of milliseconds cannot change what is checked
     link = Link(latency_s=0.2, bandwidth_Bps=1e5)

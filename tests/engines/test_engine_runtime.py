@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from course_lib.engines.idle_release import SpentGraphs
 from course_lib.shelf.errors import CourseError
 from course_lib.shelf.model import ModelConfig, build_model, stage_modules, uniform
 from course_lib.shelf.schedule import Action
@@ -125,18 +126,19 @@ def test_a_deferred_graph_release_keeps_the_spent_graph_until_asked_and_changes_
     def deferred_stages():
         model = build_model(CFG, seed=0)
         modules = stage_modules(model.layers, uniform(5, 2))
-        return model, [StageRuntime(s, 2, mod, 2, defer_graph_release=True) for s, mod in enumerate(modules)]
+        stages = [StageRuntime(s, 2, mod, 2) for s, mod in enumerate(modules)]
+        return model, stages, [SpentGraphs(stage) for stage in stages]
 
-    _, (first, last) = deferred_stages()
+    _, (first, last), (_, kept) = deferred_stages()
     x, y = torch.randint(0, 8, (2, 8)), torch.randint(0, 8, (2, 8))
     last.run(Action.parse("1F0"), first.run(Action.parse("0F0"), x), y)
     loss = weakref.ref(last._stash[0].out)  # the graph lives as long as its output
     first.run(Action.parse("0B0"), last.run(Action.parse("1B0"), None))
     assert loss() is not None and last.saved_bytes() == 0  # kept, but nothing saved for backward in it
-    last.release_graphs()
+    kept.release_graphs()
     assert loss() is None
     plain, _, _ = run_two_stages(False, "never")
-    model, stages = deferred_stages()
+    model, stages, _ = deferred_stages()
     run_batch(stages, split=False)
     for a, b in zip(plain.parameters(), model.parameters(), strict=True):
         assert torch.equal(a.grad, b.grad)
@@ -145,7 +147,8 @@ def test_a_deferred_graph_release_keeps_the_spent_graph_until_asked_and_changes_
 def test_deferred_spent_graphs_stay_bounded_when_the_caller_never_releases_them():
     model = build_model(CFG, seed=0)
     layers = nn.Sequential(*model.layers)
-    stage = StageRuntime(0, 1, layers, 2, split_backward=False, defer_graph_release=True)
+    stage = StageRuntime(0, 1, layers, 2, split_backward=False)
+    SpentGraphs(stage)
     x, y = torch.randint(0, 8, (2, 8)), torch.randint(0, 8, (2, 8))
     outs = []
     for _ in range(2):  # two batches
@@ -154,7 +157,7 @@ def test_deferred_spent_graphs_stay_bounded_when_the_caller_never_releases_them(
             stage.forward(mb, x, y)
             outs.append(weakref.ref(stage._stash[mb].out))
             stage.backward(mb, None)
-    # four backwards, m = 2: the two oldest graphs went, the two newest are kept for release_graphs()
+    # four backwards, m = 2: the two oldest graphs went, the two newest are kept until released
     assert [o() is None for o in outs] == [True, True, False, False]
 
 

@@ -14,6 +14,7 @@ import course_lib.engines  # noqa: F401  (the split backward of zero-bubble sche
 import course_lib.schedules  # noqa: F401  (every schedule by name)
 import course_lib.tp.mesh  # noqa: F401  (tp= and dp=)
 from course_lib.cli import main
+from course_lib.lessons.broken_runs import tied_drift
 from course_lib.shelf import distributed_engine as distributed
 from course_lib.shelf.errors import CourseError
 from course_lib.shelf.first_schedules import SCHEDULES
@@ -25,7 +26,6 @@ from course_lib.shelf.reference import (
     max_grad_diff,
     reference_gradients,
     reference_run,
-    tied_drift,
 )
 
 MAX_NORM = 0.25

@@ -77,7 +77,8 @@ MISTAKES = {  # name: (how the solution is changed, the check it fails, words of
 @pytest.mark.parametrize("name", MISTAKES)
 def test_each_common_mistake_scores_partial_with_its_teaching_verdict(tmp_path, name):
     (old, new), check, words = MISTAKES[name]
-    source = solution_function().replace("    pending = []", "    pending, keep = [], torch.empty(rank.shape)")
+    keep = "    pending, keep = [], torch.empty(rank.shape)"  # a buffer the "buffer reused" mistake needs
+    source = solution_function().replace("    pending = []", keep)
     assert old in source
     result = grade(written(tmp_path, name, source.replace(old, new)), SMALL)
     assert 0 < result.score < 10, (name, result)

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from course_lib.network import ring_all_reduce_s
 from course_lib.planner import plan
 from course_lib.planner.clusters import CLUSTERS, cluster
 from course_lib.planner.layout import Layout
@@ -21,7 +22,7 @@ from course_lib.planner.step_time import (
     simulate_pipeline,
     tp_times,
 )
-from course_lib.shelf.costs import Link, ring_all_reduce_s
+from course_lib.shelf.costs import Link
 from course_lib.shelf.errors import CourseError
 
 SELENE = cluster("a100-selene")

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from course_lib.shelf import reference
+from course_lib.engines import memory_fit
 from course_lib.shelf.errors import CourseError
 
 GiB = 2**30
@@ -17,7 +17,7 @@ TINY = dict(n_layers=2, d_model=16, n_heads=2, seq_len=16, batch_size=4, microba
 def machine_of_8_gib(monkeypatch: pytest.MonkeyPatch) -> None:
     """The memory the machine has is fixed at 8 GiB, so the bounds do not depend on the machine the
     suite runs on (each input test file makes this an autouse fixture)."""
-    monkeypatch.setattr(reference, "memory_bytes", lambda: 8 * GiB)
+    monkeypatch.setattr(memory_fit, "memory_bytes", lambda: 8 * GiB)
 
 
 def refused(call: Callable[[], object], words: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""The measured side of the memory estimate (course_lib/shelf/training_memory.py): a corpus of a chosen
+"""The measured side of the memory estimate (course_lib/engines/memory_fit.py): a corpus of a chosen
 vocabulary, and the peak resident memory of a fresh process that trains on it.
 
 The peak is what the issue defines: the largest resident set of the process above its resident set
@@ -16,9 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from course_lib.engines.memory_fit import Held, TrainingMemory, training_memory
 from course_lib.shelf.local_engine import inflight_per_stage, make_plan
 from course_lib.shelf.reference import TrainConfig
-from course_lib.shelf.training_memory import Held, TrainingMemory, training_memory
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = """

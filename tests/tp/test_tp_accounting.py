@@ -3,7 +3,8 @@
 import pytest
 
 from course_lib.cli import main as main_for_tests
-from course_lib.shelf.costs import Link, StageCosts, ring_all_reduce_s
+from course_lib.network import ring_all_reduce_s
+from course_lib.shelf.costs import Link, StageCosts
 from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.simulator import simulate
 from course_lib.tp.accounting import Workload, comparison_rows, pp_log_from_schedule, pp_sends, tp_allreduces

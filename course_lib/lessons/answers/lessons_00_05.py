@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from course_lib.lessons.answers.registry import add, first_m, whole_number
 from course_lib.lessons.tp_or_pp import first_m_pp_wins
+from course_lib.network import ring_all_reduce_s
 from course_lib.schedules.closed_forms import Case, gpipe_bubble
 from course_lib.schedules.latency_aware import warmup_forwards
-from course_lib.shelf.costs import Link, ring_all_reduce_s
+from course_lib.shelf.costs import Link
 from course_lib.shelf.first_schedules import SCHEDULES, build_schedule
 from course_lib.shelf.model import ModelConfig, build_model, count_parameters
 from course_lib.shelf.simulator import StageCosts, simulate

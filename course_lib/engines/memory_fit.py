@@ -1,9 +1,14 @@
-"""What a training run will hold in memory at its peak, counted before anything is allocated.
+"""What a training run will hold in memory at its peak, counted before anything is allocated, and the
+refusal of a run this machine cannot hold.
 
-``TrainConfig.check_fits`` (course_lib/shelf/reference.py) asks here, and refuses a run that does not
-fit with a sentence naming the parts that do not fit and by how much, before torch's allocator does it
-with a traceback. The parts, for the toy model of one process (the reference trainer, or the local
-engine running every stage)::
+A room beside the shelf's ``TrainConfig`` (``course_lib/shelf/reference.py``): importing it
+(``course_lib.engines`` does, so ``course_lib.lesson``, the command line and torchrun load it) registers
+:func:`check_fits` in ``reference.MEMORY_CHECKS``, which ``TrainConfig.check`` and the local engine's
+plan ask with the micro-batches a schedule holds at once (``local_engine.make_plan``: GPipe holds all
+m). It refuses with a sentence naming the parts that do not fit and by how much, before torch's
+allocator does it with a traceback. Without the room a config too large for the machine is not refused:
+it fails when the allocator runs out, minutes in, or the machine swaps. The parts, for the toy model of
+one process (the reference trainer, or the local engine running every stage)::
 
     training_memory(cfg, vocab_size=40, held=Held(4.0, 4)).parts
     # {'torch at work': ..., 'the corpus': ..., 'the vocabulary's embedding and head': ...,
@@ -24,17 +29,24 @@ The figures per token are measured on this toy (bench/bench_memory_estimate.py),
 of the peak resident memory of a fresh process on the CPU (tests/test_memory_estimate.py). The
 vocabulary is the corpus's: `corpus_vocabulary` reads it (bounded, through the file door) once per
 file version, so an 8.7 MB text of a million distinct characters is refused before its embedding is.
+What the run has is the device's free memory (:func:`memory_bytes` for the CPU and Apple's shared
+memory, the GPU's own for CUDA).
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import NamedTuple, Protocol
 
-from course_lib.shelf.errors import LIMITS, CourseError, read_input
+import torch
+
+from course_lib.shelf.errors import LIMITS, CourseError, read_file
 from course_lib.shelf.model import DEFAULT_CORPUS, ModelConfig
+from course_lib.shelf.reference import MEMORY_CHECKS, TrainConfig
+from course_lib.shelf.stage import resolve_device
 
 _MIB = 2**20
 RUNTIME_BYTES = 120 * _MIB  # torch's first forward and backward in a fresh process, at any size
@@ -47,7 +59,7 @@ EVAL_BYTES = 8  # per token and vocabulary entry of a whole held-out batch: logi
 
 
 class RunSizes(Protocol):
-    """What the count reads of a TrainConfig (reference.py, which imports this file)."""
+    """What the count reads of a TrainConfig."""
 
     n_layers: int
     d_model: int
@@ -148,6 +160,64 @@ def corpus_vocabulary(path: str | None) -> int | None:
 @functools.lru_cache(maxsize=16)
 def _vocabulary(path: str, size: int, mtime_ns: int) -> int | None:
     try:
-        return len(set(read_input(path, "data file", LIMITS["data_bytes"]).decode("utf-8")))
+        return len(set(read_file(path, "data file", LIMITS["data_bytes"]).decode("utf-8")))
     except (CourseError, UnicodeDecodeError):
         return None
+
+
+def check_fits(
+    cfg: TrainConfig, peaks: Sequence[int] = (1,), sizes: Sequence[int] | None = None,
+    why: str = "one micro-batch at a time",
+) -> None:  # fmt: skip
+    """Refuse, before any work, a config whose training memory, with `peaks` micro-batches held at once on
+    stages of `sizes` layers, exceeds the free memory of its device: the message names the largest
+    parts, by how much, and the largest batch size, length and width that would fit."""
+    one_stage = Held(float(max(peaks)), float(peaks[-1]))  # sizes unknown: the most held, everywhere
+    held = Held.of(list(peaks), list(sizes)) if sizes is not None else one_stage
+    have, need = _free_bytes(resolve_device(cfg.device)), training_memory(cfg, None, held)
+    if have is None or need.total <= have:  # None: a GPU that cannot say (the first CUDA call fails)
+        return
+
+    def fits(name: str, value: int) -> bool:
+        return training_memory(replace(cfg, **{name: value}), need.vocab_size, held).total <= have
+
+    names = ("batch_size", "seq_len", "d_model")
+    largest = {n: _largest(functools.partial(fits, n), getattr(cfg, n)) for n in names}
+    said = ", ".join(f"{name} {value:,}" if value else f"no {name}" for name, value in largest.items())
+    raise CourseError(need.refusal(why, have, f"{said} (each with the rest as given)"))
+
+
+def memory_bytes() -> int:
+    """This machine's memory a run may use: what Linux calls MemAvailable (RAM not needed by others,
+    page cache included), else the physical total (macOS has no /proc)."""
+    try:
+        with open("/proc/meminfo") as file:
+            for line in file:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _free_bytes(device: torch.device) -> int | None:
+    """Free memory of `device`: a CUDA GPU's own; the machine's for the CPU and Apple's shared memory."""
+    if device.type != "cuda":
+        return memory_bytes()
+    try:
+        return torch.cuda.mem_get_info(device)[0]
+    except (AssertionError, RuntimeError):
+        return None
+
+
+def _largest(fits: Callable[[int], bool], above: int) -> int:
+    """The largest v in 1..above for which fits(v) holds (0: none), by bisection: fits grows false."""
+    low, high = 0, above
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid - 1)
+    return low
+
+
+if check_fits not in MEMORY_CHECKS:
+    MEMORY_CHECKS.append(check_fits)
