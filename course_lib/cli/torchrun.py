@@ -71,6 +71,7 @@ from course_lib.cli import (  # noqa: E402
     flags,
     report_errors,
 )
+from course_lib.cli.stall_watch import StallWatch  # noqa: E402
 from course_lib.engines import faults, idle_release, torch_pipelining  # noqa: E402, F401 (rooms: their make_spec options)
 from course_lib.shelf.distributed_engine import make_spec  # noqa: E402
 from course_lib.shelf.errors import require  # noqa: E402
@@ -127,8 +128,12 @@ def run_this_rank(spec: RunSpec, rank: int, world: int) -> DistributedResult | N
     across_nodes.use_interface_towards(os.environ["MASTER_ADDR"])  # across nodes: not the loopback
     try:
         device = init_rank(spec, rank, world)
+        # under torchrun no parent watches the ranks: each says when a peer falls silent (stall_watch.py)
+        watch = StallWatch(rank, world) if world > 1 and "TORCHELASTIC_RUN_ID" in os.environ else None
         record = run_rank(spec, rank, device)
         result = gather_and_merge(spec, rank, record)
+        if watch is not None:
+            watch.done()
         dist.barrier()  # no rank ends while another still has work: a rank that fails before fails all
         # across nodes, every rank says it finished
         across_nodes.print_node_finished(rank, [st.time_s for st in record.steps])

@@ -200,3 +200,65 @@ def test_a_torchrun_run_that_ends_normally_leaves_nothing(tmp_path):
                 os.kill(pid, signal.SIGKILL)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != TORCH_CACHE) == []
     assert [s for s in semaphores if Path("/dev/shm", s).exists()] == []
+
+
+def _wait_until_both_beat(ranks: list[int], deadline: float) -> None:
+    """Until both ranks' heartbeats are in torchrun's store (read at MASTER_ADDR:MASTER_PORT, from a
+    rank's environment): the group is formed and each rank's stall watch is on."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from course_lib.cli.stall_watch import KEY
+
+    items = Path(f"/proc/{ranks[0]}/environ").read_text().split("\0")
+    environ = dict(item.split("=", 1) for item in items if "=" in item)
+    store = dist.TCPStore(environ["MASTER_ADDR"], int(environ["MASTER_PORT"]), is_master=False,
+                          timeout=timedelta(seconds=30))  # fmt: skip
+    while not all(store.add(f"{KEY}/beat/{rank}", 0) > 0 for rank in (0, 1)):
+        assert time.monotonic() < deadline, "the ranks never formed their group"
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(300)
+def test_a_stopped_rank_under_torchrun_is_named_within_the_stall_limit(tmp_path):
+    """SIGSTOP one of torchrun's ranks: its peer says, within the engines' stall limit (10 s; 50 s here,
+    5x), which rank it is, what it waits in, the silent peer and the seconds, and ends (before, it waited
+    the group's timeout: 92 s, with nothing said). Then the run ends by itself and leaves no folder behind."""
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(sys.path), "TMPDIR": str(tmp_path)}
+    launcher = [sys.executable, "-m", "course_lib.cli.torchrun", "--nproc-per-node", "2"]
+    command = [*launcher, "-m", "course_lib.cli.torchrun", "--layers", "2", "--steps", "100000"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                            start_new_session=True, text=True)  # fmt: skip
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+    ranks: list[int] = []
+    try:
+        deadline = time.monotonic() + 240
+        while len(ranks := sorted(_children(proc.pid))) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, "no ranks started"
+            time.sleep(0.2)
+        _wait_until_both_beat(ranks, deadline)  # past the rendezvous: every rank's watch is on
+        stopped = ranks[0]
+        os.kill(stopped, signal.SIGSTOP)
+        start = time.monotonic()
+        said = []
+        while not (said := [line for line in lines if "stalled:" in line]) and time.monotonic() - start < 50:
+            time.sleep(0.2)
+        waited = time.monotonic() - start
+        assert said, "".join(lines)
+        assert re.search(
+            r"\[rank (\d)\] stalled: rank \1 (waited [\d.]+ s in the receive of the (activation|gradient) of "
+            r"[FB]\(\S+\) from rank (\d)|was in \w+); rank (\d)'s process is silent \(no heartbeat for 1\d s",
+            said[0],
+        ), said[0]
+        assert waited < 50, waited
+        # then the run ends by itself: torch's agent ends the stopped rank (SIGTERM, then after its 30 s
+        # SIGKILL) and removes its folders
+        assert proc.wait(120) != 0
+        assert [pid for pid in ranks if _state(pid) not in (None, "Z")] == []
+    finally:
+        for pid in [*_alive_in_session(proc.pid), *ranks]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != TORCH_CACHE) == []
