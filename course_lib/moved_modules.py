@@ -57,6 +57,7 @@ MOVED_MODULES: dict[str, str | dict[str, tuple[str, ...]]] = {
     "course_lib.engines.weight_grad": "course_lib.engines.split_backward",
     "course_lib.engines.plan": "course_lib.shelf.local_engine",
     "course_lib.engines.links_injected": "course_lib.engines.injected_links",
+    "course_lib.charts.whole_file": "course_lib.output_files",
     # the instructor's autograder left the student's library
     **{f"course_lib.grading.{name}": f"course_grading.{name}" for name in (
         "execute", "sandbox", "sandbox_output", "worker", "plain", "feedback", "switched_off")},

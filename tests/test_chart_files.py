@@ -87,3 +87,21 @@ def test_plotting_leaves_no_figure_in_pyplots_registry(name):
         figure = drawn if isinstance(drawn, Figure) else drawn.figure
         assert figure.axes  # something was drawn, on a figure of its own
     assert plt.get_fignums() == []
+
+
+def test_a_full_disk_leaves_the_old_csv(tmp_path, monkeypatch):
+    """The schedule CSV (``schedule --csv``) is written whole too (course_lib/output_files.py, as the lab's
+    files are): a write that fails leaves the old file and no temporary one."""
+    from course_lib.schedules.torch_csv import write_csv
+    from course_lib.shelf.first_schedules import build_schedule
+
+    path = tmp_path / "order.csv"
+    path.write_text("old csv")
+
+    def no_space(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("course_lib.output_files.os.replace", no_space)
+    with pytest.raises(OSError, match="No space left"):
+        write_csv(build_schedule("1f1b", 2, 2), path)
+    assert path.read_text() == "old csv" and [p.name for p in tmp_path.iterdir()] == ["order.csv"]

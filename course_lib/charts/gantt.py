@@ -47,7 +47,7 @@ from matplotlib.patches import Patch
 from matplotlib.path import Path
 from matplotlib.transforms import Affine2D, ScaledTranslation
 
-from course_lib.charts.whole_file import write_whole
+from course_lib.output_files import write_whole
 from course_lib.shelf.schedule import Kind
 from course_lib.shelf.timeline import Timeline
 

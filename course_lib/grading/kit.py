@@ -32,6 +32,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from course_lib.output_files import write_whole
+
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS = ROOT / "notebooks"
 COURSE = LESSONS / "assignments"
@@ -134,17 +136,18 @@ def build(dest: Path, refresh: bool = False, root: Path = ROOT) -> list[str]:
         fresh = _digest_of(rel, data)
         if target.exists() and _digest(target) not in (built.get(rel), fresh):  # the student's work: keep it
             beside = target.with_name(f"{target.stem}.updated{target.suffix}")
-            beside.write_bytes(data)
+            write_whole(beside, lambda file, data=data: file.write(data))
             done.append(f"kept your {rel}; the course's new version is {beside.relative_to(dest)}")
             manifest[rel] = built.get(rel, fresh)
             continue
         if not target.exists() or _digest(target) != fresh:
-            target.write_bytes(data)
+            write_whole(target, lambda file, data=data: file.write(data))  # a full disk: the old copy
             origin = f" (sections that were in {SPLIT_FROM[rel]})" if rel in SPLIT_FROM and built else ""
             done.append(f"{'updated' if rel in built else 'added'} {rel}{origin}")
         manifest[rel] = fresh
     done += no_longer_in_the_course(built, files, dest)  # left out of the manifest: said once
-    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    text = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    write_whole(manifest_path, lambda file: file.write(text))
     return done
 
 

@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 from course_lib.input_files import read_input
+from course_lib.output_files import write_whole
 from course_lib.schedules.v_shape import split_full_backwards
 from course_lib.shelf.errors import CourseError, require
 from course_lib.shelf.schedule import Action, Kind, Schedule
@@ -44,7 +45,8 @@ def to_csv_text(schedule: Schedule) -> str:
 
 def write_csv(schedule: Schedule, path: str | Path) -> None:
     """Write `schedule` to `path` in PyTorch's compute-only CSV format."""
-    Path(path).write_text(to_csv_text(schedule), newline="")  # keep csv's \r\n as written
+    data = to_csv_text(schedule).encode()  # csv's \r\n kept as written
+    write_whole(path, lambda file: file.write(data))  # a full disk leaves the old file, never half of one
 
 
 def from_csv_text(

@@ -34,6 +34,8 @@ import re
 import sys
 from pathlib import Path
 
+from course_lib.output_files import write_whole
+
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "widgets"  # notebook metadata key ipywidgets saves its state under
 STAND_IN = re.compile(r"\[[^\[\]\n]+: run this cell to use it\]")
@@ -91,7 +93,8 @@ def _main(argv: list[str] | None = None) -> int:
         notebook = json.loads(path.read_text())
         if n := stand_in_outputs(notebook):
             # nbformat's own layout (indent 1, keys sorted), so the diff is only what changed
-            path.write_text(json.dumps(notebook, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+            text = json.dumps(notebook, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+            write_whole(path, lambda file, text=text: file.write(text.encode()))
         print(f"{path}: {n} widget output(s) replaced or dropped")
     return 0
 

@@ -1,5 +1,6 @@
-"""Files written whole or not at all: a chart (or a CSV) goes to a temporary file beside its target,
-which then replaces the target in one step (``os.replace``, atomic on one filesystem).
+"""Files written whole or not at all: a chart, a CSV or a file of the student's lab goes to a temporary
+file beside its target, which then replaces the target in one step (``os.replace``, atomic on one
+filesystem).
 
 A full disk, a killed process or a failed render therefore leaves the old file as it was, never a
 0-byte or half-written one; the temporary file is removed on the way out::
