@@ -7,6 +7,8 @@ started by a widget's button are covered in test_dashboard.py and test_lessons_0
 
 from __future__ import annotations
 
+import re
+import threading
 import time
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import pytest
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(180)]  # a kernel process
 SHM = Path("/dev/shm")
+SEM_INODE = re.compile(r"^\S+ \S+ \S+ \S+ (\d+) +/dev/shm/sem\.", re.M)  # a mapped semaphore's inode
 
 TRAINING_CELL = """
 from course_lib.shelf.reference import TrainConfig, train
@@ -102,8 +105,23 @@ run_distributed(cfg, "1f1b", stages=2)
 
 def test_an_interrupted_distributed_run_says_its_processes_ended_and_none_is_left(kernel):
     run(kernel, "from course_lib import lesson\nlesson.setup(quiet=True)")
-    before = set(SHM.glob("sem.mp-*"))
-    status, outputs = run(kernel, DISTRIBUTED_CELL, interrupt_on="starting the ranks", wait_s=8)
+    # the semaphores the kernel maps while the run is on, by inode: glibc makes each under a temporary
+    # name it then links to sem.mp-... and deletes, so the maps show the deleted name; and only the
+    # kernel's own: the other test worker's runs make theirs in /dev/shm meanwhile
+    mapped, running = set(), threading.Event()
+    maps = Path(f"/proc/{kernel[0].provisioner.process.pid}/maps")
+
+    def sample() -> None:
+        while not running.wait(0.05):
+            mapped.update(map(int, SEM_INODE.findall(maps.read_text())))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        status, outputs = run(kernel, DISTRIBUTED_CELL, interrupt_on="starting the ranks", wait_s=8)
+    finally:
+        running.set()
+        sampler.join()
     (error,) = [content for kind, content in outputs if kind == "error"]
     assert status == "error" and len(error["traceback"]) == 1
     assert error["traceback"][0].endswith("(all 2 rank processes ended)"), error["traceback"]
@@ -111,4 +129,4 @@ def test_an_interrupted_distributed_run_says_its_processes_ended_and_none_is_lef
     assert outputs[-1][1]["text"].strip() == "0"  # no rank left behind
     # nor the launcher's queue's semaphores: freed with the stopped cell's locals, not at the kernel's end
     # (a kernel killed with SIGKILL, as jupyter_client's shutdown does, would have left them)
-    assert set(SHM.glob("sem.mp-*")) <= before
+    assert mapped and [p.name for p in SHM.glob("sem.mp-*") if p.stat().st_ino in mapped] == []
