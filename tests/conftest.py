@@ -22,8 +22,6 @@ SERIAL = {
     "course/test_two_hosts.py": "a shaped link's measured step against one simulated from an earlier run",
     "grading/test_own_rank_grading.py": "up to 4 ranks on 2 cores, each waiting at most its stall limit",
     "lessons/test_own_rank.py": "up to 4 ranks on 2 cores, each waiting at most its stall limit",
-    # alone it measured 342-362 MiB over five runs; beside the suite once 523 (the cause is not found yet)
-    "test_memory_estimate.py": "measures a fresh process's peak resident memory against the estimate",
 }
 # Under `--dist loadfile` a worker takes one file, or one notebook, at a time (so a file's module
 # fixtures are made once, and a notebook's cells run in order on one kernel); each of these groups (a

@@ -120,6 +120,7 @@ def test_ctrl_c_on_the_torchrun_launcher_is_one_line_and_leaves_no_folder(tmp_pa
         "course_lib.cli.torchrun",
     ]
     ranks: list[int] = []
+    semaphores: set[str] = set()
     proc = subprocess.Popen([*command, *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
                             start_new_session=True, text=True)  # fmt: skip
     try:
@@ -127,7 +128,9 @@ def test_ctrl_c_on_the_torchrun_launcher_is_one_line_and_leaves_no_folder(tmp_pa
         while len(ranks := _children(proc.pid)) < 2:  # torch's agent starts them in sessions of their own
             assert proc.poll() is None and time.monotonic() < deadline, "no ranks started"
             time.sleep(0.2)
-        time.sleep(3)
+        for _ in range(15):  # 3 s of the run, its semaphores noted
+            semaphores |= _semaphores_of([proc.pid, *ranks])
+            time.sleep(0.2)
         start = time.monotonic()
         os.killpg(proc.pid, signal.SIGINT)
         err = proc.communicate(timeout=25)[1]
@@ -144,6 +147,7 @@ def test_ctrl_c_on_the_torchrun_launcher_is_one_line_and_leaves_no_folder(tmp_pa
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != TORCH_CACHE) == []
+    assert [s for s in semaphores if Path("/dev/shm", s).exists()] == []
 
 
 @pytest.mark.timeout(300)
@@ -157,12 +161,15 @@ def test_kill_9_of_the_torchrun_launcher_ends_its_ranks_and_their_folder(tmp_pat
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env=env, start_new_session=True)  # fmt: skip
     ranks: list[int] = []
+    semaphores: set[str] = set()
     try:
         deadline = time.monotonic() + 240
         while len(ranks := _children(proc.pid)) < 2:
             assert proc.poll() is None and time.monotonic() < deadline, "no ranks started"
             time.sleep(0.2)
-        time.sleep(3)
+        for _ in range(15):  # 3 s of the run, its semaphores noted
+            semaphores |= _semaphores_of([proc.pid, *ranks])
+            time.sleep(0.2)
         proc.kill()
         proc.wait()
         deadline = time.monotonic() + 50  # the issue's 10 s with 5x slack (measured about 1 s)
@@ -177,6 +184,7 @@ def test_kill_9_of_the_torchrun_launcher_ends_its_ranks_and_their_folder(tmp_pat
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != TORCH_CACHE) == []
+    assert [s for s in semaphores if Path("/dev/shm", s).exists()] == []
 
 
 @pytest.mark.timeout(300)
@@ -224,7 +232,7 @@ def _wait_until_both_beat(ranks: list[int], deadline: float) -> None:
 def test_a_stopped_rank_under_torchrun_is_named_within_the_stall_limit(tmp_path):
     """SIGSTOP one of torchrun's ranks: its peer says, within the engines' stall limit (10 s; 50 s here,
     5x), which rank it is, what it waits in, the silent peer and the seconds, and ends (before, it waited
-    the group's timeout: 92 s, with nothing said). Then the run ends by itself and leaves no folder behind."""
+    the group's timeout: 92 s, with nothing said). Continued, the stopped rank ends too: no folder is left."""
     env = os.environ | {"PYTHONPATH": os.pathsep.join(sys.path), "TMPDIR": str(tmp_path)}
     launcher = [sys.executable, "-m", "course_lib.cli.torchrun", "--nproc-per-node", "2"]
     command = [*launcher, "-m", "course_lib.cli.torchrun", "--layers", "2", "--steps", "100000"]
@@ -253,8 +261,10 @@ def test_a_stopped_rank_under_torchrun_is_named_within_the_stall_limit(tmp_path)
             said[0],
         ), said[0]
         assert waited < 50, waited
-        # then the run ends by itself: torch's agent ends the stopped rank (SIGTERM, then after its 30 s
-        # SIGKILL) and removes its folders
+        # then the run ends: torch's agent sends the stopped rank SIGTERM (and SIGKILL after its 30 s);
+        # continued, as a student's `kill -CONT` would, it takes the SIGTERM at once
+        time.sleep(1)
+        os.kill(stopped, signal.SIGCONT)
         assert proc.wait(120) != 0
         assert [pid for pid in ranks if _state(pid) not in (None, "Z")] == []
     finally:
