@@ -273,8 +273,9 @@ class Editions:
         cases = cases[: self.rank_cases] if self.rank_cases > 0 else cases
         if source is None:
             raise StudentError("NameError", f"no cell of yours defines {name}() at its top level")
-        # ranks are processes (with their threads): room for p of them; a case's own wall clock is the
-        # stall limit + 20 s, so the request's clock is the cases' sum and a start-up
+        # ranks are processes (with their threads): room for p of them. A case waits at most its stall
+        # limit for a message, and a correct one takes seconds: the request's clock is the cases' sum and a
+        # start-up, and it stops a case that computes without end (rank_checks' LIMIT_S is the backstop)
         per_case = self.rank_stall_s + 25.0
         limits = replace(self.limits, processes=max(self.limits.processes, 256),
                          request_s=len(cases) * per_case + 60.0)  # fmt: skip

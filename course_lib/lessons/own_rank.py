@@ -503,9 +503,13 @@ def run_own_pipeline(path: str | Path, p: int = 2, m: int = 4, **options) -> Own
                      "that computes without end (a loop that never ends?) waits for no message")  # fmt: skip
         return run
     except DistributedError as err:
-        run.error = str(err).split(" (ranks' tracebacks")[0]
+        message, _, rest = str(err).partition(" (ranks' tracebacks: ")
+        log = Path(rest.removesuffix(")")) if rest else None
         # the ranks that waited out the limit, not those that only saw a peer go
         run.stalls = [s for s in _stalls(err) if s.waited_s >= 0.9 * job.stall_s]
+        if run.stalls and log is not None:  # the stall report says what the log would (gloo's timeouts):
+            log.unlink(missing_ok=True)  # no file left for each "break it" run
+        run.error = message if run.stalls or log is None else f"{message} (the ranks' tracebacks: {log})"
         return run
     last = [r for r in run.ranks if r.stage == job.p - 1]
     run.loss = sum(sum(r.losses) for r in last) / job.dp

@@ -7,8 +7,10 @@ and seconds, within the stall limit, while the lesson's GPipe with blocking send
 from __future__ import annotations
 
 import re
+import tempfile
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from support.committed import output_text, source
@@ -75,8 +77,11 @@ def test_blocking_sends_finish_in_gpipe_and_deadlock_in_1f1b_as_a_stall_not_a_ha
 @pytest.mark.processes
 def test_a_gradient_nobody_sends_is_reported_as_a_stall_of_the_rank_that_waits_for_it(tmp_path):
     source_ = changed(lesson_function(), ("sends.append(dist.isend(dx, dst=rank.prev))", "pass"))
+    logs = set(Path(tempfile.gettempdir()).glob("course_lib-ranks-*.log"))
     started = time.perf_counter()
     run = run_own_pipeline(written(tmp_path, "no_gradient", source_), 2, 3, stall_s=1, **SMALL)
+    # the stall report is what the student reads: the ranks' log (gloo's timeouts) is not left behind
+    assert set(Path(tempfile.gettempdir()).glob("course_lib-ranks-*.log")) <= logs
     assert time.perf_counter() - started < 30
     assert not run.ok
     assert [(s.rank, s.operation, s.peer) for s in run.stalls] == [(0, "recv", 1)]
