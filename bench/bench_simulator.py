@@ -14,11 +14,13 @@ Rows 1-4 run the fast path (course_lib.fast_simulator), chosen explicitly with `
    lock-step to find deadlocks and idle steps; ours models durations, link latency and bandwidth
    queues and memory, and builds a Timeline;
 4. build + simulate + Gantt PNG at p=8, m=64 for the schedules of issue 13 (looped BFS and
-   interleaved zero bubble at v=2, ZB-H2, ZB-V, DualPipeV; target <= 120 ms each).
+   interleaved zero bubble at v=2, ZB-H2, ZB-V, DualPipeV; target <= 120 ms each);
+5. lesson 10's largest paper setting (p=32, m=256): 1F1B, ZB-H1 and ZB-H2 built and simulated
+   (target <= 2 s).
 
 Run::
 
-    .venv/bin/python bench/bench_simulator.py            # all five
+    .venv/bin/python bench/bench_simulator.py            # every row
     .venv/bin/python bench/bench_simulator.py --repeats 3
     .venv/bin/python bench/bench_simulator.py --family   # only 4.
 """
@@ -38,6 +40,7 @@ matplotlib.use("Agg")
 import course_lib.fast_simulator  # noqa: E402, F401  (registers the fast path: fast=True below)
 import course_lib.schedules  # noqa: E402, F401  (registers every schedule by name)
 from course_lib.charts.gantt import save_timeline_png  # noqa: E402
+from course_lib.lessons.zero_bubble_frontier import PAPER_SETTINGS, published_vs_predicted  # noqa: E402
 from course_lib.shelf.first_schedules import build_schedule  # noqa: E402
 from course_lib.shelf.simulator import simulate  # noqa: E402
 
@@ -164,6 +167,11 @@ def main() -> None:
             f"{theirs * 1e3:.1f} ms: ratio ours/theirs = {ours / theirs:.3f} (target <= 0.30)"
         )
     bench_family(r)
+    t = median_seconds(lambda: published_vs_predicted([PAPER_SETTINGS[-1]]), max(1, min(r, 3)))
+    print(
+        f"5. lesson 10's p=32, m=256, three schedules: {t:.2f} s wall, {CPU_TIMES[-1]:.2f} s CPU "
+        "(target <= 2 s)"
+    )
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"(median of {r} runs; {os.cpu_count()} CPU cores visible, load average {load:.1f}: "

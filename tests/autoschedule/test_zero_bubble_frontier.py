@@ -4,8 +4,6 @@ Timing of the scheduler itself is in bench/bench_auto_scheduler.py, not here."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from support.torch_csv import assert_torch_loads
 
@@ -109,11 +107,9 @@ def test_zb_h2_ends_in_a_staircase_of_about_2_t_w_minus_t_f_on_the_larger_models
     assert tl.makespan - stage_span(tl) == pytest.approx(7 * 9.883, abs=0.01)  # 9.9 ms a device, p - 1 = 7
 
 
-def test_the_largest_setting_simulates_fast():
-    # p = 32, m = 256: about 0.2 s for the three schedules on 2 shared cores; 2 s is 10x that
-    started = time.perf_counter()
+def test_the_largest_setting_replays_the_papers_rates():
+    # p = 32, m = 256 (its time, about 0.2 s, is bench/bench_simulator.py's row 5)
     rows = published_vs_predicted([PAPER_SETTINGS[-1]])
-    assert time.perf_counter() - started < 2.0
     assert [round(r.paper_rate, 4) for r in rows] == [0.1352, 0.0594, 0.0257]
 
 
