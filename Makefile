@@ -29,7 +29,7 @@ LAB_ARGS ?=
 # Jupyter refuses to run as root unless told; containers and cloud notebooks often are root
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-# The student's working copy (course_lib/grading/kit.py): the lessons and the released assignments only,
+# The student's working copy (course_assignments/kit.py): the lessons and the released assignments only,
 # git-ignored, so running a lesson never changes a tracked file and no solution is a click away
 LAB_DIR ?= lab
 
@@ -64,14 +64,14 @@ $(STUDENT_CONFIG)/jupyter_server_config.json: $(STAMP)
 # JUPYTER_PREFER_ENV_PATH: this .venv's kernel wins over one of the same name in ~/.local (older
 # checkouts installed theirs there)
 $(LAB_DIR)/.kit.json: | $(SETUP)
-	$(BIN)/python -m course_lib.grading.kit $(LAB_DIR)
+	$(BIN)/python -m course_assignments.kit $(LAB_DIR)
 
 lab: $(SETUP) $(STUDENT_CONFIG)/jupyter_server_config.json $(LAB_DIR)/.kit.json
 	JUPYTER_CONFIG_PATH=$(abspath $(STUDENT_CONFIG)) JUPYTER_PREFER_ENV_PATH=1 \
 	  $(BIN)/jupyter lab --notebook-dir=$(LAB_DIR) --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
 
 lab-refresh: | $(SETUP)
-	$(BIN)/python -m course_lib.grading.kit $(LAB_DIR) --refresh
+	$(BIN)/python -m course_assignments.kit $(LAB_DIR) --refresh
 
 # Instructors: nbgrader on, served from the course directory (nbgrader reads nbgrader_config.py there),
 # with .venv/bin on PATH (nbgrader runs `alembic` to set up its gradebook). Autograde runs students' code
@@ -82,7 +82,7 @@ instructor: $(SETUP)
 	  $(abspath $(BIN))/jupyter lab --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
 
 lint: $(SETUP)
-	$(BIN)/ruff check course_lib course_grading tests bench data
+	$(BIN)/ruff check course_lib course_assignments course_grading tests bench data
 
 # The suite runs this many tests at a time (pytest-xdist; 0: one after another, in one process). Each
 # worker takes one file, or one notebook, at a time (--dist loadfile: a file's fixtures are made once,

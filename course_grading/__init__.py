@@ -17,8 +17,9 @@ runs on real processes (``course_lib/lessons/own_rank.py``) on a hidden matrix o
 instructor's ranks (``peer_ranks``), which compare what arrives from it with 1F1B's messages. In nbgrader,
 its source is cut from the student's cells and run in a fresh sandbox with its grading edition
 (``execute.Editions.ranks``, the worker's "ranks" operation); the runs come back as plain data and the
-checks (``course_lib.grading.rank_checks``) judge them here.
+checks (``course_assignments.rank_checks``) judge them here.
 
-The student's side stays in course_lib: the checks released assignments import (course_lib.grading),
-the kit that builds lab/ and the lessons' self-checks. Nothing there imports this package.
+The student's side is elsewhere: the library (``course_lib``), and the checks released assignments import
+with the kit that builds lab/ (``course_assignments``). Neither imports this package. A sandbox mounts
+both, each as the assignment's grading edition (``edition``: an answer may be defined in either).
 """

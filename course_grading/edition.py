@@ -1,17 +1,20 @@
-"""The grading edition of the library: a copy of course_lib with an assignment's answers left out.
+"""The grading edition of the library: a copy of the student's packages with an assignment's answers left out.
 
-While a student's code runs for grading, the library it imports is this edition, mounted read-only over
-``course_lib`` in the sandbox (``course_grading.sandbox``). Each definition the assignment's table
-(``course_grading.switched_off``) names is absent: its source is cut from the copy and a stub of the
-same name stands in its place, which raises ``RuntimeError("<name> is not available while grading:
-<why>")`` when called. Nothing in the student's process can switch the answer back on, copy its code
-object or call it from a cell that runs before the graded call: the code is not there.
+While a student's code runs for grading, the packages it imports are this edition, mounted read-only over
+``course_lib`` and ``course_assignments`` in the sandbox (``course_grading.sandbox``): an answer may be
+defined in the library or in an assignment's check (which computes it to say how far off a student is).
+Each definition the assignment's table (``course_grading.switched_off``) names is absent: its source is
+cut from the copy and a stub of the same name stands in its place, which raises ``RuntimeError("<name> is
+not available while grading: <why>")`` when called. Nothing in the student's process can switch the answer
+back on, copy its code object or call it from a cell that runs before the graded call: the code is not
+there.
 
 Definitions are found by name (``course_grading.names``), wherever they are defined, not by module path:
 the library's layout moves, and a name defined twice (a fast path beside the plain one) is cut twice.
 A decorator stays on its stub, so a builder registered by name is still registered and refuses by name.
 
-    path = edition({"one_f_one_b": "write 1F1B yourself"})     # .../course_lib (a cached copy)
+    path = edition({"one_f_one_b": "write 1F1B yourself"})     # .../course_lib (a cached copy), with
+                                                               # .../course_assignments beside it
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from course_grading.names import LIBRARY, Found, definitions, matches, walk
+from course_grading.names import STUDENT_PACKAGES, Found, definitions, matches, walk
 
 
 def cache() -> Path:
@@ -128,55 +131,60 @@ def _frozen(path: Path, copy_root: Path, text: str, names: set[str]) -> str:
     return "".join(lines)
 
 
-def _key(source: Path, left_out: Mapping[str, str]) -> str:
+def _key(sources: tuple[Path, ...], left_out: Mapping[str, str]) -> str:
     digest = hashlib.sha256(repr(sorted(left_out.items())).encode())
-    for path in sorted(source.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            digest.update(str(path.relative_to(source)).encode() + b"\0" + path.read_bytes())
+    for source in sources:
+        for path in sorted(source.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(source.parent)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:20]
 
 
-def edition(left_out: Mapping[str, str], source: Path = LIBRARY, mounted_at: Path | None = None) -> Path:
-    """A copy of `source` (the course_lib folder) with every definition `left_out` names ({name: why})
-    replaced by its stub, compiled for `mounted_at` (where the sandbox mounts it; `source` by default),
-    readable by everyone and cached by content. Returns the copy's course_lib folder."""
-    mounted_at = mounted_at or source
+def edition(left_out: Mapping[str, str], sources: tuple[Path, ...] = STUDENT_PACKAGES) -> Path:
+    """A copy of each package in `sources` (course_lib, course_assignments), side by side, with every
+    definition `left_out` names ({name: why}) replaced by its stub, compiled for where the sandbox mounts
+    it (the package's own path), readable by everyone and cached by content. Returns the copy of the first
+    package (course_lib); the others are beside it."""
     folder = cache()
-    target = folder / _key(source, left_out) / source.name
+    target = folder / _key(sources, left_out)
     if target.exists():
-        return target
+        return target / sources[0].name
     folder.mkdir(mode=0o755, parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="building-", dir=folder))
-    copy = work / source.name
-    shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    by_file: dict[Path, list[tuple[Found, str]]] = {}
-    for item in definitions(copy, left_out):
-        why = next(w for name, w in left_out.items() if matches(item.qualname, name))
-        by_file.setdefault(item.path, []).append((item, why))
     functions = {name.rsplit(".", 1)[-1] for name in left_out}
-    for path in copy.rglob("*.py"):
-        text = path.read_text()
-        if any(name in text for name in functions):
-            text = _frozen(path, copy, text, functions)
-        path.write_text(_replace(text, by_file.get(path, [])))
-    # compiled ahead (the sandbox cannot write there), tracebacks naming the mounted path
-    compileall.compile_dir(str(copy), ddir=str(mounted_at), quiet=2, workers=1)
-    for folder, _dirs, files in os.walk(work):
-        os.chmod(folder, 0o755)
+    for source in sources:
+        copy = work / source.name
+        shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__"))
+        by_file: dict[Path, list[tuple[Found, str]]] = {}
+        for item in definitions(copy, left_out):
+            why = next(w for name, w in left_out.items() if matches(item.qualname, name))
+            by_file.setdefault(item.path, []).append((item, why))
+        for path in copy.rglob("*.py"):
+            text = path.read_text()
+            if any(name in text for name in functions):
+                text = _frozen(path, copy, text, functions)
+            path.write_text(_replace(text, by_file.get(path, [])))
+        # compiled ahead (the sandbox cannot write there), tracebacks naming the mounted path
+        compileall.compile_dir(str(copy), ddir=str(source), quiet=2, workers=1)
+    for dirpath, _dirs, files in os.walk(work):
+        os.chmod(dirpath, 0o755)
         for name in files:
-            os.chmod(os.path.join(folder, name), 0o644)
+            os.chmod(os.path.join(dirpath, name), 0o644)
     try:
-        work.rename(target.parent)
+        work.rename(target)
     except OSError:  # another grader built the same edition meanwhile: use theirs
         shutil.rmtree(work, ignore_errors=True)
-    return target
+    return target / sources[0].name
 
 
-def left_out_here(left_out: Mapping[str, str], source: Path = LIBRARY) -> dict[str, list[str]]:
+def left_out_here(
+    left_out: Mapping[str, str], sources: tuple[Path, ...] = STUDENT_PACKAGES
+) -> dict[str, list[str]]:
     """{name: [where it is defined]}: what an edition cuts, for the guide and the tests."""
     found: dict[str, list[str]] = {name: [] for name in left_out}
-    for item in definitions(source, left_out):
-        for name in left_out:
-            if matches(item.qualname, name):
-                found[name].append(f"{item.path.relative_to(source.parent)}:{item.qualname}")
+    for source in sources:
+        for item in definitions(source, left_out):
+            for name in left_out:
+                if matches(item.qualname, name):
+                    found[name].append(f"{item.path.relative_to(source.parent)}:{item.qualname}")
     return found

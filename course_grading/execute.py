@@ -41,11 +41,11 @@ from typing import Any
 from nbformat import NotebookNode, from_dict
 from traitlets import Bool, Float, Integer
 
+from course_assignments.rank_checks import PartialCredit
 from course_grading import plain
 from course_grading.edition import edition, stubbed
 from course_grading.sandbox import Budget, Limits, Sandbox, StudentError, unavailable
 from course_grading.switched_off import table
-from course_lib.grading.rank_checks import PartialCredit
 
 try:
     from nbgrader.preprocessors import NbGraderPreprocessor
@@ -266,7 +266,7 @@ class Editions:
         """The student's rank function `name` run on each case ((p, m, n_layers, student)) on real
         processes: its module cut from the student's cells (``function_source``) and run in a sandbox
         started for this alone, whose edition leaves out what `name` may not use and in which no cell of
-        the student's ran; closed after. Plain data per case (``course_lib.grading.rank_checks``)."""
+        the student's ran; closed after. Plain data per case (``course_assignments.rank_checks``)."""
         source = function_source(name, [source for source, mine in self.cells if not mine])
         cases = cases[: self.rank_cases] if self.rank_cases > 0 else cases
         if source is None:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LIBRARY = Path(__file__).resolve().parents[1] / "course_lib"
+# what a student's code imports, both cut by a grading edition: the library, and the assignments' checks
+STUDENT_PACKAGES = (LIBRARY, LIBRARY.parent / "course_assignments")
 
 Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 

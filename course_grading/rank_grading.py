@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_lib.grading.rank_checks import CHECKS, LIMIT_S, UNFINISHED, case_verdicts, rank_check
-from course_lib.grading.rank_checks import RankCase as Case
+from course_assignments.rank_checks import CHECKS, LIMIT_S, UNFINISHED, case_verdicts, rank_check
+from course_assignments.rank_checks import RankCase as Case
 from course_lib.lessons.own_rank import OwnRun, run_own_pipeline
 
 PEERS = Path(__file__).with_name("peer_ranks.py")

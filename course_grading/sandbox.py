@@ -1,14 +1,14 @@
 """The wall around a student's code: its own process, in bubblewrap, with bounded time, memory and tasks.
 
-``Sandbox`` starts ``course_grading.worker`` under Debian's ``bwrap`` (bubblewrap): a new mount,
-network, PID, IPC and UTS namespace whose file system holds only the system's read-only /usr (and /etc),
-the Python environment and ``course_lib`` / ``data`` (read-only) and an empty /tmp. The course directory
-(sources, gradebook.db, other students' submissions) is not there, and there is no network but a
-loopback of its own. Limits (setrlimit): address space, CPU seconds, processes (as ``nobody`` when the
-grader is root), file size, open files; and a wall clock per request, past which the sandbox is killed
-and started again with its cells replayed, so one runaway function fails only its own test; and a
-wall clock for the whole submission (``Budget``), shared by its sandboxes, past which nothing of the
-student's runs any more (CPU seconds do not bound a ``sleep``).
+``Sandbox`` starts ``course_grading.worker`` under Debian's ``bwrap`` (bubblewrap): a new mount, network,
+PID, IPC and UTS namespace whose file system holds only the system's read-only /usr (and /etc), the Python
+environment and ``course_lib`` / ``course_assignments`` / ``data`` (read-only) and an empty /tmp. The
+course directory (sources, gradebook.db, other students' submissions) is not there, and there is no
+network but a loopback of its own. Limits (setrlimit): address space, CPU seconds, processes (as
+``nobody`` when the grader is root), file size, open files; and a wall clock per request, past which the
+sandbox is killed and started again with its cells replayed, so one runaway function fails only its own
+test; and a wall clock for the whole submission (``Budget``), shared by its sandboxes, past which nothing
+of the student's runs any more (CPU seconds do not bound a ``sleep``).
 
     with Sandbox() as box:
         box.exec("def f(x):\\n    return 2 * x")
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_grading import plain
+from course_grading.names import STUDENT_PACKAGES
 from course_grading.sandbox_output import Output
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,7 +134,9 @@ def bwrap_argv(library: Path | None = None) -> list[str]:
     # the library (the grading edition, when given, in its place) and its data files, not notebooks/ (the
     # course directory); of the grader, the worker's files only
     worker = [GRADER / name for name in WORKER_FILES]
-    bound = {**{p: p for p in _environment_paths()}, ROOT / "course_lib": library or ROOT / "course_lib",
+    packages = library.parent if library else ROOT  # the edition holds course_assignments beside course_lib
+    bound = {**{p: p for p in _environment_paths()},
+             **{ROOT / s.name: packages / s.name for s in STUDENT_PACKAGES},
              ROOT / "data": ROOT / "data", **{p: p for p in worker}}  # fmt: skip
     parents = sorted({str(a) for p in bound for a in p.parents if str(a) != "/"}, key=len)
     for parent in parents:  # made here, traversable by nobody (bwrap's own would be root's, mode 0700)
@@ -188,7 +191,7 @@ def _limit(limits: Limits):
 @dataclass
 class Sandbox:
     limits: Limits = field(default_factory=Limits)
-    library: Path | None = None  # the grading edition of course_lib to mount (None: course_lib itself)
+    library: Path | None = None  # the grading edition's course_lib to mount, its course_assignments beside it
     contained: bool = True  # False: the same worker process and limits, without bubblewrap
     budget: Budget | None = None  # the submission's wall clock, shared with its other sandboxes
     _cells: list[str] = field(default_factory=list)

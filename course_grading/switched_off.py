@@ -1,11 +1,12 @@
 """What each assignment's graded functions may not reach: the library's (and the lessons') answers, by name.
 
-For each assignment, {student function: {name: why}}. While a student's function is graded it runs in
-a sandbox whose library is the grading edition (``course_grading.edition``) that leaves these names out:
-every definition of that name, wherever it is in course_lib, and in the notebook's own locked cells
-(tools that measure the answer), is replaced by a stub that raises "<name> is not available while
-grading: <why>". The student's cells run in the edition that leaves out every name of the assignment.
-A name is a function, a class or ``Class.method``; never a module path, so the library may move.
+For each assignment, {student function: {name: why}}. While a student's function is graded it runs in a
+sandbox whose library is the grading edition (``course_grading.edition``) that leaves these names out:
+every definition of that name, wherever it is in course_lib or course_assignments, and in the notebook's
+own locked cells (tools that measure the answer), is replaced by a stub that raises "<name> is not
+available while grading: <why>". The student's cells run in the edition that leaves out every name of the
+assignment. A name is a function, a class or ``Class.method``; never a module path, so the library may
+move.
 
 This table is the one place to read what each assignment allows: add a line when a lesson or the
 library grows a function that answers a task.

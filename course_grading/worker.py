@@ -12,7 +12,7 @@ leaves is plain data (``course_grading.plain``).
   its value, as plain data, or its error.
 - ``{"op": "ranks", "source": ..., "cases": ..., "stall_s": ...}``: a rank function (assignment a04c),
   sent as a module's source that the grader cut from the student's cells, written to this sandbox's /tmp
-  and run on real processes for each case (``course_lib.grading.rank_checks.run_cases``, the
+  and run on real processes for each case (``course_assignments.rank_checks.run_cases``, the
   instructor's observing ranks, ``peer_ranks.py``, beside it where a case says so); reply with each
   run as plain data. The grader sends it to a fresh sandbox in which no cell of the student's ran.
 
@@ -105,7 +105,7 @@ class Worker:
 
 
     def ranks(self, source: str, cases: list, stall_s: float) -> dict:
-        from course_lib.grading.rank_checks import run_cases
+        from course_assignments.rank_checks import run_cases
 
         path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "your_rank.py")  # noqa: S108  the sandbox's own
         with open(path, "w") as file:

@@ -6,7 +6,7 @@ from here instead of redefining anything.
 The library is built in floors; a module imports only from its own floor or the ones below
 (tests/test_import_floors.py reads this picture and fails on an upward import or a circle)::
 
-  6  lessons lesson exercises widgets grading cli __main__
+  6  lessons lesson exercises widgets cli __main__
   5  planner
   4  engines
   3  balance charts tp autoschedule

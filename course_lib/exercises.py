@@ -7,7 +7,7 @@
 ``check_answer`` prints one line (and returns nothing, so a notebook shows only that line); it never raises on
 a student's answer, so a lesson keeps running while an exercise is still open. The line says "too high"
 or "too low", never by how much: that would give the answer away. Graded assignments use
-``course_lib.grading`` instead, which does raise.
+``course_assignments`` instead, which does raise.
 """
 
 from __future__ import annotations

@@ -7,17 +7,24 @@ Instead of Python's bare "No module named 'course_lib.simulator'", the import fa
 
 MOVED_MODULES is the one table of moves: old module -> new module, or, for a module split in several, old
 module -> {new module: the names it now holds}. Add a line here whenever a module moves or is renamed.
-``course_lib/__init__.py`` installs the finder right after Python's own path finder: a module file that
-exists is always found first, and an editable install of an older checkout cannot answer for a moved
-module instead. The finder never imports anything.
+
+One kind of old import must keep working instead: an assignment released before its checks moved out of
+the library has ``from course_lib.grading import ...`` in its locked cells, in the student's copy and in
+the instructor's gradebook, and neither can be edited mid-term. STILL_IMPORTABLE lists those: the old name
+imports the new module itself (no copy of it here; ``course_lib`` holds no grading code).
+``course_lib/__init__.py`` installs the moved-module finder right after Python's own path finder: a module
+file that exists is always found first, and an editable install of an older checkout cannot answer for a
+moved module instead. It never imports anything. The old-name finder goes first (see OldNameFinder), and
+imports only the new module.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Mapping, Sequence
-from importlib.abc import MetaPathFinder
-from importlib.machinery import PathFinder
+from importlib.abc import Loader, MetaPathFinder
+from importlib.machinery import ModuleSpec, PathFinder
 from types import ModuleType
 
 _GANTT = "course_lib.charts.gantt"
@@ -88,6 +95,13 @@ MOVED_MODULES: dict[str, str | dict[str, tuple[str, ...]]] = {
     "course_lib.cli.train": "course_lib.cli.train_command",
 }  # fmt: skip
 
+# old name -> new module, imported under the old name too (the module docstring says why)
+STILL_IMPORTABLE: dict[str, str] = {
+    "course_lib.grading": "course_assignments",
+    **{f"course_lib.grading.{name}": f"course_assignments.{name}" for name in (
+        "guard", "kit", "memory_checks", "rank_checks", "schedule_checks", "wan_checks")},
+}  # fmt: skip
+
 
 def moved_message(old: str, moves: Mapping[str, str | dict[str, tuple[str, ...]]] = MOVED_MODULES) -> str:
     """The sentence a student reads when importing `old`, which moved."""
@@ -96,6 +110,32 @@ def moved_message(old: str, moves: Mapping[str, str | dict[str, tuple[str, ...]]
         return f"{old} has moved: import from {new} instead"
     homes = "; ".join(f"{', '.join(names)} from {module}" for module, names in new.items())
     return f"{old} was split: import {homes}"
+
+
+class _SameModule(Loader):
+    """Loads an old name as the module that replaced it: the very same module object, not a copy."""
+
+    def __init__(self, new: str) -> None:
+        self.new = new
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType:
+        return importlib.import_module(self.new)
+
+    def exec_module(self, module: ModuleType) -> None:
+        pass  # already run under its own name
+
+
+class OldNameFinder(MetaPathFinder):
+    """Imports a name in `aliases` as its new module. It stands before Python's path finder, which would
+    otherwise load a second copy of a submodule from the new package's folder under the old name."""
+
+    def __init__(self, aliases: Mapping[str, str] = STILL_IMPORTABLE) -> None:
+        self.aliases = aliases
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        return ModuleSpec(fullname, _SameModule(self.aliases[fullname])) if fullname in self.aliases else None
 
 
 class MovedModuleFinder(MetaPathFinder):
@@ -113,8 +153,11 @@ class MovedModuleFinder(MetaPathFinder):
 
 
 def install() -> None:
-    """Put the finder on sys.meta_path right after the path finder, once (a reload adds no second)."""
-    if any(type(finder).__name__ == MovedModuleFinder.__name__ for finder in sys.meta_path):
-        return
-    after = [i for i, finder in enumerate(sys.meta_path) if finder is PathFinder]
-    sys.meta_path.insert(after[0] + 1 if after else len(sys.meta_path), MovedModuleFinder())
+    """Put the moved-module finder on sys.meta_path right after the path finder and the old-name finder
+    first, once each (a reload adds no second)."""
+    installed = {type(finder).__name__ for finder in sys.meta_path}
+    if OldNameFinder.__name__ not in installed:
+        sys.meta_path.insert(0, OldNameFinder())
+    if MovedModuleFinder.__name__ not in installed:
+        after = [i for i, finder in enumerate(sys.meta_path) if finder is PathFinder]
+        sys.meta_path.insert(after[0] + 1 if after else len(sys.meta_path), MovedModuleFinder())

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support.paths import REPO_ROOT
 
-from course_lib.grading import kit
+from course_assignments import kit
 
 ROOT = REPO_ROOT
 LESSONS = ("00_welcome.ipynb", "03_gpipe.ipynb")  # two real lessons: one the student edits, one not

@@ -1,4 +1,4 @@
-"""`make lab-refresh` after the course renamed or split a lesson (course_lib/grading/kit.py: MOVED): the
+"""`make lab-refresh` after the course renamed or split a lesson (course_assignments/kit.py: MOVED): the
 student's copy of the old lesson is kept, and the refresh says where its sections went. The kit's files are
 the lessons only here (no nbgrader run), so the test takes milliseconds."""
 
@@ -9,7 +9,7 @@ import json
 import pytest
 from support.paths import REPO_ROOT
 
-from course_lib.grading import kit
+from course_assignments import kit
 
 README = (REPO_ROOT / "README.md").read_text()
 

@@ -1,5 +1,5 @@
 """The README's first command, for real: `make lab` serves the student's working copy of the course
-(course_lib/grading/kit.py: the lessons and the released assignments, no solution, no hidden test) on
+(course_assignments/kit.py: the lessons and the released assignments, no solution, no hidden test) on
 localhost, token required, with the course's kernel from this checkout's .venv, and without nbgrader's
 instructor tooling; `make instructor` serves the assignments' course directory with it."""
 
@@ -23,8 +23,8 @@ import pytest
 from support.assignments import ASSIGNMENTS, solution_secrets
 from support.paths import REPO_ROOT
 
-from course_lib.grading import kit
-from course_lib.grading.kit import SECRET_MARKERS, build
+from course_assignments import kit
+from course_assignments.kit import SECRET_MARKERS, build
 
 ROOT = REPO_ROOT
 pytestmark = pytest.mark.processes

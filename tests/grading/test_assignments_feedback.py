@@ -19,7 +19,7 @@ from support.feedback import (
     recorded_answers,
 )
 
-from course_lib import grading
+import course_assignments as grading
 
 
 def test_a_number_near_a_graded_answer_is_caught_and_one_the_student_had_is_not():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from course_lib import grading
+import course_assignments as grading
+from course_assignments.wan_checks import strongest_throughput
 from course_lib.balance import LayerProfile
-from course_lib.grading.wan_checks import strongest_throughput
 from course_lib.lessons.wan_plan import WanPlan, WanProblem, check_plan, throughput
 from course_lib.shelf.errors import MAX_CHARS, MAX_LINES
 from course_lib.shelf.first_schedules import build_schedule
@@ -184,7 +184,7 @@ def test_a_long_problem_list_is_capped():
 
 
 def test_without_switches_a_library_function_off_and_back_on():
-    from course_lib.grading.guard import without
+    from course_assignments.guard import without
     from course_lib.shelf import first_schedules as builders
 
     alias = builders.one_f_one_b  # a name a student imported before the check ran
@@ -204,7 +204,7 @@ def test_without_switches_a_library_function_off_and_back_on():
 
 
 def test_checks_say_what_is_wrong_without_the_value():
-    from course_lib.grading import memory_checks, schedule_checks, wan_checks
+    from course_assignments import memory_checks, schedule_checks, wan_checks
 
     msg = raised(schedule_checks.idle_fraction, lambda p, m: 0.5)
     assert "your answer is too high, by one and a half to three times" in msg and "0.27" not in msg

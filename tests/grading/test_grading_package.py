@@ -1,6 +1,8 @@
-"""The instructor's package beside the student's library: course_lib holds no grading machinery and never
-imports course_grading (what `make lab` runs works without it), and the grading edition of the library is
-found by names, cuts what it names and nothing else, and still imports."""
+"""The three packages: course_lib (the library a student reads) holds no grading code and imports neither
+course_assignments (the checks released assignments import, the kit `make lab` builds) nor course_grading
+(the instructor's grader); the student's side runs without the grader; old imports of the checks still
+work; and the grading edition of the student's packages is found by names, cuts what it names and
+nothing else, and still imports."""
 
 from __future__ import annotations
 
@@ -12,42 +14,61 @@ import pytest
 from support.paths import REPO_ROOT
 
 from course_grading.edition import edition, left_out_here, stubbed
-from course_grading.names import module_of
+from course_grading.names import STUDENT_PACKAGES, module_of
 from course_grading.switched_off import SWITCHED_OFF, everything
 
 LIBRARY = REPO_ROOT / "course_lib"
+CHECKS = REPO_ROOT / "course_assignments"
 
 
-def test_course_lib_never_imports_the_grading_package():
+def _imports(package) -> list[tuple[str, str]]:
+    """(file, module) for every import in a package's files, relative ones made absolute."""
     found = []
-    for path in LIBRARY.rglob("*.py"):
+    for path in package.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            found += [f"{path.relative_to(REPO_ROOT)}: {n}" for n in names if n.startswith("course_grading")]
-    assert found == []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            found += [(str(path.relative_to(REPO_ROOT)), n) for n in names]
+    return found
+
+
+def test_course_lib_holds_no_grading_code_and_imports_neither_grading_package():
+    assert not (LIBRARY / "grading").exists()
+    outside = ("course_grading", "course_assignments")
+    assert [(f, n) for f, n in _imports(LIBRARY) if n.startswith(outside)] == []
+    assert [(f, n) for f, n in _imports(CHECKS) if n.startswith("course_grading")] == []
     machinery = {"sandbox.py", "worker.py", "execute.py", "switched_off.py", "plain.py", "feedback.py"}
-    assert not [p for p in LIBRARY.rglob("*.py") if p.name in machinery]
+    machinery |= {"kit.py", "edition.py", "intake.py"}
+    checks = {"schedule_checks.py", "memory_checks.py", "wan_checks.py", "rank_checks.py", "guard.py"}
+    assert not [p for p in LIBRARY.rglob("*.py") if p.name in machinery | checks]
+    assert STUDENT_PACKAGES == (LIBRARY, CHECKS)  # what a grading edition cuts and a sandbox mounts
 
 
 @pytest.mark.processes
 def test_the_student_side_runs_without_the_grading_package():
-    """Every course_lib module (the kit `make lab` runs, the checks released assignments import, the
-    lessons' self-checks) imports with course_grading nowhere to be found."""
+    """Every course_lib and course_assignments module (the kit `make lab` runs, the checks released
+    assignments import, the lessons' self-checks) imports with course_grading nowhere to be found; an
+    old import of the checks (a released assignment's locked cell) is the new module, not a copy."""
     code = (
         "import importlib, pkgutil, sys\n"
         "sys.modules['course_grading'] = None  # importing it now raises\n"
-        "import course_lib\n"
-        "for m in pkgutil.walk_packages(course_lib.__path__, 'course_lib.'):\n"
-        "    if not m.name.endswith('__main__'):\n"
-        "        importlib.import_module(m.name)\n"
-        "from course_lib.grading import kit\n"
+        "import course_lib, course_assignments\n"
+        "for pkg in (course_lib, course_assignments):\n"
+        "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
+        "        if not m.name.endswith('__main__'):\n"
+        "            importlib.import_module(m.name)\n"
+        "from course_assignments import kit\n"
+        "from course_lib.grading import schedule_checks as old\n"
+        "import course_lib.grading.guard as old_guard, course_lib.grading as old_package\n"
+        "from course_assignments import guard, schedule_checks\n"
+        "print(old is schedule_checks, old_guard is guard, old_package is course_assignments)\n"
         "print(sorted(n for n in sys.modules if n.startswith('course_grading')))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT,
                           timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "['course_grading']"  # only the blocked placeholder
+    # only the blocked placeholder of course_grading
+    assert done.stdout.splitlines() == ["True True True", "['course_grading']"]
 
 
 def test_every_name_the_table_leaves_out_is_defined_somewhere():
@@ -90,6 +111,17 @@ def test_the_edition_of_an_assignment_imports_and_its_answers_refuse():
         "True", "fiber_latency_s is not available while grading: work it out from the distance and the speed "
         "of light",
     ]  # fmt: skip
+
+
+def test_an_edition_cuts_an_answer_a_check_computes_too():
+    """a03's checks compute GPipe's idle share to say how far off a student is: the edition of the
+    student's packages cuts it from course_assignments as it cuts the library's closed form."""
+    library = edition({"_gpipe_idle": "derive the formula yourself"})
+    checks = (library.parent / "course_assignments" / "schedule_checks.py").read_text()
+    assert "_gpipe_idle is not available while grading: derive the formula yourself" in checks
+    assert (library.parent / "course_lib" / "shelf" / "schedule.py").exists()
+    where = left_out_here({"_gpipe_idle": "x"})["_gpipe_idle"]
+    assert where == ["course_assignments/schedule_checks.py:_gpipe_idle"]
 
 
 def test_the_plain_data_types_are_found_by_name():

@@ -202,6 +202,15 @@ def test_a_left_out_answer_is_not_in_the_sandbox_at_all(box):
     assert "orders" not in text.split("def one_f_one_b(")[1].split("\ndef ")[0]  # its body is gone
 
 
+def test_an_old_import_of_the_checks_is_the_editions_checks(box):
+    """A cell released before the checks left the library (``from course_lib.grading import ...``) gets the
+    edition's course_assignments, mounted where the real one is, and no second copy of it."""
+    box.exec("from course_lib.grading import schedule_checks as old\n"
+             "import course_assignments.schedule_checks as new\n"
+             "def same():\n    return old is new, new.__file__\n")  # fmt: skip
+    assert box.call("same") == (True, str(ROOT / "course_assignments" / "schedule_checks.py"))
+
+
 def test_the_worker_needs_nothing_else_of_the_grader(box):
     box.exec("import pathlib, course_grading\ndef mine():\n    return sorted(p.name for p in "
              "pathlib.Path(course_grading.__file__).parent.glob('*.py'))\n")  # fmt: skip

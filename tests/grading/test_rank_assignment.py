@@ -13,9 +13,9 @@ import pytest
 from support.assignments import sandbox_or_skip
 from support.rank_submissions import mistaken
 
+from course_assignments.rank_checks import PartialCredit, RankCase, RankSeen, RunSeen, failed
 from course_grading.execute import Editions, _Grader, function_source
 from course_grading.sandbox import Budget, Limits, unavailable
-from course_lib.grading.rank_checks import PartialCredit, RankCase, RankSeen, RunSeen, failed
 
 NAME = "a04c_write_the_pipeline"
 

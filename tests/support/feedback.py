@@ -9,7 +9,7 @@ import json
 import re
 from pathlib import Path
 
-from course_lib import grading
+import course_assignments as grading
 from support.assignments import cells, grade_info
 
 

@@ -25,7 +25,7 @@ for _folder in _found:
 TRANSFORMER = "get_ipython().input_transformers_cleanup.append(lambda lines: [])  # every later cell empty"
 PATCH_CHECKS = """
 import contextlib
-import course_lib.grading as _g, course_lib.grading.guard as _guard
+import course_assignments as _g, course_assignments.guard as _guard
 for _name in ("fail", "number", "numbers", "at_most", "answered", "schedule_valid", "schedule_equals",
               "inflight_at_most", "partition_fits", "close_to_best", "call"):
     setattr(_g, _name, lambda *args, **kwargs: None)

@@ -16,8 +16,8 @@ changed one is kept, and the new version is written beside it as ``<name>.update
 course renamed or split (``MOVED``) is kept too, and the refresh says where its sections went. Nothing the
 student wrote is ever overwritten.
 
-    python -m course_lib.grading.kit lab             # build lab/ if it is missing
-    python -m course_lib.grading.kit lab --refresh   # bring lab/ up to date
+    python -m course_assignments.kit lab             # build lab/ if it is missing
+    python -m course_assignments.kit lab --refresh   # bring lab/ up to date
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from course_lib.output_files import write_whole
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 LESSONS = ROOT / "notebooks"
 COURSE = LESSONS / "assignments"
 MANIFEST = ".kit.json"

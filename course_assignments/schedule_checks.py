@@ -2,11 +2,11 @@
 
 Each check takes the student's function (or value) and the cases to try, computes the right answer
 from the library's primitives (the simulator, the schedule builders), and raises the teaching
-AssertionError of ``course_lib.grading`` when the student's differs: how far off and in which
+AssertionError of ``course_assignments`` when the student's differs: how far off and in which
 direction, the validator's sentences, a hint. It never returns or prints the right answer. The
 visible test cells call a check on the case the text shows; the hidden ones on other p and m.
 
-    from course_lib.grading import schedule_checks as checks
+    from course_assignments import schedule_checks as checks
     checks.idle_fraction(lambda p, m: (p - 1) / m)       # raises: "... too high by 38% ..."
 """
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 
-from course_lib import grading
+import course_assignments as grading
+from course_assignments.guard import without
 from course_lib.balance import inflight_per_stage
-from course_lib.grading.guard import without
 from course_lib.schedules import closed_forms
 from course_lib.shelf import first_schedules as builders
 from course_lib.shelf.simulator import StageCosts, simulate

@@ -2,10 +2,10 @@
 
 Like ``schedule_checks``: each check computes the right answer from the library's primitives
 (``balance.stage_memory``, ``balance.inflight_per_stage``, ``balance.balanced``), never returns or prints
-it, and raises the teaching AssertionError of ``course_lib.grading`` when the student's code differs.
+it, and raises the teaching AssertionError of ``course_assignments`` when the student's code differs.
 While the student's function runs, the library function that would answer the task is switched off.
 
-    from course_lib.grading import memory_checks as checks
+    from course_assignments import memory_checks as checks
     checks.held(my_held, [("1f1b", 4, 8)])
 """
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import course_assignments as grading
 import course_lib.schedules  # noqa: F401  (registers every schedule by name in the shelf's registry)
-from course_lib import grading
+from course_assignments.guard import without
 from course_lib.balance import OutOfMemory, balanced, inflight_per_stage, stage_memory
-from course_lib.grading.guard import without
 from course_lib.shelf.first_schedules import build_schedule
 from course_lib.shelf.model import Partition
 

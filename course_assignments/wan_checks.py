@@ -2,10 +2,10 @@
 
 Like ``schedule_checks``: each check computes the right answer from the library's primitives (the
 fiber model, the links, the simulator), never returns or prints it, and raises the teaching
-AssertionError of ``course_lib.grading`` when the student's code differs. The bar a plan must reach
+AssertionError of ``course_assignments`` when the student's code differs. The bar a plan must reach
 comes from a brute-force search that lives here, with the grader, and returns only a throughput.
 
-    from course_lib.grading import wan_checks as checks
+    from course_assignments import wan_checks as checks
     checks.choose_plan(my_choose_plan, [WanProblem()])
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from course_lib import grading
-from course_lib.grading.guard import without
+import course_assignments as grading
+from course_assignments.guard import without
 from course_lib.lessons.wan_plan import WanPlan, WanProblem, check_plan, even_sizes, throughput
 from course_lib.network import distance_km, fiber_latency_s, site, site_link
 from course_lib.schedules import latency_aware

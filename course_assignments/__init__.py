@@ -1,23 +1,30 @@
-"""Graders for the nbgrader assignments: a failed check raises AssertionError with a message that teaches.
+"""course_assignments: the student's side of the graded assignments, outside the library a student reads.
 
-nbgrader marks a test cell wrong when it raises, and shows the error. So every grader here raises
+What a released assignment runs in front of the student, and what builds the student's copy of the course.
+The instructor's grader (sandbox, hidden tests, feedback) is ``course_grading``; nothing here imports it,
+and ``course_lib`` imports nothing of either (tests/grading/test_grading_package.py).
+
+Here, in this file, the checks: a failed check raises AssertionError with a message that teaches.
+nbgrader marks a test cell wrong when it raises, and shows the error. So every check here raises
 ``AssertionError`` (never a bare one): the message says what was expected, in which direction and
 roughly how far off the answer is (bands too wide to pin the right value), and gives a hint. For
 schedules it says which action breaks which dependency on which device (the validator's sentences).
 Lessons use ``course_lib.exercises.check`` instead, which only prints.
 
-    from course_lib import grading
+    import course_assignments as grading
     grading.number("bubble at p=4, m=8", 0.3, expected=3 / 11, hint="count idle slots")   # raises
     grading.schedule_valid(my_schedule, p=4, m=8)       # raises, listing every problem in words
     value = grading.call("idle_fraction", idle_fraction, 4, 8, hint="...")  # unwritten -> message
 
-The assignments' checks live in ``course_lib.grading.schedule_checks`` (A1, A2), ``memory_checks`` (A3)
-and ``wan_checks`` (A4): they compute the right answer from the library's primitives and say only how far
-off a student is, never the answer itself. ``course_lib.grading.kit`` builds the student's working copy
-(lessons and released assignments only) that `make lab` serves.
-``course_lib.grading.feedback`` is the nbgrader preprocessor that keeps the hidden tests out of the
-feedback students get. ``course_lib.grading.guard.without`` switches off a library function while a
-student's function runs (so "write 1F1B yourself" cannot be answered by calling the library's).
+Beside it:
+
+- ``schedule_checks`` (a03, a04), ``memory_checks`` (a05), ``wan_checks`` (a06) and
+  ``rank_checks`` (a04c): each computes the right answer from the library's primitives and says only how
+  far off a student is, never the answer itself;
+- ``guard.without`` switches off a library function while a student's function runs (so "write 1F1B
+  yourself" cannot be answered by calling the library's);
+- ``kit`` builds the student's working copy (the lessons and the released assignments only) that
+  `make lab` serves.
 
 Try it: ``grading.number("x", None, 1.0, hint="h")`` raises "x: no answer yet ... Hint: h".
 """
@@ -34,7 +41,7 @@ from pathlib import Path
 from course_lib.exercises import verdict
 
 # balance and partition (the memory checks) import torch, and are imported where used: the sandbox's
-# worker (course_lib.grading.worker, in this package) starts without torch, and imports it only when the
+# worker (course_assignments.worker, in this package) starts without torch, and imports it only when the
 # student's code (or a library function the assignment switches off) asks for it
 from course_lib.shelf.errors import capped
 from course_lib.shelf.schedule import Schedule

@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_lib import grading
-from course_lib.grading import CheckFailed, fail
+import course_assignments as grading
+from course_assignments import CheckFailed, fail
 from course_lib.lessons.own_rank import one_f_one_b_bound, run_own_pipeline
 from course_lib.shelf.errors import capped
 
