@@ -219,6 +219,8 @@ def test_03_the_measured_bubble_is_never_below_the_formula_and_how_much_above_is
     measured, formula = (float(x) for x in re.search(bubble, printed).groups())
     gap = float(re.search(r"minus the formula's: ([+-][\d.]+) points; illustrative", printed)[1])
     assert measured >= formula and gap == pytest.approx(measured - formula, abs=0.11)
+    assert "a schedule that keeps the bubble" not in lesson  # 1F1B's is the same only on equal stages
+    assert "whose bubble is no larger (the same on equal stages)" in lesson
 
 
 def test_03_gpipes_bubble_on_unequal_stages_is_never_below_the_formula():
