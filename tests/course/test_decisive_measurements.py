@@ -27,6 +27,8 @@ RATIOS = (
 # verdict, or says "illustrative" in its output or in the text right under it.
 MEASURED = {
     "01_tensor_vs_pipeline": ["pp_runs = launch("],
+    "02_naive_pipeline": ["m_tl, s_tl = run.measured, run.simulated"],
+    "03_gpipe": ['run = train_pipeline("gpipe"'],
     "04_1f1b": ['gap = Effect.between("1F1B - GPipe"'],
     "06_pipelines_across_wans": ["for x in wan.effects()"],
     "07a_interleaving": ['print("illustrative: one timed run'],

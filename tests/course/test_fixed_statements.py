@@ -186,3 +186,56 @@ def test_10_holds_all_twelve_settings_of_the_zero_bubble_paper_and_says_what_agr
         assert row in printed
     assert "36 rates, largest difference: 0.005 points" in printed
     assert "1f1b 0.00, zb-h1 0.00, zb-h2 4.57" in printed  # the "up to 4.6 points" of the text
+
+
+# ---- issue 38, lessons 02 and 03: their one timed run is illustrative, and what it cannot do is said ----
+def blocks_per_stage(stem: str = "02_naive_pipeline") -> list[int]:
+    """Blocks per stage, from lesson 02's printed cut ("stage 0: layers 0..20 (embedding ... block 19)")."""
+    import re
+
+    found = re.findall(r"stage \d: layers\s+(\d+)\.\.\s*(\d+)\s+\((\w+)[^.]*\.\.\. (\w+)", outputs(stem))
+    return [int(b) - int(a) + 1 - (first == "embedding") - (last == "head") for a, b, first, last in found]
+
+
+def test_02_busy_shares_are_illustrative_and_the_stages_hold_the_blocks_the_cut_printed():
+    lesson = text("02_naive_pipeline")
+    assert "Stage 0 has the embedding and stage 3 the head and the loss, so their boxes differ" not in lesson
+    assert blocks_per_stage() == [20, 21, 20, 19] and "gives them 20, 21, 20 and 19 blocks" in lesson
+    assert "the busy shares above are illustrative" in lesson
+    assert "illustrative: one timed run, no spread" in outputs("02_naive_pipeline")
+
+
+def test_03_the_measured_bubble_is_never_below_the_formula_and_how_much_above_is_illustrative():
+    import re
+
+    lesson, printed = text("03_gpipe"), outputs("03_gpipe")
+    assert "usually a little larger" not in lesson
+    assert "matches the formula up to stage imbalance" not in lesson
+    assert "The measured-compute one is never smaller" in lesson
+    assert "*How much* larger is illustrative" in lesson
+    assert "lesson 02's cut gives them 20, 21, 20 and 19 blocks" in lesson
+    assert blocks_per_stage() == [20, 21, 20, 19]
+    bubble = r"bubble: ([\d.]+)% \(measured.*formula \(p-1\)/\(m\+p-1\) = ([\d.]+)%"
+    measured, formula = (float(x) for x in re.search(bubble, printed).groups())
+    gap = float(re.search(r"minus the formula's: ([+-][\d.]+) points; illustrative", printed)[1])
+    assert measured >= formula and gap == pytest.approx(measured - formula, abs=0.11)
+    assert "a schedule that keeps the bubble" not in lesson  # 1F1B's is the same only on equal stages
+    assert "whose bubble is no larger (the same on equal stages)" in lesson
+
+
+def test_03_gpipes_bubble_on_unequal_stages_is_never_below_the_formula():
+    """Lesson 03's bound: step >= the stages' sum + (m-1) x the slowest >= (m+p-1) x the mean stage."""
+    import random
+
+    from course_lib.schedules.closed_forms import gpipe_bubble
+    from course_lib.shelf.first_schedules import build_schedule
+    from course_lib.shelf.simulator import StageCosts, simulate
+
+    rng = random.Random(0)
+    for _ in range(60):
+        p, m = rng.choice((2, 3, 4, 8)), rng.choice((1, 2, 4, 7, 16))
+        f, b = [rng.uniform(0.2, 3) for _ in range(p)], [rng.uniform(0.2, 6) for _ in range(p)]
+        bubble = simulate(build_schedule("gpipe", p, m), StageCosts.fused(f=f, b=b)).bubble_fraction
+        assert bubble >= gpipe_bubble(p, m) - 1e-12, (p, m, f, b)
+    equal = simulate(build_schedule("gpipe", 4, 16), StageCosts.fused(f=1.0, b=2.0)).bubble_fraction
+    assert equal == pytest.approx(gpipe_bubble(4, 16))

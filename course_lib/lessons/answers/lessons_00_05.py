@@ -104,7 +104,7 @@ add(
     "03.2",
     "Megatron's bubble, p = 4, m = 8",
     lambda p, m: gpipe_bubble(p, m, convention="megatron"),
-    "the same idle slots, now over the ideal compute time instead of the whole_number step",
+    "the same idle slots, now over the ideal compute time instead of the whole step",
     given=dict(p=4, m=8),
 )
 add(
