@@ -26,11 +26,9 @@ SERIAL = {
 # Under `--dist loadfile` a worker takes one file, or one notebook, at a time (so a file's module
 # fixtures are made once, and a notebook's cells run in order on one kernel); each of these groups (a
 # folder, or files) is taken as one, as their tests share session fixtures: the browser tests'
-# JupyterLab and Chromium; the graded course (tests/grading/conftest.py: every submission and trick
-# autograded once, a sandbox each)
+# JupyterLab and Chromium
 ONE_GROUP: dict[str, tuple[str, ...]] = {
     "tests/browser/": ("tests/browser/",),
-    "graded course": ("tests/grading/test_assignments.py", "tests/grading/test_assignments_tricks.py"),
 }
 # The order the workers take the groups in, so that neither runs on alone at the end: the files that
 # take longest on one worker first (make test's --durations summed per file, a fresh clone on 2 cores
@@ -39,7 +37,10 @@ ONE_GROUP: dict[str, tuple[str, ...]] = {
 # --no-loadscope-reorder, else pytest-xdist would take the files with the most tests first). A name
 # that is no longer there only loses its place.
 LONGEST_FIRST = (
-    "graded course",  # 8.5 min of a loaded worker (every submission and trick autograded, once)
+    # the two graded courses (tests/grading/conftest.py: every submission, and every trick, autograded
+    # once in a sandbox or three each): about 4 min each on a loaded worker
+    "tests/grading/test_assignments.py",
+    "tests/grading/test_assignments_tricks.py",
     "tests/browser/",  # 5 min
     "tests/course/test_make_lab.py",  # 2.5 min (runs lesson 00 in the kit)
     "tests/course/test_readme_commands.py",

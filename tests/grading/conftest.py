@@ -1,5 +1,6 @@
-"""The graded course (tests/support/autograde.py): made once per worker, for test_assignments.py and
-test_assignments_tricks.py, which tests/conftest.py's ONE_GROUP keeps on one worker."""
+"""The graded courses (tests/support/autograde.py): each made once per worker, `graded` for
+test_assignments.py and `graded_tricks` for test_assignments_tricks.py; tests/conftest.py's ONE_GROUP and
+LONGEST_FIRST start both first, on two workers."""
 
 from __future__ import annotations
 
@@ -9,8 +10,16 @@ from support.autograde import graded_course
 
 @pytest.fixture(scope="session")
 def graded(tmp_path_factory):
-    """Every assignment generated, submitted and autograded, and the tricks; the course dir, scores (by
-    (assignment, student), the tricks' student being their kind), lateness and the graded answers each
+    """Every assignment generated, submitted (solution, untouched, hard-coded; one through the exchange)
+    and autograded; the course dir, scores by (assignment, student), lateness and the graded answers each
     assignment's checks compared with."""
-    with graded_course(tmp_path_factory) as result:
+    with graded_course(tmp_path_factory, "submissions") as result:
+        yield result
+
+
+@pytest.fixture(scope="session")
+def graded_tricks(tmp_path_factory):
+    """Every trick and the class run autograded in a course of their own; the course dir and scores by
+    (assignment, kind) and (a03_bubble, class-<kind>)."""
+    with graded_course(tmp_path_factory, "tricks") as result:
         yield result

@@ -29,7 +29,7 @@ from support.assignments import (
     grade_info,
     solution_secrets,
 )  # fmt: skip
-from support.autograde import FLOW, TRICKS
+from support.autograde import FLOW
 from support.course_copy import hermetic_env
 from support.feedback import (
     near_answers,
@@ -43,9 +43,8 @@ nbgrader = pytest.importorskip("nbgrader", reason="nbgrader is in the dev extra:
 
 pytestmark = [
     pytest.mark.processes,  # nbgrader runs the notebooks in kernels
-    # the graded course (tests/grading/conftest.py, made by the first test that asks): about 2.2 minutes
-    # of CPU for 41 submissions, the tricks' included (each starts a sandbox that imports torch); room for
-    # a busy machine
+    # the graded course (tests/grading/conftest.py, made by the first test that asks): every assignment's
+    # honest submissions, each in a sandbox or three that import torch; room for a busy machine
     pytest.mark.timeout(900),
     pytest.mark.filterwarnings("ignore:Object of type .* not in session"),  # nbgrader's own
 ]
@@ -172,8 +171,6 @@ def test_feedback_holds_no_hidden_test_and_no_number_near_a_graded_answer(graded
         assert answers[name], f"{name}: no graded answer recorded"
         for folder in sorted((course / "feedback").glob(f"*/{name}")):
             student = folder.parent.name
-            if (name, student) in TRICKS:  # test_assignments_tricks.py's pages (graded in the same course)
-                continue
             (page,) = folder.glob("*.html")
             text = visible_text(page.read_text())
             lines = {line.strip() for line in text.splitlines()} - own_lines(course, name, student)
@@ -183,6 +180,18 @@ def test_feedback_holds_no_hidden_test_and_no_number_near_a_graded_answer(graded
             assert not near, f"{name}, {student}: the feedback shows {near[:5]}, within 10% of graded answers"
             pages += 1
     assert pages >= 3 * len(ASSIGNMENTS)
+
+
+def test_hidden_tests_leave_no_grader_frame_and_a_students_error_names_their_cell(graded):
+    course = graded[0]
+    for student in ("untouched", "buggy"):
+        (page,) = (course / "feedback" / student / FLOW).glob("*.html")
+        text = page.read_text()
+        assert "course_grading/" not in text and "course_assignments/__init__.py" not in text  # no frame
+        assert "### BEGIN HIDDEN TESTS" not in text
+    (page,) = (course / "feedback" / "buggy" / FLOW).glob("*.html")
+    text = " ".join(page.read_text().split())
+    assert "IndexError" in text and "your cell" in text  # the student's own line, named
 
 
 def test_export_writes_a_csv_of_grades(graded):

@@ -2,9 +2,9 @@
 
 Each trick (tests/support/tricks.py) got 5-10/10 when a submission shared one kernel with its tests
 and ran in the course directory. Here each must score at most 3/10 (which tricks, on which assignments:
-tests/support/tricks.py's trick_submissions; they are autograded with test_assignments.py's submissions,
-in one course, by tests/support/autograde.py). A student function that exits or floods its output fails
-only its own tests.
+tests/support/tricks.py's trick_submissions; they are autograded in a course of their own, beside
+test_assignments.py's, by tests/support/autograde.py). A student function that exits or floods its
+output fails only its own tests.
 """
 
 from __future__ import annotations
@@ -28,10 +28,9 @@ SUBMISSIONS = trick_submissions(ASSIGNMENTS)
 
 
 @pytest.fixture(scope="module")
-def tricked(graded):
-    """The course graded once for this file and test_assignments.py (tests/grading/conftest.py): its
-    directory and the tricks' scores."""
-    course, scores, _, _ = graded
+def tricked(graded_tricks):
+    """The tricks' course, graded once (tests/grading/conftest.py): its directory and the tricks' scores."""
+    course, scores, _, _ = graded_tricks
     print("\ntricks' scores:", {key: scores[key] for key in SUBMISSIONS})
     return course, scores
 
@@ -119,11 +118,7 @@ def test_a_class_run_with_a_malformed_and_a_slow_submission_completes(tricked):
 
 def test_hidden_tests_leave_no_output_and_no_grader_frame_in_the_feedback(tricked):
     course, _ = tricked
-    for student in ("class-unlocked", "untouched", "buggy"):
-        (page,) = (course / "feedback" / student / "a03_bubble").glob("*.html")
-        text = page.read_text()
-        assert "course_grading/" not in text and "course_lib/grading/__init__.py" not in text  # no frame
-        assert "### BEGIN HIDDEN TESTS" not in text
-    (page,) = (course / "feedback" / "buggy" / "a03_bubble").glob("*.html")
-    text = " ".join(page.read_text().split())
-    assert "IndexError" in text and "your cell" in text  # the student's own line, named
+    (page,) = (course / "feedback" / "class-unlocked" / "a03_bubble").glob("*.html")
+    text = page.read_text()
+    assert "course_grading/" not in text and "course_assignments/__init__.py" not in text  # no frame
+    assert "### BEGIN HIDDEN TESTS" not in text

@@ -1,10 +1,15 @@
-"""Every assignment autograded the way an instructor runs nbgrader, for tests/grading/test_assignments.py:
-generate each student version, submit the solution, the untouched version and a hard-coded copy, send
-one assignment (FLOW) the whole way round nbgrader's exchange (release, fetch, submit, late, collect),
-hand in the clever students' tricks (tests/support/tricks.py, for tests/grading/test_assignments_tricks.py),
-autograde every submission in the sandbox and write the feedback. The expensive part of the grading
-tests (a sandbox per submission), so it runs once per test session: tests/grading/conftest.py's `graded`,
-which tests/conftest.py's ONE_GROUP keeps the two files that use it on one worker for."""
+"""Every assignment autograded the way an instructor runs nbgrader, in two courses of its own:
+
+- for tests/grading/test_assignments.py (``part="submissions"``): generate each student version, submit
+  the solution, the untouched version and a hard-coded copy, send one assignment (FLOW) the whole way
+  round nbgrader's exchange (release, fetch, submit, late, collect), autograde every submission in the
+  sandbox and write the feedback;
+- for tests/grading/test_assignments_tricks.py (``part="tricks"``): the same set-up, with the clever
+  students' tricks (tests/support/tricks.py) and one class run of malformed and slow submissions.
+
+The expensive part of the grading tests (a sandbox or three per submission), so each runs once per test
+session (tests/grading/conftest.py's `graded` and `graded_tricks`); being two, they run on two workers
+at once."""
 
 from __future__ import annotations
 
@@ -100,13 +105,16 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def _submit_all(api, config, tmp: Path, course: Path) -> dict[str, list[str]]:
-    """Generate every assignment and hand in its submissions; the students of each, by assignment."""
+def _submit_all(api, config, tmp: Path, course: Path, part: str) -> dict[str, list[str]]:
+    """Generate every assignment and hand in `part`'s submissions; the students of each, by assignment
+    (the tricks' student ids, their kinds, are in TRICKS and CLASS_STUDENTS instead)."""
     students: dict[str, list[str]] = {}
     for name in ASSIGNMENTS:
         result = api.generate_assignment(name, force=True)
         assert result["success"], result["log"] + result.get("error", "")
         students[name] = []
+        if part != "submissions":
+            continue
         if name != FLOW:  # FLOW's solution and untouched versions come through the exchange below
             students[name] = ["solution", "untouched"]
             for student, origin in (("solution", "source"), ("untouched", "release")):
@@ -114,9 +122,11 @@ def _submit_all(api, config, tmp: Path, course: Path) -> dict[str, list[str]]:
         if name in HARD_CODED:
             students[name].append("hardcoded")
             hard_coded_notebook(course / "release" / name, course / "submitted" / "hardcoded" / name)
-    students[FLOW] += _exchange_flow(api, config, tmp, course)
-    submit_tricks(course, TRICKS)
-    submit_class_run(course, FLOW)
+    if part == "submissions":
+        students[FLOW] += _exchange_flow(api, config, tmp, course)
+    else:
+        submit_tricks(course, TRICKS)
+        submit_class_run(course, FLOW)
     return students
 
 
@@ -129,12 +139,12 @@ def _class_api(api):
     return NbGraderAPI(config=config)
 
 
-def _autograde_all(api, students: dict[str, list[str]]) -> dict[str, set[float]]:
-    """Autograde each assignment's students (their graded answers recorded) and its tricks (not recorded:
+def _autograde_all(api, students: dict[str, list[str]], part: str) -> dict[str, set[float]]:
+    """Autograde each assignment's students (their graded answers recorded) or its tricks (not recorded:
     a trick's values are not an assignment's answers), then write the assignment's feedback, all at once."""
     seconds, answers = {}, {}
     for name, names in students.items():
-        tricks = [kind for n, kind in TRICKS if n == name]
+        tricks = [kind for n, kind in TRICKS if n == name] if part == "tricks" else []
         for student in [*names, *tricks]:
             start, cpu = time.perf_counter(), _cpu_seconds()
             mine = student in names  # a trick's values are not the assignment's answers
@@ -142,7 +152,7 @@ def _autograde_all(api, students: dict[str, list[str]]) -> dict[str, set[float]]
                 result = api.autograde(name, student, force=True, create=True)
             seconds[(name, student)] = (time.perf_counter() - start, _cpu_seconds() - cpu)
             assert result["success"], result["log"] + result.get("error", "")
-        if name == FLOW:  # one nbgrader run for a class with a malformed and a slow submission in it
+        if name == FLOW and part == "tricks":  # one nbgrader run for a class with malformed and slow work
             start = time.perf_counter()
             result = _class_api(api).autograde(name, "class-*", force=True, create=True)
             seconds[(name, "class run")] = (time.perf_counter() - start, 0.0)
@@ -150,32 +160,35 @@ def _autograde_all(api, students: dict[str, list[str]]) -> dict[str, set[float]]
         result = api.generate_feedback(name)
         assert result["success"], result["log"] + result.get("error", "")
     print(
-        "\nautograde seconds per submission (wall, CPU of the grader and its reaped children; a sandbox's"
-        " own is not counted):",
+        f"\nautograde seconds per submission, {part} (wall, CPU of the grader and its reaped children; a"
+        " sandbox's own is not counted):",
         {k: f"{w:.1f}, {c:.1f}" for k, (w, c) in seconds.items()},
     )
     return answers
 
 
 @contextmanager
-def graded_course(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Graded]:
-    """Generate every assignment, submit and autograde it, and the tricks; yields the course dir, scores
-    (the tricks' too, by (assignment, kind)), lateness and the graded answers each assignment's checks
-    compared with."""
+def graded_course(tmp_path_factory: pytest.TempPathFactory, part: str) -> Iterator[Graded]:
+    """Generate every assignment, submit and autograde `part`'s submissions ("submissions": the honest
+    ones and FLOW's exchange; "tricks": the tricks and the class run); yields the course dir, scores
+    (by (assignment, student); a trick's student is its kind), lateness and the graded answers each
+    assignment's checks compared with (the last two empty for the tricks)."""
+    assert part in ("submissions", "tricks"), part
     sandbox_or_skip()  # autograde runs the students' code in it
-    tmp = tmp_path_factory.mktemp("nbgrader")
+    tmp = tmp_path_factory.mktemp(f"nbgrader-{part}")
     with course_copy(tmp) as (course, config, api):
         from nbgrader.api import Gradebook
 
-        students = _submit_all(api, config, tmp, course)
-        answers = _autograde_all(api, students)
-        everyone = [(n, s) for n, names in students.items() for s in names] + TRICKS
-        everyone += [(FLOW, s) for s in CLASS_STUDENTS]
+        students = _submit_all(api, config, tmp, course, part)
+        answers = _autograde_all(api, students, part)
+        everyone = [(n, s) for n, names in students.items() for s in names]
+        if part == "tricks":
+            everyone += TRICKS + [(FLOW, s) for s in CLASS_STUDENTS]
         with Gradebook(config.CourseDirectory.db_url) as gb:
             found = {(n, s): gb.find_submission(n, s) for n, s in everyone}
             scores = {key: (sub.score, sub.max_score) for key, sub in found.items()}
             late = {s: gb.find_submission(FLOW, s).total_seconds_late for s in students[FLOW]}
-        print("scores:", scores)
+        print(f"scores, {part}:", scores)
     # the environment and the working directory are put back before any test runs: the graded course
     # lives for the whole session, and other files' tests run on the same worker after it
-    yield course, scores, late, answers
+    yield course, scores, late, (answers if part == "submissions" else {})
