@@ -29,11 +29,16 @@ import course_assignments as grading
 from course_assignments import CheckFailed, fail
 from course_lib.lessons.own_rank import one_f_one_b_bound, run_own_pipeline
 from course_lib.shelf.errors import capped
+from course_lib.shelf.sealed_ranks import digest
 
 CHECKS = ("no stall", "messages", "loss", "gradients", "memory", "buffers")
 HEADER = "import torch\nimport torch.distributed as dist\n\n\n"  # what every student module starts with
 UNFINISHED = "Loss, gradients and memory score nothing for a case whose run did not finish."
 NOT_WRITTEN = "not written yet"
+UNSEALED = (  # an instructor's rank whose report's seal did not hold (course_lib/shelf/sealed_ranks.py)
+    "The instructor's rank {rank}'s observations did not arrive signed: the report in its place is not the "
+    "one it sent, so nothing it saw of your rank, nor its loss and gradients, counts."
+)
 # a case's wall clock beyond its stall limit: a backstop for a rank that computes without end (a
 # deadlock is caught by the stall limit); generous, as p processes starting on a busy machine take long
 LIMIT_S = 120.0
@@ -61,6 +66,7 @@ class RankSeen:
     mistakes: list[str]
     peak_held: int
     observed: list[str]
+    sealed: bool | None = None  # an instructor's rank: whether its report's seal held (None: no seal asked)
 
 
 @dataclass(frozen=True)
@@ -96,7 +102,7 @@ class RunSeen:
             [StallSeen(int(r), str(op), int(peer), float(w)) for r, op, peer, w in data.get("stalls", [])],
             number(data.get("loss")), number(data.get("reference_loss")), number(data.get("grad_diff")),
             [RankSeen(int(r["rank"]), int(r["stage"]), [str(m) for m in r["mistakes"]], int(r["peak_held"]),
-                      [str(o) for o in r["observed"]]) for r in data.get("ranks", [])],
+                      [str(o) for o in r["observed"]], r.get("sealed")) for r in data.get("ranks", [])],
         )  # fmt: skip
 
 
@@ -107,20 +113,24 @@ def plain_run(run) -> dict:
         "stalls": [[s.rank, s.operation, s.peer, s.waited_s] for s in run.stalls],
         "loss": run.loss, "reference_loss": run.reference_loss, "grad_diff": run.grad_diff,
         "ranks": [{"rank": r.rank, "stage": r.stage, "mistakes": list(r.mistakes), "peak_held": r.peak_held,
-                   "observed": list(r.observed)} for r in run.ranks],
+                   "observed": list(r.observed), "seal": r.seal, "digest": digest(r.losses, r.grads)}
+                  for r in run.ranks],
     }  # fmt: skip
 
 
-def run_cases(path: str | Path, cases: Sequence[Sequence], stall_s: float, peers: str | Path | None) -> list:
+def run_cases(path: str | Path, cases: Sequence[Sequence], stall_s: float, peers: str | Path | None,
+              key: bytes | None = None, nonces: Sequence[str] = ()) -> list:  # fmt: skip
     """Run the rank function in `path` on each case ((p, m, n_layers, student) lists); `peers`: the
-    file of the instructor's observing ranks, for a case with one student rank. Plain data per case."""
+    file of the instructor's observing ranks, for a case with one student rank, which seal their reports
+    with `key` and the case's nonce (``run_own_pipeline``'s seal_key). Plain data per case."""
     found = []
-    for p, m, n_layers, student in cases:
+    for i, (p, m, n_layers, student) in enumerate(cases):
         others = None
         if student is not None and peers is not None:
             others = {r: (peers, "observing_one_f_one_b") for r in range(p) if r != student}
         run = run_own_pipeline(path, p, m, n_layers=n_layers, stall_s=stall_s, peers=others,
-                               limit_s=stall_s + LIMIT_S)  # fmt: skip
+                               limit_s=stall_s + LIMIT_S, seal_key=key if others else None,
+                               nonce=nonces[i] if others and key else "")  # fmt: skip
         found.append(plain_run(run))
     return found
 
@@ -212,7 +222,8 @@ def case_verdicts(case: RankCase, run) -> dict[str, str | None]:
         out |= dict.fromkeys(("loss", "gradients", "memory"), UNFINISHED)
         return out
     out[check] = None
-    for note in (n for r in run.ranks for n in r.observed) if case.student is not None else ():
+    peers = [r for r in run.ranks if case.student is not None and r.rank != case.student]
+    for note in (n for r in peers if getattr(r, "sealed", None) is not False for n in r.observed):
         kind, src, _, status = note.split()
         if int(src) == case.student and status != "ok":
             article = "an" if kind == "activation" else "a"
@@ -248,6 +259,8 @@ def case_verdicts(case: RankCase, run) -> dict[str, str | None]:
                 f"Your stage {r.stage} held more micro-batches at once than 1F1B's bound: run p - s - 1 "
                 "forwards in the warm-up, then one backward after every forward."
             )
+    if unsealed := [r.rank for r in peers if getattr(r, "sealed", None) is False]:  # forged, or not sent
+        out["messages"] = out["loss"] = out["gradients"] = UNSEALED.format(rank=unsealed[0])
     return out
 
 

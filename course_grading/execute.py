@@ -20,7 +20,10 @@ autograde`` itself (nbgrader_config.py lists it in ``Autograde.autograde_preproc
 - a rank function (assignment a04c) runs on real processes: its module is cut from the student's cells
   as the grader ran them (``function_source``) and run in a sandbox started for it alone, with its
   grading edition (``Editions.ranks``); the runs come back as plain data, and a check passed in some
-  hidden cases earns that share of its points (nbgrader's partial credit, with its verdict line);
+  hidden cases earns that share of its points (nbgrader's partial credit, with its verdict line). The
+  instructor's ranks beside it seal what they observed with a key made here for the request, which
+  reaches only their processes (``course_lib/shelf/sealed_ranks.py``); a report whose seal does not
+  hold here counts as one that saw nothing (``mark_seals``);
 - the submission has a wall clock (``submission_s``) over all its sandboxes: past it, nothing of the
   student's runs, and the cell where it ran out says so;
 - a hidden test shows only a verdict line: its check's message without numbers or arguments, or that the
@@ -34,6 +37,7 @@ import builtins
 import contextlib
 import io
 import re
+import secrets
 import traceback
 from dataclasses import dataclass, replace
 from typing import Any
@@ -46,6 +50,7 @@ from course_grading import plain
 from course_grading.edition import edition, stubbed
 from course_grading.sandbox import Budget, Limits, Sandbox, StudentError, unavailable
 from course_grading.switched_off import table
+from course_lib.shelf.sealed_ranks import sealed
 
 try:
     from nbgrader.preprocessors import NbGraderPreprocessor
@@ -279,16 +284,32 @@ class Editions:
                          request_s=len(cases) * per_case + 60.0)  # fmt: skip
         library = self.editions.get(self._key(self.table.get(name) or {}))
         box = Sandbox(limits, library=library, contained=self.contained, budget=self.budget)
+        # the instructor's ranks seal their reports with a key made for this request, and a nonce per case
+        key, nonces = secrets.token_bytes(32), [secrets.token_hex(8) for _ in cases]
         try:
             box._start()
             cases_data, stall_s = plain.encode(cases), self.rank_stall_s
-            reply = box._request({"op": "ranks", "source": source, "cases": cases_data, "stall_s": stall_s})
+            reply = box._request({"op": "ranks", "source": source, "cases": cases_data, "stall_s": stall_s,
+                                  "key": key.hex(), "nonces": nonces})  # fmt: skip
         finally:
             box.close()
         if not reply.get("ok"):
             error = reply.get("error") or {}
             raise StudentError(str(error.get("ename", "Error"))[:40], str(error.get("evalue", ""))[:2000])
-        return plain.decode(reply["value"])
+        return mark_seals(plain.decode(reply["value"]), cases, key, nonces)
+
+
+def mark_seals(runs: list, cases: list, key: bytes, nonces: list[str]) -> list:
+    """The runs with each instructor's rank marked ``sealed``: whether its report's seal holds under this
+    request's key and its case's nonce (``course_lib/shelf/sealed_ranks.py``); the worker's word on it,
+    if it sent one, is not taken."""
+    for run, (_, _, _, student), nonce in zip(runs, cases, nonces):  # noqa: B905  the cases run
+        for rank in run.get("ranks", []) if isinstance(run, dict) else []:
+            rank["sealed"] = None
+            if student is not None and rank.get("rank") != student:
+                rank["sealed"] = sealed(key, int(rank["rank"]), nonce, [str(o) for o in rank["observed"]],
+                                        str(rank.get("digest", "")), rank.get("seal"))  # fmt: skip
+    return runs
 
 
 class _Grader:

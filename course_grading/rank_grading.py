@@ -4,7 +4,8 @@ The student writes ``one_f_one_b(rank)`` for one rank of a 1F1B pipeline (lesson
 ``course_lib/lessons/own_rank.py``, runs it). ``grade(path)`` runs it on real processes for every case
 of ``MATRIX``: some with the student's function on every rank, others with it on one rank only, its
 neighbours the instructor's ranks (``course_grading/peer_ranks.py``), which compare every message that
-arrives from it with what 1F1B sends then, in processes the student's code never touched. Six checks,
+arrives from it with what 1F1B sends then, in processes the student's code never touched, and seal
+their reports with a key only they receive (a report whose seal fails counts as none). Six checks,
 10 points; each failed check gives one instructor-written verdict line (which rank, which kind of
 mistake, what to do), never the hidden sizes, the test's code or an expected value::
 
@@ -15,6 +16,7 @@ mistake, what to do), never the hidden sizes, the test's code or an expected val
 from __future__ import annotations
 
 import math
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,11 +52,15 @@ class Grade:
 
 
 def _run(path: Path, case: Case, stall_s: float) -> OwnRun:
-    peers = None
-    if case.student is not None:
-        peers = {r: (PEERS, PEER_FUNCTION) for r in range(case.p) if r != case.student}
+    """One case; the instructor's ranks seal their reports with a key made for this run alone (only their
+    processes receive it; ``run_own_pipeline`` marks each report ``sealed``)."""
+    if case.student is None:
+        return run_own_pipeline(path, case.p, case.m, n_layers=case.n_layers, stall_s=stall_s,
+                                limit_s=stall_s + LIMIT_S)  # fmt: skip
+    peers = {r: (PEERS, PEER_FUNCTION) for r in range(case.p) if r != case.student}
     return run_own_pipeline(path, case.p, case.m, n_layers=case.n_layers, stall_s=stall_s, peers=peers,
-                            limit_s=stall_s + LIMIT_S)  # fmt: skip
+                            limit_s=stall_s + LIMIT_S, seal_key=secrets.token_bytes(32),
+                            nonce=secrets.token_hex(8))  # fmt: skip
 
 
 def grade(path: str | Path, cases: tuple[Case, ...] = MATRIX, stall_s: float = STALL_S) -> Grade:

@@ -216,7 +216,8 @@ class Sandbox:
 
     def _start_once(self) -> None:
         reply_read, reply_write = os.pipe()
-        worker = [str(python()), "-m", "course_grading.worker", str(reply_write)]
+        # -P: the sandbox's /tmp (the working folder, writable by the student's code) is not on the path
+        worker = [str(python()), "-P", "-m", "course_grading.worker", str(reply_write)]
         argv = [*(bwrap_argv(self.library) if self.contained else []), *worker]
         path = str(ROOT) if self.contained or self.library is None else f"{_beside(self.library)}:{ROOT}"
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": path, "HOME": "/tmp", "MPLBACKEND": "Agg"}

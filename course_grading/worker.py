@@ -10,14 +10,20 @@ leaves is plain data (``course_grading.plain``).
   and what each new or rebound name is: plain data, a function, or something else.
 - ``{"op": "call", "name": ..., "args": ..., "kwargs": ...}``: call the student's function; reply with
   its value, as plain data, or its error.
-- ``{"op": "ranks", "source": ..., "cases": ..., "stall_s": ...}``: a rank function (assignment a04c),
-  sent as a module's source that the grader cut from the student's cells, written to this sandbox's /tmp
-  and run on real processes for each case (``course_assignments.rank_checks.run_cases``, the
-  instructor's observing ranks, ``peer_ranks.py``, beside it where a case says so); reply with each
-  run as plain data. The grader sends it to a fresh sandbox in which no cell of the student's ran.
+- ``{"op": "ranks", "source": ..., "cases": ..., "stall_s": ..., "key": ..., "nonces": ...}``: a rank
+  function (assignment a04c), sent as a module's source that the grader cut from the student's cells,
+  written to this sandbox's /tmp and run on real processes for each case
+  (``course_assignments.rank_checks.run_cases``, the instructor's observing ranks, ``peer_ranks.py``,
+  beside it where a case says so, each sealing its report with the grader's key and the case's nonce);
+  reply with each run as plain data. The grader sends it to a fresh sandbox in which no cell of the
+  student's ran.
 
 Nothing here is trusted by the grader: the student's code may rewrite this module while it runs. The
-grader takes only plain data from it, and decides nothing from what it says beyond that data.
+grader takes only plain data from it, and decides nothing from what it says beyond that data, and
+counts what an instructor's rank observed only where its seal holds. The worker is non-dumpable from its
+start (``close_to_peers``), and so are the fork server and every rank of a rank run
+(``course_lib/shelf/sealed_ranks.py``): the student's rank, the same user in the same sandbox, can
+neither ptrace this process nor read its memory, where the key is while the ranks run.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import traceback
 from typing import Any
 
 from course_grading import plain
+from course_lib.shelf.sealed_ranks import close_to_peers
 
 
 def _error(err: BaseException) -> dict:
@@ -104,7 +111,8 @@ class Worker:
             return {"ok": False, "error": _error(err)}
 
 
-    def ranks(self, source: str, cases: list, stall_s: float) -> dict:
+    def ranks(self, source: str, cases: list, stall_s: float, key: str = "",
+              nonces: list | None = None) -> dict:  # fmt: skip
         from course_assignments.rank_checks import run_cases
 
         path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "your_rank.py")  # noqa: S108  the sandbox's own
@@ -112,12 +120,14 @@ class Worker:
             file.write(source)
         peers = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_ranks.py")
         try:
-            return {"ok": True, "value": plain.encode(run_cases(path, cases, float(stall_s), peers))}
+            runs = run_cases(path, cases, float(stall_s), peers, bytes.fromhex(key) or None, nonces or [])
+            return {"ok": True, "value": plain.encode(runs)}
         except BaseException as err:
             return {"ok": False, "error": _error(err)}
 
 
 def main() -> None:
+    close_to_peers()  # before any request: no process of the sandbox may read or drive this one (ptrace)
     replies = os.fdopen(int(sys.argv[1]), "w", buffering=1)  # the pipe the grader reads replies from
     worker, me = Worker(), os.getpid()
     for line in sys.stdin:

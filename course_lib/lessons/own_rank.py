@@ -67,6 +67,7 @@ from course_lib.shelf.reference import (
     reference_gradients,
 )
 from course_lib.shelf.schedule import Action, Kind
+from course_lib.shelf.sealed_ranks import digest, seal, sealed
 from course_lib.shelf.stage import gpu_count
 from course_lib.shelf.timeline import MEASURED, Span, Timeline
 
@@ -368,6 +369,7 @@ class Job:
     peers: tuple[tuple[int, str, str], ...] = ()  # (rank, path, function): ranks running another file's
     repeats: int = 1  # calls of the function in one launch (timings want several)
     limit_s: float = 120.0  # the whole run's wall clock: a rank that computes without end is stopped
+    nonce: str = ""  # this run's, in the seal of each of the grader's ranks (run_own_pipeline's seal_key)
 
 
 @dataclass
@@ -388,6 +390,8 @@ class RankResult:
     observed: list[str]  # what this rank's function noted (a grader's rank: its peers' messages)
     sync_bytes: int  # bytes it all-reduced in its last call
     step_s: list[float]  # per call: seconds from the common start to its function's end
+    seal: str = ""  # a grader's rank: the HMAC of its report (course_lib/shelf/sealed_ranks.py), else ""
+    sealed: bool | None = None  # whether the seal held (run_own_pipeline with a seal_key), else None
 
 
 @dataclass
@@ -465,7 +469,7 @@ def one_f_one_b_bound(p: int, m: int) -> list[int]:
 def make_job(path: str | Path, p: int = 2, m: int = 4, *, function: str = "one_f_one_b", n_layers: int = 4,
              d_model: int = 32, seq_len: int = 16, samples_per_microbatch: int = 1, stall_s: float = STALL_S,
              dp: int = 1, sync: str = "last", seed: int = 0, repeats: int = 1, limit_s: float = 120.0,
-             peers: dict[int, tuple[str | Path, str]] | None = None) -> Job:  # fmt: skip
+             peers: dict[int, tuple[str | Path, str]] | None = None, nonce: str = "") -> Job:  # fmt: skip
     """Check the inputs before any process starts. `n_layers` blocks (plus embedding and head) are cut
     evenly into p stages; a batch of m micro-batches of `samples_per_microbatch` samples each per replica.
     `peers`: ranks that run another file's function instead (the grader's)."""
@@ -483,19 +487,26 @@ def make_job(path: str | Path, p: int = 2, m: int = 4, *, function: str = "one_f
     others = tuple((r, str(Path(f)), fn) for r, (f, fn) in sorted((peers or {}).items()))
     repeats = whole("repeats", repeats, high=20)
     require(limit_s > stall_s, f"limit_s must be above the stall limit of {stall_s:g} s, got {limit_s!r}")
-    return Job(str(path.resolve()), function, p, m, cfg, float(stall_s), dp, sync, others, repeats, limit_s)
+    return Job(str(path.resolve()), function, p, m, cfg, float(stall_s), dp, sync, others, repeats, limit_s,
+               nonce)  # fmt: skip
 
 
-def run_own_pipeline(path: str | Path, p: int = 2, m: int = 4, **options) -> OwnRun:
-    """Run the rank function in `path` on p real processes (module doc); ``make_job``'s options."""
+def run_own_pipeline(path: str | Path, p: int = 2, m: int = 4, seal_key: bytes | None = None,
+                     **options) -> OwnRun:  # fmt: skip
+    """Run the rank function in `path` on p real processes (module doc); ``make_job``'s options.
+    `seal_key` (a grader's, with ``peers`` and a ``nonce``): only the peers' processes receive it, each
+    seals its report with it, and each RankResult's ``sealed`` says whether its seal held; the launch is
+    guarded (``launcher.spawn``: the processes closed to each other, the results read as data only)."""
     job = make_job(path, p, m, **options)
     world = job.p * job.dp
     backend = "nccl" if gpu_count() >= world else "gloo"
     run = OwnRun(job)
     deadline = time.monotonic() + job.limit_s
+    keys = {r: (seal_key,) for r, _, _ in job.peers} if seal_key is not None else None
     try:
         run.ranks = spawn(_rank_target, world, (job,), backend=backend, timeout_s=job.stall_s,
-                          should_stop=lambda: time.monotonic() > deadline)  # fmt: skip
+                          should_stop=lambda: time.monotonic() > deadline, guarded=seal_key is not None,
+                          private=keys)  # fmt: skip
     except KeyboardInterrupt:
         if time.monotonic() <= deadline:  # Ctrl-C: the student's, not the clock's
             raise
@@ -511,6 +522,9 @@ def run_own_pipeline(path: str | Path, p: int = 2, m: int = 4, **options) -> Own
             log.unlink(missing_ok=True)  # no file left for each "break it" run
         run.error = message if run.stalls or log is None else f"{message} (the ranks' tracebacks: {log})"
         return run
+    if seal_key is not None:
+        for r in (run.ranks[r] for r, _, _ in job.peers):
+            r.sealed = sealed(seal_key, r.rank, job.nonce, r.observed, digest(r.losses, r.grads), r.seal)
     last = [r for r in run.ranks if r.stage == job.p - 1]
     run.loss = sum(sum(r.losses) for r in last) / job.dp
     grads = {n: g for r in run.ranks[: job.p] for n, g in r.grads.items()}
@@ -542,9 +556,10 @@ def load_function(path: str, function: str) -> Callable:
     return fn
 
 
-def _rank_target(ctx: RankContext, job: Job) -> RankResult:
+def _rank_target(ctx: RankContext, job: Job, key: bytes | None = None) -> RankResult:
     """One spawned rank: build its stage from the seed, call the rank function in its file (`repeats`
-    times, gradients zeroed between), report what the last call did and what every call took."""
+    times, gradients zeroed between), report what the last call did and what every call took; a grader's
+    rank (`key`, its private argument) seals its report."""
     torch.set_num_threads(1)  # tiny matrices, and p ranks share the machine's cores
     file, function = next(((f, fn) for r, f, fn in job.peers if r == ctx.rank), (job.path, job.function))
     fn = load_function(file, function)
@@ -582,9 +597,10 @@ def _rank_target(ctx: RankContext, job: Job) -> RankResult:
     owned = {id(p) for p in rank.module.parameters()}
     grads = {n: None if p.grad is None else p.grad.detach().cpu().clone()
              for n, p in layers.named_parameters(prefix="layers") if id(p) in owned}  # fmt: skip
+    mac = "" if key is None else seal(key, ctx.rank, job.nonce, rank.observed, digest(rank.losses, grads))
     return RankResult(ctx.rank, stage, rank.spans, rank.losses, grads, watch.sent, watch.received, mistakes,
                       rank.peak_held, watch.waited_s, sync_s, rank.observed, sync.nbytes if sync else 0,
-                      step_s)  # fmt: skip
+                      step_s, mac)  # fmt: skip
 
 
 class _DataParallel:

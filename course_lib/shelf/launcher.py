@@ -49,12 +49,15 @@ import torch
 import torch.distributed as dist
 
 from course_lib.shelf.errors import check_timeout, require, whole
+from course_lib.shelf.sealed_ranks import GuardedQueue, check_forkserver, close_to_peers, guarded_loads
 
 _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")  # gloo: a peer went
 # what each rank would import on its own (the optimizer's first construction imports torch._dynamo): the
 # forkserver imports them once and never runs a torch op, so it stays single-threaded and safe to fork
 PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "course_lib.shelf.launcher",
            "course_lib.shelf.rank_loop"]  # fmt: skip
+CLOSED_PRELOAD = "course_lib.shelf.closed_server"  # a guarded run's server imports it first (spawn)
+_CLOSED_SERVER: set[int | None] = set()  # the fork servers this process started closed to their peers
 STALL_S = 10.0  # a rank silent this long (no heartbeat: its process is stopped or frozen) has failed
 GRACE_S = 5.0  # after the first failure, the others' time to stop by themselves (peers notice in < 1 s)
 
@@ -113,20 +116,26 @@ def free_port() -> int:
 def spawn(
     target: Callable[..., Any], world: int, args: tuple = (), *, backend: str = "gloo",
     timeout_s: float = 60.0, on_progress: Callable[[int, Any], None] | None = None,
-    should_stop: Callable[[], bool] | None = None,
+    should_stop: Callable[[], bool] | None = None, guarded: bool = False,
+    private: dict[int, tuple] | None = None,
 ) -> list:  # fmt: skip
     """Run ``target(ctx, *args)`` in `world` processes, one process group; return their values by rank.
     `timeout_s`: how long a rank may wait for a silent peer (see the module doc for what else stops).
     `should_stop`, asked about 20 times a second (a widget's Stop button), ends the run as Ctrl-C does:
-    every rank's process ends, then KeyboardInterrupt says so."""
+    every rank's process ends, then KeyboardInterrupt says so. `private`: arguments only rank r gets,
+    after `args` (a grader's key for its own ranks). `guarded`: some ranks run code nobody vouches for
+    (a student's): this process, its fork server and so every rank are non-dumpable, the server is the
+    one this process started, and what the ranks send is unpickled only as a rank's result
+    (``course_lib/shelf/sealed_ranks.py``)."""
     world, timeout_s = whole("world", world), check_timeout(timeout_s)  # timeout: the ranks' timedelta
     require(backend in ("gloo", "nccl"), f"backend must be 'gloo' or 'nccl', got {backend!r}")
-    ctx = _start_context()
-    results, beats = ctx.Queue(), ctx.Array("q", world, lock=False)
+    ctx = _start_context(guarded)
+    results = GuardedQueue(ctx) if guarded else ctx.Queue()
+    beats = ctx.Array("q", world, lock=False)
     log_fd, log = tempfile.mkstemp(prefix="course_lib-ranks-", suffix=".log")
     run_tmp = tempfile.mkdtemp(prefix="course_lib-run-")  # the ranks' TMPDIR, removed when the run ends
     procs: list = []  # filled as the ranks start: Ctrl-C while they start ends those already started
-    watch = _Watch(procs, beats)
+    watch = _Watch(procs, beats, loads=guarded_loads if guarded else pickle.loads)
     try:
         with socket.create_server(("127.0.0.1", 0)) as listener:  # rank 0's store takes it over; ours closes
             port = listener.getsockname()[1]
@@ -134,13 +143,16 @@ def spawn(
             leftovers = (run_tmp, log, multiprocessing.util.get_temp_dir())
             group = _Group(world, backend, float(timeout_s), port, log, beats, env, leftovers)
             for r in range(world):
-                args_r = (r, group, listener if r == 0 else None, target, args, results)
+                mine = args + (private or {}).get(r, ())
+                args_r = (r, group, listener if r == 0 else None, target, mine, results)
                 procs.append(ctx.Process(target=_rank_main, args=args_r, daemon=True))
                 procs[-1].start()  # (the first start may wait for the forkserver to import torch)
         with os.fdopen(log_fd, "a") as file:
             log_fd = None
             pids = (f"rank {r}: pid {p.pid}" for r, p in enumerate(procs))
             print(f"rendezvous: 127.0.0.1:{group.port}", *pids, sep="\n", file=file)
+        if guarded:
+            _CLOSED_SERVER.add(multiprocessing.forkserver._forkserver._forkserver_pid)
         watch.run(results, timeout_s, on_progress, should_stop)
     except BaseException as err:  # not a rank's failure: no log to keep
         if log_fd is not None:
@@ -158,14 +170,38 @@ def spawn(
     return [watch.values[r] for r in range(world)]
 
 
-def _start_context() -> multiprocessing.context.BaseContext:
+def _start_context(guarded: bool = False) -> multiprocessing.context.BaseContext:
     """Forkserver with PRELOAD (a rank starts in a fraction of spawn's CPU), else spawn. The preload
-    is read when the server starts, once per launching process; it ends with that process."""
+    is read when the server starts, once per launching process; it ends with that process. `guarded`
+    (``spawn``): this process closed to its peers, and a server started closed, first thing (a server
+    started open is stopped first; one started closed that has ended is not started again: a rank ended
+    it, and a new one would be open to that rank's processes until its first import)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():  # Windows
+        require(not guarded, "a guarded run needs a fork server (Linux or macOS)")
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
+    if guarded:
+        close_to_peers()
+        check_forkserver()
+        server = multiprocessing.forkserver._forkserver
+        running = server._forkserver_pid
+        if running is not None and running not in _CLOSED_SERVER:
+            server._stop()
+        elif running is not None and not _alive(running):
+            raise DistributedError("the run's fork server ended (a rank ended it)", None, "fork server", {})
+        ctx.set_forkserver_preload([CLOSED_PRELOAD, *PRELOAD])
+    else:
+        ctx.set_forkserver_preload(PRELOAD)
     return ctx
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie does not), without reaping it."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return sys.platform != "linux"
 
 
 # ---- inside a spawned rank -------------------------------------------------------------------------
@@ -251,6 +287,7 @@ class _Watch:
     settled_at: float | None = None  # the first failure, or the last result
     last_beat: dict[int, tuple[int, float]] = field(default_factory=dict)  # rank -> (count, seen at)
     checked_at: float = field(default_factory=time.monotonic)  # the last look at the heartbeats
+    loads: Callable[[bytes], Any] = pickle.loads  # a rank's value from its bytes (guarded: sealed_ranks')
 
     def run(self, results, timeout_s: float, on_progress, should_stop=None) -> None:
         """Collect until every process ended; once settled, give the rest a grace, then stop."""
@@ -298,7 +335,7 @@ class _Watch:
                 if kind == "progress" and on_progress is not None:
                     on_progress(rank, payload)
                 elif kind == "ok":
-                    self.values[rank] = pickle.loads(payload)
+                    self.values[rank] = self.loads(payload)
                 elif kind == "error":
                     self.errors[rank] = payload
 

@@ -77,3 +77,76 @@ def submit(course: Path, student: str, answer: str) -> None:
     folder = course / "submitted" / student / NAME
     folder.mkdir(parents=True)
     (folder / released.name).write_text(json.dumps(nb))
+
+
+# The solution with a cheat before its first line: what a student's rank could try against the instructor's
+# ranks beside it (tests/grading/test_sealed_ranks.py). Each runs in the student's rank, first thing.
+FIRST_LINE = (
+    '    """One rank of 1F1B: warm-up, steady state, cool-down, with its own sends and receives."""\n'
+)
+CHEATS = {
+    # the neighbour's report, forged: every message "ok", put on the launcher's result queue after the
+    # neighbour's own (the launcher keeps the last report it reads for a rank)
+    "forged report": """    import os, pickle, sys, threading, time
+    from multiprocessing.connection import Connection
+    from course_lib.lessons.own_rank import RankResult
+    frame = sys._getframe()
+    while "results" not in frame.f_locals:  # the launcher's queue, in the frame that called us
+        frame = frame.f_back
+    results, peer = frame.f_locals["results"], (rank.next if rank.next is not None else rank.prev)
+    pipe = Connection(os.dup(results._writer.fileno()))  # its own: the queue's closes with the rank's exit
+    said = [f"activation {rank.stage} {i} ok" for i in range(rank.m + 1)]  # one more: the forgery's mark
+    forged = RankResult(peer, peer, [], [], {}, [], [], [], 0, 0.0, [0.0], said, 0, [0.0])
+
+    def forge():
+        time.sleep(2.0)
+        results._sem.acquire()  # as put does
+        with results._wlock:
+            pipe.send_bytes(pickle.dumps(("ok", peer, pickle.dumps(forged))))
+
+    threading.Thread(target=forge).start()  # not a daemon: the process waits for it before it exits
+""",
+    # the neighbour's, the fork server's and the worker's memory, read through /proc and ptrace; beside
+    # them, a child of its own that made itself dumpable ("child": the calls where nothing stops them)
+    "memory reader": """    import ctypes, errno, os, signal, time
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def parent(pid):
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+
+    def probe(name, pid):
+        try:
+            with open(f"/proc/{pid}/mem", "rb"):
+                mem = "opened"
+        except OSError as err:
+            mem = type(err).__name__
+        traced = libc.ptrace(16, pid, 0, 0)  # PTRACE_ATTACH
+        how = "attached" if traced == 0 else errno.errorcode[ctypes.get_errno()]
+        rank.observed.append(f"probe {name} mem={mem} ptrace={how}")
+
+    me, server = os.getpid(), os.getppid()
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me):
+        try:
+            if parent(pid) == server:
+                probe("neighbour", pid)
+        except OSError:
+            pass
+    probe("server", server)
+    probe("worker", parent(server))
+    child = os.fork()
+    if child == 0:
+        libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE, 1
+        time.sleep(30)
+        os._exit(0)
+    time.sleep(0.3)
+    probe("child", child)
+    os.kill(child, signal.SIGKILL)
+    os.waitpid(child, 0)
+""",
+}
+
+
+def cheating(kind: str, source: str) -> str:
+    """`source` (the solution, as a cell or a module) with `kind`'s cheat before its first line."""
+    assert FIRST_LINE in source, "the solution's docstring moved: the cheat has no place to go"
+    return source.replace(FIRST_LINE, FIRST_LINE + CHEATS[kind], 1)
