@@ -16,12 +16,14 @@ there, and the function itself; helpers it needs go inside it.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 import math
 import re
 import tempfile
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,13 +31,13 @@ import course_assignments as grading
 from course_assignments import CheckFailed, fail
 from course_lib.lessons.own_rank import one_f_one_b_bound, run_own_pipeline
 from course_lib.shelf.errors import capped
-from course_lib.shelf.sealed_ranks import digest
+from course_lib.shelf.launcher import Guard
 
 CHECKS = ("no stall", "messages", "loss", "gradients", "memory", "buffers")
 HEADER = "import torch\nimport torch.distributed as dist\n\n\n"  # what every student module starts with
 UNFINISHED = "Loss, gradients and memory score nothing for a case whose run did not finish."
 NOT_WRITTEN = "not written yet"
-UNSEALED = (  # an instructor's rank whose report's seal did not hold (course_lib/shelf/sealed_ranks.py)
+UNSEALED = (  # an instructor's rank whose report's seal did not hold (course_grading/sealed_ranks.py)
     "The instructor's rank {rank}'s observations did not arrive signed: the report in its place is not the "
     "one it sent, so nothing it saw of your rank, nor its loss and gradients, counts."
 )
@@ -113,24 +115,39 @@ def plain_run(run) -> dict:
         "stalls": [[s.rank, s.operation, s.peer, s.waited_s] for s in run.stalls],
         "loss": run.loss, "reference_loss": run.reference_loss, "grad_diff": run.grad_diff,
         "ranks": [{"rank": r.rank, "stage": r.stage, "mistakes": list(r.mistakes), "peak_held": r.peak_held,
-                   "observed": list(r.observed), "seal": r.seal, "digest": digest(r.losses, r.grads)}
+                   "observed": list(r.observed), "seal": r.stamp, "digest": digest(r.losses, r.grads)}
                   for r in run.ranks],
     }  # fmt: skip
 
 
+def digest(losses: Iterable[float], grads: dict) -> str:
+    """SHA-256 of a rank's losses and gradients (by name, their bytes): what an instructor's rank's seal
+    vouches for beside what it observed (``course_grading/sealed_ranks.py``)."""
+    h = hashlib.sha256(json.dumps([float(x) for x in losses]).encode())
+    for name in sorted(grads):
+        tensor = grads[name]
+        h.update(name.encode() + b"\0")
+        if tensor is not None:
+            h.update(str(tuple(tensor.shape)).encode() + str(tensor.dtype).encode())
+            h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
 def run_cases(path: str | Path, cases: Sequence[Sequence], stall_s: float, peers: str | Path | None,
-              key: bytes | None = None, nonces: Sequence[str] = ()) -> list:  # fmt: skip
+              guard: Guard | None = None, private: Sequence[tuple] = ()) -> list:  # fmt: skip
     """Run the rank function in `path` on each case ((p, m, n_layers, student) lists); `peers`: the
-    file of the instructor's observing ranks, for a case with one student rank, which seal their reports
-    with `key` and the case's nonce (``run_own_pipeline``'s seal_key). Plain data per case."""
+    file of the instructor's observing ranks, for a case with one student rank; such a case's run is
+    closed by `guard` and each observing rank alone receives the case's `private` arguments (a grader's
+    key and nonce, to seal its report with: ``run_own_pipeline``'s). Plain data per case."""
     found = []
     for i, (p, m, n_layers, student) in enumerate(cases):
-        others = None
+        others = mine = None
         if student is not None and peers is not None:
             others = {r: (peers, "observing_one_f_one_b") for r in range(p) if r != student}
+            mine = dict.fromkeys(others, private[i]) if private else None
         run = run_own_pipeline(path, p, m, n_layers=n_layers, stall_s=stall_s, peers=others,
-                               limit_s=stall_s + LIMIT_S, seal_key=key if others else None,
-                               nonce=nonces[i] if others and key else "")  # fmt: skip
+                               limit_s=stall_s + LIMIT_S, guard=guard if others else None,
+                               private=mine)  # fmt: skip
         found.append(plain_run(run))
     return found
 

@@ -9,8 +9,9 @@ notebooks/assignments/README.md). What runs where:
   bounded memory, processes and wall clock), started as ``worker``: one runs its cells; each graded
   function is called in one whose course_lib is a grading edition (``edition``: the answers that
   function may not use, named in ``switched_off``, are cut out), the cells replayed there first. Of this
-  package a sandbox holds only ``worker``, ``plain`` (the only data that crosses back), ``names`` and
-``peer_ranks``.
+  package a sandbox holds only ``worker``, ``plain`` (the only data that crosses back), ``names``,
+  ``peer_ranks`` and what seals its reports and closes its run (``sealed_ranks``, ``rank_guard``,
+  ``closed_server``).
 
 A rank function the student writes (assignment a04c, after lesson 04c) is graded by ``rank_grading``: it
 runs on real processes (``course_lib/lessons/own_rank.py``) on a hidden matrix of sizes, beside the

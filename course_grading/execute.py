@@ -22,8 +22,8 @@ autograde`` itself (nbgrader_config.py lists it in ``Autograde.autograde_preproc
   grading edition (``Editions.ranks``); the runs come back as plain data, and a check passed in some
   hidden cases earns that share of its points (nbgrader's partial credit, with its verdict line). The
   instructor's ranks beside it seal what they observed with a key made here for the request, which
-  reaches only their processes (``course_lib/shelf/sealed_ranks.py``); a report whose seal does not
-  hold here counts as one that saw nothing (``mark_seals``);
+  reaches only their processes (``course_grading/sealed_ranks.py``); a report whose seal does not
+  hold here counts as one that saw nothing (``sealed_ranks.mark_seals``);
 - the submission has a wall clock (``submission_s``) over all its sandboxes: past it, nothing of the
   student's runs, and the cell where it ran out says so;
 - a hidden test shows only a verdict line: its check's message without numbers or arguments, or that the
@@ -49,8 +49,8 @@ from course_assignments.rank_checks import PartialCredit
 from course_grading import plain
 from course_grading.edition import edition, stubbed
 from course_grading.sandbox import Budget, Limits, Sandbox, StudentError, unavailable
+from course_grading.sealed_ranks import mark_seals
 from course_grading.switched_off import table
-from course_lib.shelf.sealed_ranks import sealed
 
 try:
     from nbgrader.preprocessors import NbGraderPreprocessor
@@ -299,19 +299,6 @@ class Editions:
         return mark_seals(plain.decode(reply["value"]), cases, key, nonces)
 
 
-def mark_seals(runs: list, cases: list, key: bytes, nonces: list[str]) -> list:
-    """The runs with each instructor's rank marked ``sealed``: whether its report's seal holds under this
-    request's key and its case's nonce (``course_lib/shelf/sealed_ranks.py``); the worker's word on it,
-    if it sent one, is not taken."""
-    for run, (_, _, _, student), nonce in zip(runs, cases, nonces):  # noqa: B905  the cases run
-        for rank in run.get("ranks", []) if isinstance(run, dict) else []:
-            rank["sealed"] = None
-            if student is not None and rank.get("rank") != student:
-                rank["sealed"] = sealed(key, int(rank["rank"]), nonce, [str(o) for o in rank["observed"]],
-                                        str(rank.get("digest", "")), rank.get("seal"))  # fmt: skip
-    return runs
-
-
 class _Grader:
     """Runs the instructor's code (locked cells, test cells) here, with stand-ins for the student's names."""
 
@@ -338,8 +325,13 @@ class _Grader:
             shown = {"output_type": "error", "ename": "AssertionError", "evalue": str(credit)}
             text = str((_anonymous(shown) if hidden else shown)["evalue"])
             # shown as the verdict line, and scored by nbgrader from the cell's value (its partial credit)
-            outputs.append({"output_type": "display_data", "metadata": {},
-                            "data": {"text/plain": f"partial credit: AssertionError: {text}"}})
+            outputs.append(
+                {
+                    "output_type": "display_data",
+                    "metadata": {},
+                    "data": {"text/plain": f"partial credit: AssertionError: {text}"},
+                }
+            )
             outputs.append({"output_type": "execute_result", "metadata": {}, "execution_count": None,
                             "data": {"text/plain": repr(float(credit.points))}})  # fmt: skip
         except Exception as error:  # a failed check (AssertionError) or a broken cell

@@ -7,7 +7,8 @@ shelf, it loads this file and no other. The student's rank is its neighbour. Eve
 that arrives here is compared with what 1F1B sends at that point, computed from the seed on the whole
 model (the same weights and micro-batches the run uses); each comparison is noted in ``rank.observed`` as
 ``"<activation|gradient> <from rank> <micro-batch> <ok|differs>"``, and goes back to the grader with this
-rank's result, not through the student's process. Nothing of this file is in the student's library.
+rank's result, not through the student's process, sealed with the key only this rank received
+(``finish``: ``sealed_ranks.seal_report``). Nothing of this file is in the student's library.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from course_grading.sealed_ranks import seal_report
 from course_lib.shelf.model import lm_loss, stage_modules, uniform
 from course_lib.shelf.reference import corpus_and_model
 
@@ -94,3 +96,4 @@ def observing_one_f_one_b(rank) -> None:
 
 
 observing_one_f_one_b.prepare = prepare
+observing_one_f_one_b.finish = seal_report

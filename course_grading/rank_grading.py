@@ -20,8 +20,18 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_assignments.rank_checks import CHECKS, LIMIT_S, UNFINISHED, case_verdicts, rank_check
+from course_assignments.rank_checks import (
+    CHECKS,
+    LIMIT_S,
+    UNFINISHED,
+    RunSeen,
+    case_verdicts,
+    plain_run,
+    rank_check,
+)
 from course_assignments.rank_checks import RankCase as Case
+from course_grading.rank_guard import RankGuard
+from course_grading.sealed_ranks import mark_seals
 from course_lib.lessons.own_rank import OwnRun, run_own_pipeline
 
 PEERS = Path(__file__).with_name("peer_ranks.py")
@@ -51,16 +61,25 @@ class Grade:
     failed: set[str] = field(default_factory=set)
 
 
-def _run(path: Path, case: Case, stall_s: float) -> OwnRun:
+def _run(path: Path, case: Case, stall_s: float) -> OwnRun | RunSeen:
     """One case; the instructor's ranks seal their reports with a key made for this run alone (only their
-    processes receive it; ``run_own_pipeline`` marks each report ``sealed``)."""
+    processes receive it), in a run closed to the student's rank (``RankGuard``)."""
     if case.student is None:
         return run_own_pipeline(path, case.p, case.m, n_layers=case.n_layers, stall_s=stall_s,
                                 limit_s=stall_s + LIMIT_S)  # fmt: skip
     peers = {r: (PEERS, PEER_FUNCTION) for r in range(case.p) if r != case.student}
-    return run_own_pipeline(path, case.p, case.m, n_layers=case.n_layers, stall_s=stall_s, peers=peers,
-                            limit_s=stall_s + LIMIT_S, seal_key=secrets.token_bytes(32),
-                            nonce=secrets.token_hex(8))  # fmt: skip
+    key, nonce = secrets.token_bytes(32), secrets.token_hex(8)
+    run = run_own_pipeline(path, case.p, case.m, n_layers=case.n_layers, stall_s=stall_s, peers=peers,
+                           limit_s=stall_s + LIMIT_S, guard=RankGuard(),
+                           private=dict.fromkeys(peers, (key, nonce)))  # fmt: skip
+    return judged_run(run, case, key, nonce)
+
+
+def judged_run(run: OwnRun, case: Case, key: bytes, nonce: str) -> RunSeen:
+    """`run` as the checks judge it from a sandbox: plain data, each instructor's rank marked ``sealed``
+    (whether its report's seal holds under `key` and `nonce`, ``sealed_ranks.mark_seals``)."""
+    (seen,) = mark_seals([plain_run(run)], [[case.p, case.m, case.n_layers, case.student]], key, [nonce])
+    return RunSeen.from_plain(seen)
 
 
 def grade(path: str | Path, cases: tuple[Case, ...] = MATRIX, stall_s: float = STALL_S) -> Grade:
@@ -80,8 +99,6 @@ def grade(path: str | Path, cases: tuple[Case, ...] = MATRIX, stall_s: float = S
     score = sum(POINTS[c] * passed[c] / applied[c] for c in POINTS if applied[c])
     lines = list(dict.fromkeys(verdicts[c] for c in POINTS if c in verdicts))  # each verdict once
     return Grade(math.floor(score + 1e-9), lines, set(verdicts))
-
-
 
 
 def hidden_check(fn, check: str, stall_s: float = STALL_S) -> None:

@@ -103,8 +103,10 @@ def python() -> Path:
 
 
 # What the sandbox holds of the grader: the worker and what it imports, and the instructor's observing
-# ranks that run beside a student's rank function (a04c); nothing else of course_grading
-WORKER_FILES = ("__init__.py", "worker.py", "plain.py", "names.py", "peer_ranks.py")
+# ranks that run beside a student's rank function (a04c), with what seals their reports and closes their
+# run (its fork server imports closed_server first); nothing else of course_grading
+WORKER_FILES = ("__init__.py", "worker.py", "plain.py", "names.py", "peer_ranks.py", "sealed_ranks.py",
+                "rank_guard.py", "closed_server.py")  # fmt: skip
 GRADER = Path(__file__).resolve().parent
 
 

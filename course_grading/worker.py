@@ -14,7 +14,8 @@ leaves is plain data (``course_grading.plain``).
   function (assignment a04c), sent as a module's source that the grader cut from the student's cells,
   written to this sandbox's /tmp and run on real processes for each case
   (``course_assignments.rank_checks.run_cases``, the instructor's observing ranks, ``peer_ranks.py``,
-  beside it where a case says so, each sealing its report with the grader's key and the case's nonce);
+  beside it where a case says so, each sealing its report with the grader's key and the case's nonce,
+  ``sealed_ranks``, in a run closed by ``rank_guard.RankGuard``);
   reply with each run as plain data. The grader sends it to a fresh sandbox in which no cell of the
   student's ran.
 
@@ -22,7 +23,7 @@ Nothing here is trusted by the grader: the student's code may rewrite this modul
 grader takes only plain data from it, and decides nothing from what it says beyond that data, and
 counts what an instructor's rank observed only where its seal holds. The worker is non-dumpable from its
 start (``close_to_peers``), and so are the fork server and every rank of a rank run
-(``course_lib/shelf/sealed_ranks.py``): the student's rank, the same user in the same sandbox, can
+(``course_grading/rank_guard.py``): the student's rank, the same user in the same sandbox, can
 neither ptrace this process nor read its memory, where the key is while the ranks run.
 """
 
@@ -35,7 +36,7 @@ import traceback
 from typing import Any
 
 from course_grading import plain
-from course_lib.shelf.sealed_ranks import close_to_peers
+from course_grading.rank_guard import RankGuard, close_to_peers
 
 
 def _error(err: BaseException) -> dict:
@@ -110,7 +111,6 @@ class Worker:
         except BaseException as err:  # sys.exit inside the function fails this call only
             return {"ok": False, "error": _error(err)}
 
-
     def ranks(self, source: str, cases: list, stall_s: float, key: str = "",
               nonces: list | None = None) -> dict:  # fmt: skip
         from course_assignments.rank_checks import run_cases
@@ -120,7 +120,8 @@ class Worker:
             file.write(source)
         peers = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_ranks.py")
         try:
-            runs = run_cases(path, cases, float(stall_s), peers, bytes.fromhex(key) or None, nonces or [])
+            private = [(bytes.fromhex(key), nonce) for nonce in nonces or []] if key else []
+            runs = run_cases(path, cases, float(stall_s), peers, RankGuard(), private)
             return {"ok": True, "value": plain.encode(runs)}
         except BaseException as err:
             return {"ok": False, "error": _error(err)}

@@ -42,8 +42,6 @@ SHELF: tuple[tuple[str, str], ...] = (
     ("run_spec.py", "08"),
     ("distributed_engine.py", "08"),
     ("launcher.py", "08"),
-    ("sealed_ranks.py", "04c"),  # a grader's ranks beside a student's: closed to it, their reports sealed
-    ("closed_server.py", "04c"),  # the fork server of a guarded run: non-dumpable before its first fork
 )
 
 

@@ -31,7 +31,11 @@ seconds waited, and the launcher ends the run and names the rank (``OwnRun.stall
 A grader pairs the student's rank with its own (``peers``: rank -> another file's function), which run in
 processes the student's code never touched and note what arrives in ``rank.observed``; a function's
 ``prepare(rank)`` attribute, if it has one, runs before the ranks start (a grader's rank computes there
-what it expects, so that the student's rank never waits on that arithmetic).
+what it expects, so that the student's rank never waits on that arithmetic), and its ``finish(rank,
+result)`` attribute in the rank's process once its RankResult is built (a grader's rank stamps its report
+there). ``private`` (rank -> arguments) reaches only those ranks' functions, as ``rank.private``, and a
+``guard`` closes the run to a rank nobody vouches for (both ``shelf/launcher.spawn``'s; course_grading
+holds the grader's).
 
 Data parallelism beside it (``dp=2``): two pipeline replicas, each on its own half of the batch; after
 your function the harness all-reduces each stage's gradients with its replica's, once after the last
@@ -56,7 +60,7 @@ import torch.distributed.distributed_c10d as c10d
 from torch import Tensor
 
 from course_lib.shelf.errors import CourseError, require, whole
-from course_lib.shelf.launcher import STALL_S, DistributedError, PeerFailure, RankContext, spawn
+from course_lib.shelf.launcher import STALL_S, DistributedError, Guard, PeerFailure, RankContext, spawn
 from course_lib.shelf.model import lm_loss, split_microbatches, stage_modules, uniform
 from course_lib.shelf.rank_loop import common_clock
 from course_lib.shelf.reference import (
@@ -67,7 +71,6 @@ from course_lib.shelf.reference import (
     reference_gradients,
 )
 from course_lib.shelf.schedule import Action, Kind
-from course_lib.shelf.sealed_ranks import digest, seal, sealed
 from course_lib.shelf.stage import gpu_count
 from course_lib.shelf.timeline import MEASURED, Span, Timeline
 
@@ -280,8 +283,9 @@ class OwnRank:
     dtype of every message, and the stage's compute (``forward``, ``backward``), timed."""
 
     def __init__(
-        self, job: Job, global_rank: int, device: torch.device, modules, batch, now: Callable[[], float]
-    ):
+        self, job: Job, global_rank: int, device: torch.device, modules, batch, now: Callable[[], float],
+        private: tuple = (),
+    ):  # fmt: skip
         p = job.p
         self.replica, self.stage = divmod(global_rank, p)  # this rank's pipeline and its place in it
         self.p, self.m, self.device = p, job.m, device
@@ -302,6 +306,7 @@ class OwnRank:
         self.after_backward: Callable[[int], None] | None = None  # data parallelism's door (_DataParallel)
         self.cfg = cfg  # the run's sizes and seed (an observing rank rebuilds the model from them)
         self.observed: list[str] = []  # what a grader's rank noticed about its peers' messages
+        self.private = private  # the arguments only this rank received (run_own_pipeline's `private`)
 
     def tokens(self, i: int) -> Tensor:
         """Micro-batch `i`'s token ids (stage 0's input)."""
@@ -369,7 +374,6 @@ class Job:
     peers: tuple[tuple[int, str, str], ...] = ()  # (rank, path, function): ranks running another file's
     repeats: int = 1  # calls of the function in one launch (timings want several)
     limit_s: float = 120.0  # the whole run's wall clock: a rank that computes without end is stopped
-    nonce: str = ""  # this run's, in the seal of each of the grader's ranks (run_own_pipeline's seal_key)
 
 
 @dataclass
@@ -390,8 +394,7 @@ class RankResult:
     observed: list[str]  # what this rank's function noted (a grader's rank: its peers' messages)
     sync_bytes: int  # bytes it all-reduced in its last call
     step_s: list[float]  # per call: seconds from the common start to its function's end
-    seal: str = ""  # a grader's rank: the HMAC of its report (course_lib/shelf/sealed_ranks.py), else ""
-    sealed: bool | None = None  # whether the seal held (run_own_pipeline with a seal_key), else None
+    stamp: str = ""  # what its function's finish hook stamped on it (a grader's rank: its report's seal)
 
 
 @dataclass
@@ -469,7 +472,7 @@ def one_f_one_b_bound(p: int, m: int) -> list[int]:
 def make_job(path: str | Path, p: int = 2, m: int = 4, *, function: str = "one_f_one_b", n_layers: int = 4,
              d_model: int = 32, seq_len: int = 16, samples_per_microbatch: int = 1, stall_s: float = STALL_S,
              dp: int = 1, sync: str = "last", seed: int = 0, repeats: int = 1, limit_s: float = 120.0,
-             peers: dict[int, tuple[str | Path, str]] | None = None, nonce: str = "") -> Job:  # fmt: skip
+             peers: dict[int, tuple[str | Path, str]] | None = None) -> Job:  # fmt: skip
     """Check the inputs before any process starts. `n_layers` blocks (plus embedding and head) are cut
     evenly into p stages; a batch of m micro-batches of `samples_per_microbatch` samples each per replica.
     `peers`: ranks that run another file's function instead (the grader's)."""
@@ -487,26 +490,22 @@ def make_job(path: str | Path, p: int = 2, m: int = 4, *, function: str = "one_f
     others = tuple((r, str(Path(f)), fn) for r, (f, fn) in sorted((peers or {}).items()))
     repeats = whole("repeats", repeats, high=20)
     require(limit_s > stall_s, f"limit_s must be above the stall limit of {stall_s:g} s, got {limit_s!r}")
-    return Job(str(path.resolve()), function, p, m, cfg, float(stall_s), dp, sync, others, repeats, limit_s,
-               nonce)  # fmt: skip
+    return Job(str(path.resolve()), function, p, m, cfg, float(stall_s), dp, sync, others, repeats, limit_s)
 
 
-def run_own_pipeline(path: str | Path, p: int = 2, m: int = 4, seal_key: bytes | None = None,
-                     **options) -> OwnRun:  # fmt: skip
+def run_own_pipeline(path: str | Path, p: int = 2, m: int = 4, *, guard: Guard | None = None,
+                     private: dict[int, tuple] | None = None, **options) -> OwnRun:  # fmt: skip
     """Run the rank function in `path` on p real processes (module doc); ``make_job``'s options.
-    `seal_key` (a grader's, with ``peers`` and a ``nonce``): only the peers' processes receive it, each
-    seals its report with it, and each RankResult's ``sealed`` says whether its seal held; the launch is
-    guarded (``launcher.spawn``: the processes closed to each other, the results read as data only)."""
+    `guard` and `private` go to ``launcher.spawn`` (module doc)."""
     job = make_job(path, p, m, **options)
     world = job.p * job.dp
     backend = "nccl" if gpu_count() >= world else "gloo"
     run = OwnRun(job)
     deadline = time.monotonic() + job.limit_s
-    keys = {r: (seal_key,) for r, _, _ in job.peers} if seal_key is not None else None
     try:
         run.ranks = spawn(_rank_target, world, (job,), backend=backend, timeout_s=job.stall_s,
-                          should_stop=lambda: time.monotonic() > deadline, guarded=seal_key is not None,
-                          private=keys)  # fmt: skip
+                          should_stop=lambda: time.monotonic() > deadline, private=private,
+                          guard=guard)  # fmt: skip
     except KeyboardInterrupt:
         if time.monotonic() <= deadline:  # Ctrl-C: the student's, not the clock's
             raise
@@ -522,9 +521,6 @@ def run_own_pipeline(path: str | Path, p: int = 2, m: int = 4, seal_key: bytes |
             log.unlink(missing_ok=True)  # no file left for each "break it" run
         run.error = message if run.stalls or log is None else f"{message} (the ranks' tracebacks: {log})"
         return run
-    if seal_key is not None:
-        for r in (run.ranks[r] for r, _, _ in job.peers):
-            r.sealed = sealed(seal_key, r.rank, job.nonce, r.observed, digest(r.losses, r.grads), r.seal)
     last = [r for r in run.ranks if r.stage == job.p - 1]
     run.loss = sum(sum(r.losses) for r in last) / job.dp
     grads = {n: g for r in run.ranks[: job.p] for n, g in r.grads.items()}
@@ -556,10 +552,10 @@ def load_function(path: str, function: str) -> Callable:
     return fn
 
 
-def _rank_target(ctx: RankContext, job: Job, key: bytes | None = None) -> RankResult:
+def _rank_target(ctx: RankContext, job: Job, *private) -> RankResult:
     """One spawned rank: build its stage from the seed, call the rank function in its file (`repeats`
-    times, gradients zeroed between), report what the last call did and what every call took; a grader's
-    rank (`key`, its private argument) seals its report."""
+    times, gradients zeroed between), report what the last call did and what every call took (`private`:
+    this rank's own arguments, ``rank.private``; the function's hooks, module doc)."""
     torch.set_num_threads(1)  # tiny matrices, and p ranks share the machine's cores
     file, function = next(((f, fn) for r, f, fn in job.peers if r == ctx.rank), (job.path, job.function))
     fn = load_function(file, function)
@@ -572,7 +568,7 @@ def _rank_target(ctx: RankContext, job: Job, key: bytes | None = None) -> RankRe
     # every rank creates every group, in the same order (torch.distributed's rule): stage s of each replica
     dp_groups = [dist.new_group([s + k * job.p for k in range(job.dp)]) for s in range(job.p) if job.dp > 1]
     if (prepare := getattr(fn, "prepare", None)) is not None:  # work a function does before any rank starts
-        prepare(OwnRank(job, ctx.rank, ctx.device, modules, batch, time.perf_counter))
+        prepare(OwnRank(job, ctx.rank, ctx.device, modules, batch, time.perf_counter, private))
     t0 = common_clock()
 
     def now() -> float:
@@ -581,7 +577,7 @@ def _rank_target(ctx: RankContext, job: Job, key: bytes | None = None) -> RankRe
     mistakes, step_s, sync_s = [], [], []
     for _ in range(job.repeats):
         modules[stage].zero_grad(set_to_none=True)
-        rank = OwnRank(job, ctx.rank, ctx.device, modules, batch, now)
+        rank = OwnRank(job, ctx.rank, ctx.device, modules, batch, now, private)
         sync = _DataParallel(job, rank, dp_groups[stage]) if dp_groups else None
         watch = rank._watch = MessageWatch(ctx.rank, (rank.shape, rank.dtype), now)
         dist.barrier()  # every rank starts the step together: its time is the step's, not the launch's
@@ -597,10 +593,12 @@ def _rank_target(ctx: RankContext, job: Job, key: bytes | None = None) -> RankRe
     owned = {id(p) for p in rank.module.parameters()}
     grads = {n: None if p.grad is None else p.grad.detach().cpu().clone()
              for n, p in layers.named_parameters(prefix="layers") if id(p) in owned}  # fmt: skip
-    mac = "" if key is None else seal(key, ctx.rank, job.nonce, rank.observed, digest(rank.losses, grads))
-    return RankResult(ctx.rank, stage, rank.spans, rank.losses, grads, watch.sent, watch.received, mistakes,
-                      rank.peak_held, watch.waited_s, sync_s, rank.observed, sync.nbytes if sync else 0,
-                      step_s, mac)  # fmt: skip
+    result = RankResult(ctx.rank, stage, rank.spans, rank.losses, grads, watch.sent, watch.received, mistakes,
+                        rank.peak_held, watch.waited_s, sync_s, rank.observed, sync.nbytes if sync else 0,
+                        step_s)  # fmt: skip
+    if (finish := getattr(fn, "finish", None)) is not None:  # work a function does on its own report
+        finish(rank, result)
+    return result
 
 
 class _DataParallel:

@@ -43,21 +43,18 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import torch
 import torch.distributed as dist
 
 from course_lib.shelf.errors import check_timeout, require, whole
-from course_lib.shelf.sealed_ranks import GuardedQueue, check_forkserver, close_to_peers, guarded_loads
 
 _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")  # gloo: a peer went
 # what each rank would import on its own (the optimizer's first construction imports torch._dynamo): the
 # forkserver imports them once and never runs a torch op, so it stays single-threaded and safe to fork
 PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "course_lib.shelf.launcher",
            "course_lib.shelf.rank_loop"]  # fmt: skip
-CLOSED_PRELOAD = "course_lib.shelf.closed_server"  # a guarded run's server imports it first (spawn)
-_CLOSED_SERVER: set[int | None] = set()  # the fork servers this process started closed to their peers
 STALL_S = 10.0  # a rank silent this long (no heartbeat: its process is stopped or frozen) has failed
 GRACE_S = 5.0  # after the first failure, the others' time to stop by themselves (peers notice in < 1 s)
 
@@ -113,29 +110,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class Guard(Protocol):
+    """``spawn``'s hooks for a run where some ranks run code nobody vouches for (course_grading has one)."""
+
+    def start(self, ctx) -> None: ...  # before the first rank: ready the fork server (closed to them)
+    def queue(self, ctx) -> Any: ...  # the ranks' results queue
+    def loads(self, data: bytes) -> Any: ...  # a rank's value from its bytes
+
+
 def spawn(
     target: Callable[..., Any], world: int, args: tuple = (), *, backend: str = "gloo",
     timeout_s: float = 60.0, on_progress: Callable[[int, Any], None] | None = None,
-    should_stop: Callable[[], bool] | None = None, guarded: bool = False,
-    private: dict[int, tuple] | None = None,
+    should_stop: Callable[[], bool] | None = None, private: dict[int, tuple] | None = None,
+    guard: Guard | None = None,
 ) -> list:  # fmt: skip
     """Run ``target(ctx, *args)`` in `world` processes, one process group; return their values by rank.
     `timeout_s`: how long a rank may wait for a silent peer (see the module doc for what else stops).
     `should_stop`, asked about 20 times a second (a widget's Stop button), ends the run as Ctrl-C does:
     every rank's process ends, then KeyboardInterrupt says so. `private`: arguments only rank r gets,
-    after `args` (a grader's key for its own ranks). `guarded`: some ranks run code nobody vouches for
-    (a student's): this process, its fork server and so every rank are non-dumpable, the server is the
-    one this process started, and what the ranks send is unpickled only as a rank's result
-    (``course_lib/shelf/sealed_ranks.py``)."""
+    after `args`. `guard`: its hooks start the server, make the results queue and read each value."""
     world, timeout_s = whole("world", world), check_timeout(timeout_s)  # timeout: the ranks' timedelta
     require(backend in ("gloo", "nccl"), f"backend must be 'gloo' or 'nccl', got {backend!r}")
-    ctx = _start_context(guarded)
-    results = GuardedQueue(ctx) if guarded else ctx.Queue()
-    beats = ctx.Array("q", world, lock=False)
+    ctx = _start_context(guard)
+    results, beats = guard.queue(ctx) if guard else ctx.Queue(), ctx.Array("q", world, lock=False)
     log_fd, log = tempfile.mkstemp(prefix="course_lib-ranks-", suffix=".log")
     run_tmp = tempfile.mkdtemp(prefix="course_lib-run-")  # the ranks' TMPDIR, removed when the run ends
     procs: list = []  # filled as the ranks start: Ctrl-C while they start ends those already started
-    watch = _Watch(procs, beats, loads=guarded_loads if guarded else pickle.loads)
+    watch = _Watch(procs, beats, loads=guard.loads if guard else pickle.loads)
     try:
         with socket.create_server(("127.0.0.1", 0)) as listener:  # rank 0's store takes it over; ours closes
             port = listener.getsockname()[1]
@@ -151,8 +152,6 @@ def spawn(
             log_fd = None
             pids = (f"rank {r}: pid {p.pid}" for r, p in enumerate(procs))
             print(f"rendezvous: 127.0.0.1:{group.port}", *pids, sep="\n", file=file)
-        if guarded:
-            _CLOSED_SERVER.add(multiprocessing.forkserver._forkserver._forkserver_pid)
         watch.run(results, timeout_s, on_progress, should_stop)
     except BaseException as err:  # not a rank's failure: no log to keep
         if log_fd is not None:
@@ -170,38 +169,17 @@ def spawn(
     return [watch.values[r] for r in range(world)]
 
 
-def _start_context(guarded: bool = False) -> multiprocessing.context.BaseContext:
+def _start_context(guard: Guard | None = None) -> multiprocessing.context.BaseContext:
     """Forkserver with PRELOAD (a rank starts in a fraction of spawn's CPU), else spawn. The preload
-    is read when the server starts, once per launching process; it ends with that process. `guarded`
-    (``spawn``): this process closed to its peers, and a server started closed, first thing (a server
-    started open is stopped first; one started closed that has ended is not started again: a rank ended
-    it, and a new one would be open to that rank's processes until its first import)."""
+    is read when the server starts, once per launching process; it ends with that process."""
     if "forkserver" not in multiprocessing.get_all_start_methods():  # Windows
-        require(not guarded, "a guarded run needs a fork server (Linux or macOS)")
+        require(guard is None, "a guarded run needs a fork server (Linux or macOS)")
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    if guarded:
-        close_to_peers()
-        check_forkserver()
-        server = multiprocessing.forkserver._forkserver
-        running = server._forkserver_pid
-        if running is not None and running not in _CLOSED_SERVER:
-            server._stop()
-        elif running is not None and not _alive(running):
-            raise DistributedError("the run's fork server ended (a rank ended it)", None, "fork server", {})
-        ctx.set_forkserver_preload([CLOSED_PRELOAD, *PRELOAD])
-    else:
-        ctx.set_forkserver_preload(PRELOAD)
+    ctx.set_forkserver_preload(PRELOAD)
+    if guard is not None:
+        guard.start(ctx)
     return ctx
-
-
-def _alive(pid: int) -> bool:
-    """Whether process `pid` runs (a zombie does not), without reaping it."""
-    try:
-        with open(f"/proc/{pid}/stat") as file:
-            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return sys.platform != "linux"
 
 
 # ---- inside a spawned rank -------------------------------------------------------------------------
@@ -287,7 +265,7 @@ class _Watch:
     settled_at: float | None = None  # the first failure, or the last result
     last_beat: dict[int, tuple[int, float]] = field(default_factory=dict)  # rank -> (count, seen at)
     checked_at: float = field(default_factory=time.monotonic)  # the last look at the heartbeats
-    loads: Callable[[bytes], Any] = pickle.loads  # a rank's value from its bytes (guarded: sealed_ranks')
+    loads: Callable[[bytes], Any] = pickle.loads  # a rank's value from its bytes (a guard's reads data only)
 
     def run(self, results, timeout_s: float, on_progress, should_stop=None) -> None:
         """Collect until every process ended; once settled, give the rest a grace, then stop."""

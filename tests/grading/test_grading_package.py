@@ -16,6 +16,7 @@ from support.paths import REPO_ROOT
 from course_grading.edition import edition, left_out_here, stubbed
 from course_grading.names import STUDENT_PACKAGES, module_of
 from course_grading.switched_off import SWITCHED_OFF, everything
+from course_lib.cli.shelf_command import shelf_files
 
 LIBRARY = REPO_ROOT / "course_lib"
 CHECKS = REPO_ROOT / "course_assignments"
@@ -42,6 +43,20 @@ def test_course_lib_holds_no_grading_code_and_imports_neither_grading_package():
     checks = {"schedule_checks.py", "memory_checks.py", "wan_checks.py", "rank_checks.py", "guard.py"}
     assert not [p for p in LIBRARY.rglob("*.py") if p.name in machinery | checks]
     assert STUDENT_PACKAGES == (LIBRARY, CHECKS)  # what a grading edition cuts and a sandbox mounts
+    # a04c's sealed reports are the grader's (course_grading/sealed_ranks.py, rank_guard.py): the library
+    # keeps only generic doors (spawn's private arguments and guard hooks, a rank function's finish hook)
+    assert [(f, n) for f, n in _imports(LIBRARY) if n.split(".")[0] in ("hmac", "secrets")] == []
+    kinds = (ast.FunctionDef, ast.ClassDef)
+    defs = [(str(p.relative_to(REPO_ROOT)), n.name) for p in LIBRARY.rglob("*.py")
+            for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, kinds)]  # fmt: skip
+    assert [(f, name) for f, name in defs if name in ("seal", "sealed")] == []
+
+
+def test_the_shelf_stays_within_its_ceiling():
+    """What a student reads top to bottom (``python -m course_lib shelf``): at most 16 files and 4,500
+    lines; grading machinery that would add to it lives in course_grading instead."""
+    files = shelf_files()
+    assert len(files) <= 16 and sum(f.lines for f in files) <= 4500, (len(files), sum(f.lines for f in files))
 
 
 @pytest.mark.processes

@@ -1,8 +1,9 @@
 """The instructor's ranks beside a student's rank (assignment a04c) are closed to it
-(course_lib/shelf/sealed_ranks.py): a report forged on the result queue for the neighbour earns nothing
-for the messages check and is named; the neighbour's, the fork server's and the worker's memory cannot be
-read or traced from the student's rank in the sandbox, while its own dumpable child's can; the launcher
-unpickles only a rank's result; the honest solution's sealed reports hold, through the sandbox too."""
+(course_grading/rank_guard.py, course_grading/sealed_ranks.py): a report forged on the result queue for
+the neighbour earns nothing for the messages check and is named; the neighbour's, the fork server's and
+the worker's memory cannot be read or traced from the student's rank in the sandbox, while its own
+dumpable child's can; the launcher unpickles only a rank's result; the honest solution's sealed reports
+hold, through the sandbox too."""
 
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ from support.assignments import sandbox_or_skip
 from support.own_rank_lesson import solution_function, written
 from support.rank_submissions import cheating
 
-from course_assignments.rank_checks import UNSEALED, RankCase, RunSeen, case_verdicts
-from course_grading.execute import Editions, mark_seals
-from course_grading.rank_grading import PEER_FUNCTION, PEERS
+from course_assignments.rank_checks import UNSEALED, RankCase, RunSeen, case_verdicts, digest
+from course_grading.execute import Editions
+from course_grading.rank_grading import PEER_FUNCTION, PEERS, judged_run
+from course_grading.rank_guard import RankGuard, _ServerSocket, guarded_loads
 from course_grading.sandbox import Budget, Limits, unavailable
+from course_grading.sealed_ranks import mark_seals, seal
 from course_lib.lessons.own_rank import run_own_pipeline
-from course_lib.shelf.sealed_ranks import _ServerSocket, digest, guarded_loads, seal
 
 NAME = "a04c_write_the_pipeline"
 
@@ -78,12 +80,14 @@ def test_a_report_forged_for_the_neighbour_earns_nothing_for_messages(tmp_path):
     path = written(tmp_path, "forger", cheating("forged report", solution_function()))
     key, peers = secrets.token_bytes(32), {1: (PEERS, PEER_FUNCTION)}
     run = run_own_pipeline(path, case.p, case.m, n_layers=case.n_layers, stall_s=5.0, limit_s=60.0,
-                           peers=peers, seal_key=key, nonce="n")  # fmt: skip
+                           peers=peers, guard=RankGuard(), private={1: (key, "n")})  # fmt: skip
     assert run.error is None, run.error
     neighbour = run.ranks[1]
     assert neighbour.observed == [f"activation 0 {i} ok" for i in range(case.m + 1)]  # the forgery, read last
-    assert neighbour.seal == "" and neighbour.sealed is False
-    verdicts = case_verdicts(case, run)
+    assert neighbour.stamp == ""
+    seen = judged_run(run, case, key, "n")
+    assert seen.ranks[1].sealed is False and seen.ranks[0].sealed is None
+    verdicts = case_verdicts(case, seen)
     assert verdicts["messages"] == UNSEALED.format(rank=1)
     assert verdicts["loss"] == verdicts["gradients"] == UNSEALED.format(rank=1)
     assert verdicts["memory"] is None and verdicts["buffers"] is None  # its own rank's: still judged

@@ -1,31 +1,29 @@
-"""Ranks a grader runs beside a student's rank (assignment a04c): closed to their peers, their reports sealed.
+"""The guard of a rank run (assignment a04c) in which a student's rank runs beside the instructor's:
+``launcher.spawn(..., guard=RankGuard())`` (the shelf's ``Guard`` hooks), and the worker's own closing.
 
-The student's rank runs as the same user as the grader's ranks, in the same sandbox. So that what the
-grader's ranks report is theirs:
+The student's rank runs as the same user as the instructor's ranks, in the same sandbox. So that what the
+instructor's ranks report is theirs (``course_grading/sealed_ranks.py`` seals it):
 
 - ``close_to_peers``: the launcher, its fork server (and so every rank, forked from it), and the grading
   worker become non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``, Linux): a process of the same user without
   CAP_SYS_PTRACE (the sandbox leaves none) can neither ptrace them nor open their /proc/<pid>/mem, environ
   or fd/. A student's rank can undo it only for itself.
-- ``seal`` / ``sealed``: a grader's rank signs its report (HMAC-SHA256 over its rank, the run's nonce,
-  what it observed and a digest of its losses and gradients) with a key that only it received (the
-  launcher's per-rank arguments, never the fork server's memory nor the student's); whoever holds the key
-  checks it. A report put on the result queue by another process carries no valid seal.
 - ``GuardedQueue`` / ``guarded_loads``: the launcher reads what the ranks send without running it: only
   the classes a rank's result is made of are unpickled (a crafted pickle would otherwise run code in the
   launcher, which holds the key).
 - ``check_forkserver``: the launcher talks only to the fork server it started (the peer of its socket
   must be itself, the listener's creator): another process of the user that took over the socket's
-  path would otherwise receive the pickled arguments of the grader's ranks.
+  path would otherwise receive the pickled arguments of the instructor's ranks.
+- ``RankGuard.start``: the launcher closed, and its fork server started closed before its first fork
+  (``course_grading.closed_server`` is its first preload); a server started open is stopped first, and
+  one started closed that has ended is not started again (a rank ended it, and a new one would be open
+  to that rank's processes until its first import).
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import hmac
 import io
-import json
 import multiprocessing.forkserver
 import multiprocessing.queues
 import os
@@ -35,10 +33,12 @@ import socket
 import struct
 import sys
 import types
-from collections.abc import Iterable
+from typing import Any
 
 PR_SET_DUMPABLE = 4
 PR_GET_DUMPABLE = 3
+CLOSED_PRELOAD = "course_grading.closed_server"  # a guarded run's fork server imports it first
+_CLOSED_SERVER: set[int | None] = set()  # the fork servers this process started closed to their peers
 
 
 def close_to_peers() -> bool:
@@ -49,35 +49,6 @@ def close_to_peers() -> bool:
     if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
     return libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 0
-
-
-# ---- seals ------------------------------------------------------------------------------------------
-def digest(losses: Iterable[float], grads: dict) -> str:
-    """SHA-256 of a rank's losses and gradients (by name, their bytes): what its seal vouches for too."""
-    h = hashlib.sha256(json.dumps([float(x) for x in losses]).encode())
-    for name in sorted(grads):
-        tensor = grads[name]
-        h.update(name.encode() + b"\0")
-        if tensor is not None:
-            h.update(str(tuple(tensor.shape)).encode() + str(tensor.dtype).encode())
-            h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
-def _message(rank: int, nonce: str, observed: list[str], result_digest: str) -> bytes:
-    return json.dumps([int(rank), str(nonce), [str(o) for o in observed], str(result_digest)]).encode()
-
-
-def seal(key: bytes, rank: int, nonce: str, observed: list[str], result_digest: str) -> str:
-    """The HMAC-SHA256 (hex) of a grader's rank's report."""
-    return hmac.new(key, _message(rank, nonce, observed, result_digest), hashlib.sha256).hexdigest()
-
-
-def sealed(key: bytes, rank: int, nonce: str, observed: list[str], result_digest: str, mac: object) -> bool:
-    """Whether `mac` is the seal of this report under `key` (compared in constant time)."""
-    if not isinstance(mac, str) or not mac:
-        return False
-    return hmac.compare_digest(seal(key, rank, nonce, observed, result_digest), mac)
 
 
 # ---- what the launcher unpickles ----------------------------------------------------------------------
@@ -150,3 +121,38 @@ def check_forkserver() -> None:
         multiprocessing.forkserver.socket, types.SimpleNamespace
     ):
         multiprocessing.forkserver.socket = types.SimpleNamespace(**{**vars(socket), "socket": _ServerSocket})
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie does not), without reaping it."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return sys.platform != "linux"
+
+
+class RankGuard:
+    """``launcher.spawn``'s guard (the shelf's ``Guard``) for a run with a student's rank in it."""
+
+    def start(self, ctx) -> None:
+        """This process closed, its fork server closed from its start and running now (module doc)."""
+        from course_lib.shelf.launcher import PRELOAD, DistributedError
+
+        close_to_peers()
+        check_forkserver()
+        server = multiprocessing.forkserver._forkserver
+        running = server._forkserver_pid
+        if running is not None and running not in _CLOSED_SERVER:
+            server._stop()
+        elif running is not None and not _alive(running):
+            raise DistributedError("the run's fork server ended (a rank ended it)", None, "fork server", {})
+        ctx.set_forkserver_preload([CLOSED_PRELOAD, *PRELOAD])
+        server.ensure_running()
+        _CLOSED_SERVER.add(server._forkserver_pid)
+
+    def queue(self, ctx) -> Any:
+        return GuardedQueue(ctx)
+
+    def loads(self, data: bytes) -> Any:
+        return guarded_loads(data)
