@@ -22,10 +22,12 @@ the group's timeout (`timeout_s`) in its peers; a stopped (SIGSTOP) or frozen on
 silent for STALL_S. After the first failure the others get GRACE_S (at most `timeout_s`); the launcher
 kills what is left and raises DistributedError naming the rank that failed first (never one that only
 saw a peer go) and the log. No rank outlives ``spawn``, nor the forkserver its launcher (the server keeps
-course_lib as first imported: restart after editing it); a wait for a failed peer raises PeerFailure."""
+course_lib as first imported: restart after editing it), nor the launcher's pymp-* folder the server; a
+wait for a failed peer raises PeerFailure."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import multiprocessing
 import multiprocessing.util
@@ -161,11 +163,45 @@ def spawn(
 def _start_context() -> multiprocessing.context.BaseContext:
     """Forkserver with PRELOAD (a rank starts in a fraction of spawn's CPU), else spawn. The preload
     is read when the server starts, once per launching process; it ends with that process."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():  # Windows
+    if "forkserver" not in multiprocessing.get_all_start_methods() or not _socket_name_fits():  # Windows
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     return ctx
+
+
+SOCKET_NAME_MAX = 103  # bytes in an AF_UNIX socket's path: 108 on Linux and 104 on macOS, with its NUL
+
+
+def _socket_name_fits() -> bool:
+    """Whether the forkserver's socket, listener-XXXXXXXX in this process's multiprocessing folder
+    (pymp-* in the temp folder), has a path short enough to bind: under a long TMPDIR it has not, and
+    the forkserver would fail with "AF_UNIX path too long"; spawn needs no socket."""
+    name = os.path.join(multiprocessing.util.get_temp_dir(), "listener-XXXXXXXX")
+    return len(os.fsencode(name)) <= SOCKET_NAME_MAX
+
+
+def _remove_launchers_folder() -> None:
+    """At the forkserver's exit, which follows its launcher's, however that died: remove the launcher's
+    multiprocessing folder, where the server's socket is. A launcher killed between runs (a kernel shut
+    down at once, kill -9) has no rank left to remove it, and its own clean-up never ran."""
+    address = getattr(sys.modules["multiprocessing.forkserver"]._forkserver, "_forkserver_address", None)
+    folder = os.path.dirname(address) if isinstance(address, str) else ""
+    if os.path.basename(folder).startswith("pymp-"):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _in_forkserver() -> bool:
+    """Whether this module is being preloaded by the forkserver (its ``main`` is on the stack)."""
+    server = sys.modules.get("multiprocessing.forkserver")
+    frame = sys._getframe()
+    while server is not None and frame is not None and frame.f_code is not server.main.__code__:
+        frame = frame.f_back
+    return server is not None and frame is not None
+
+
+if _in_forkserver():  # its forked ranks end with os._exit: this runs in the server alone
+    atexit.register(_remove_launchers_folder)
 
 
 # ---- inside a spawned rank -------------------------------------------------------------------------
