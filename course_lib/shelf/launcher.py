@@ -176,9 +176,11 @@ SOCKET_NAME_MAX = 103  # bytes in an AF_UNIX socket's path: 108 on Linux and 104
 def _socket_name_fits() -> bool:
     """Whether the forkserver's socket, listener-XXXXXXXX in this process's multiprocessing folder
     (pymp-* in the temp folder), has a path short enough to bind: under a long TMPDIR it has not, and
-    the forkserver would fail with "AF_UNIX path too long"; spawn needs no socket."""
-    name = os.path.join(multiprocessing.util.get_temp_dir(), "listener-XXXXXXXX")
-    return len(os.fsencode(name)) <= SOCKET_NAME_MAX
+    the forkserver would fail with "AF_UNIX path too long"; spawn needs no socket. Asked without making
+    the folder: one made for nothing would stay where a launcher is killed (kill -9) between runs."""
+    folder = multiprocessing.process.current_process()._config.get("tempdir")  # made, if it is
+    folder = folder or os.path.join(tempfile.gettempdir(), "pymp-XXXXXXXX")
+    return len(os.fsencode(os.path.join(folder, "listener-XXXXXXXX"))) <= SOCKET_NAME_MAX
 
 
 def _remove_launchers_folder() -> None:
@@ -200,14 +202,21 @@ def _in_forkserver() -> bool:
     return server is not None and frame is not None
 
 
+def _end_server(signum: int, frame: object) -> None:
+    raise SystemExit(0)  # the server's loop ends, and atexit runs (a signal's default would skip it)
+
+
 if _in_forkserver():  # its forked ranks end with os._exit: this runs in the server alone
     atexit.register(_remove_launchers_folder)
+    # Jupyter's shutdown of a kernel that is slow to exit SIGTERMs its process group, server included
+    signal.signal(signal.SIGTERM, _end_server)
 
 
 # ---- inside a spawned rank -------------------------------------------------------------------------
 def _rank_main(rank: int, group: _Group, listener, target, args: tuple, results) -> None:
     """Entry point of one spawned process: join the group, run the target, report, never hang."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the forkserver's ``_end_server``: SIGTERM ends a rank
     os.environ.clear()  # a student's NCCL_/GLOO_ variables set after the forkserver started count
     os.environ.update(group.env)
     tempfile.tempdir = None  # read TMPDIR again: the run's own folder, not the forkserver's cached one

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -230,24 +231,29 @@ if __name__ == "__main__":
 """
 
 
-def _launch(tmp_path, temp: Path, *args: str) -> subprocess.Popen:
+def _launch(tmp_path, temp: Path, *args: str, session: bool = False) -> subprocess.Popen:
     script = tmp_path / "run_then_wait.py"
     script.write_text(textwrap.dedent(RUN_THEN_WAIT))
     env = os.environ | {"PYTHONPATH": os.pathsep.join(sys.path), "TMPDIR": str(temp)}
-    return subprocess.Popen([sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE, text=True)
+    argv = [sys.executable, str(script), *args]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True, start_new_session=session)
 
 
 @pytest.mark.processes
 @pytest.mark.timeout(180)
-def test_a_launcher_killed_between_runs_leaves_no_multiprocessing_folder(tmp_path):
-    """A kernel shut down at once (SIGKILL) after a run: no rank is left to remove the launcher's pymp-*
-    folder (the forkserver's socket is in it); the forkserver, which ends with its launcher, does."""
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    launcher = _launch(tmp_path, temp, "wait")
+@pytest.mark.parametrize("how", ["SIGKILL to the launcher", "SIGTERM to its process group"])
+def test_a_launcher_killed_between_runs_leaves_no_multiprocessing_folder(tmp_path, how):
+    """A launcher killed after a run: no rank is left to remove its pymp-* folder (the forkserver's
+    socket is in it); the forkserver, which ends with its launcher, does. Jupyter's shutdown of a kernel
+    slow to exit (one that ran the ranks: 2.5 s) SIGTERMs the kernel's process group, server included.
+    The temp folder is a short path: under pytest's long one the launcher uses spawn (no forkserver)."""
+    temp = Path(tempfile.mkdtemp(prefix="launch-", dir="/tmp"))
+    launcher = _launch(tmp_path, temp, "wait", session=True)
     try:
         assert launcher.stdout.readline().strip() == "[0, 1]"
         assert [p.name for p in temp.glob("pymp-*")] != []  # the launcher's, while it lives
+        if how.startswith("SIGTERM"):
+            os.killpg(launcher.pid, signal.SIGTERM)
         launcher.kill()
         launcher.wait(30)
         deadline = time.monotonic() + 20
@@ -257,6 +263,7 @@ def test_a_launcher_killed_between_runs_leaves_no_multiprocessing_folder(tmp_pat
     finally:
         launcher.kill()
         launcher.communicate()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.mark.processes
