@@ -10,7 +10,7 @@ The library is built in floors; a module imports only from its own floor or the 
   5  planner
   4  engines
   3  balance charts tp autoschedule
-  2  schedules network fast_simulator stage_layout input_files output_files
+  2  schedules network fast_simulator stage_layout input_files output_files forkserver_folder
   1  shelf moved_modules
 
 1 the shelf: the pipeline machine a student reads beside the lessons (``python -m course_lib shelf``): the
@@ -18,10 +18,10 @@ schedule IR and its one rule for dependencies and messages, the first schedules 
 validator, the simulator, the timeline, the model, the reference trainer, a stage's runtime, the local
 engine, the distributed engine's rank loop, the launcher; and where moved modules went (``moved_modules``:
 importing an old path names its new home); 2 more schedules, the network (sites, distances, link presets),
-Megatron-style layout strings, the file door's checks and files written whole; 3 balancing, charts (the
-Gantt chart included), tensor parallelism, schedules found by simulated search; 4 the engines' rooms
-(torch interop, stale weights, the split backward, injected links); 5 the planner; 6 each lesson's glue,
-the widgets, the command line.
+Megatron-style layout strings, the file door's checks, files written whole and the forkserver's folder
+removed when it ends; 3 balancing, charts (the Gantt chart included), tensor parallelism, schedules found
+by simulated search; 4 the engines' rooms (torch interop, stale weights, the split backward, injected
+links); 5 the planner; 6 each lesson's glue, the widgets, the command line.
 """
 
 from course_lib import moved_modules

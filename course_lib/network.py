@@ -66,15 +66,22 @@ def distance_km(a: Site, b: Site) -> float:
 
 @lru_cache(maxsize=4)
 def _read(path: str) -> dict[str, Site]:
-    text = read_input(path, "sites CSV", 2**20).decode("utf-8")  # a few hundred sites: kilobytes
-    lines = text.splitlines(keepends=True)
-    rows = [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
-    return {
-        row["name"]: Site(
-            row["name"], row["country"], float(row["lat"]), float(row["lon"]), row.get("operators", "")
-        )
-        for row in csv.DictReader(rows)
-    }
+    data = read_input(path, "sites CSV", 2**20)  # a few hundred sites: kilobytes
+    try:
+        lines = data.decode("utf-8").splitlines(keepends=True)
+        rows = [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
+        sites = {
+            row["name"]: Site(
+                row["name"], row["country"], float(row["lat"]), float(row["lon"]), row.get("operators") or ""
+            )
+            for row in csv.DictReader(rows)
+        }
+    except (UnicodeDecodeError, KeyError, ValueError, TypeError) as err:  # not UTF-8, a column missing
+        wanted = "UTF-8 text with the columns name, country, lat, lon (and operators)"
+        why = f"{type(err).__name__} {err}"
+        raise CourseError(f"sites CSV {path!r} is not a sites table ({wanted}): {why}") from None
+    require(sites != {}, f"sites CSV {path!r} holds no site")
+    return sites
 
 
 def load_sites(path: str | Path = SITES_CSV) -> dict[str, Site]:
@@ -107,11 +114,8 @@ def fiber_latency_s(distance_km: float, route_factor: float = 1.0) -> float:
     """One-way time of light through fiber over `distance_km` of great circle, times `route_factor`
     (1.0: a cable along the great circle, the physical floor; real routes run longer: internet paths
     about 2.1x the line of sight, Bozkurt et al. 2018, arXiv 1811.10737)."""
-    require(distance_km >= 0, f"distance must be >= 0 km, got {distance_km!r}")
-    require(
-        route_factor >= 1.0,
-        f"route_factor must be >= 1 (no route beats the great circle), got {route_factor!r}",
-    )
+    distance_km = real("distance_km", distance_km)
+    route_factor = real("route_factor (no route beats the great circle)", route_factor, low=1.0)
     return distance_km * route_factor * FIBER_S_PER_KM
 
 

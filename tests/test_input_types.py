@@ -18,12 +18,19 @@ import pytest
 from support.inputs import TINY, refused
 
 import course_lib.schedules
-from course_lib.network import ring_all_reduce_bytes, ring_all_reduce_s
+from course_lib.charts.gantt import plot_timeline
+from course_lib.network import fiber_latency_s, load_sites, ring_all_reduce_bytes, ring_all_reduce_s
+from course_lib.planner.enumerate import plan
+from course_lib.planner.layout import Layout
+from course_lib.schedules.closed_forms import gpipe_bubble
 from course_lib.shelf import first_schedules
 from course_lib.shelf.costs import Link
 from course_lib.shelf.errors import CourseError
-from course_lib.shelf.model import ModelConfig
+from course_lib.shelf.first_schedules import build_schedule
+from course_lib.shelf.model import ModelConfig, build_model
 from course_lib.shelf.reference import TrainConfig
+from course_lib.shelf.schedule import Action
+from course_lib.shelf.simulator import simulate
 
 REFUSED_AT_THE_DOOR = {
     "TrainConfig batch 16.5": (
@@ -99,3 +106,51 @@ def test_every_builder_refuses_sizes_no_schedule_has(sizes):
 )
 def test_nonsense_is_refused_naming_the_argument(call, words):
     refused(call, words)
+
+
+CHART = build_schedule("1f1b", 2, 2)
+
+
+@pytest.mark.parametrize(
+    "call, words",
+    [  # what bench/bench_bad_input.py found accepted, or answered with a raw error, after the first pass
+        (lambda: gpipe_bubble(0, 4), ["p must be a whole number >= 1", "got 0"]),
+        (lambda: gpipe_bubble(4, 0), ["m must be a finite number > 0", "got 0"]),
+        (lambda: gpipe_bubble(4, 8, v=0), ["v must be a whole number >= 1", "got 0"]),
+        (lambda: plot_timeline(None), ["tl must be a Timeline", "None"]),
+        (lambda: plot_timeline(simulate(CHART), extent_s=-1), ["extent_s must be a finite", ">= 0", "-1"]),
+        (lambda: plot_timeline(simulate(CHART), max_labels=-3), ["max_labels", "-3"]),
+        (lambda: Layout(0, 1, 1, 1), ["t must be a whole number >= 1", "got 0"]),
+        (lambda: Layout(1, 1, 1, 1, v="2"), ["v must be a whole number", "'2' (str)"]),
+        (lambda: build_model("big"), ["cfg must be a ModelConfig", "'big' (str)"]),
+        (lambda: fiber_latency_s("far"), ["distance_km must be a finite number >= 0", "'far' (str)"]),
+        (lambda: fiber_latency_s(100, 0.5), ["route_factor", ">= 1", "0.5"]),
+        (lambda: plan("megatron-18b", "a100-selene", 64, 64, simulate_top=-1), ["simulate_top", "-1"]),
+        (lambda: TrainConfig(**TINY | dict(batch_size=0)).check(), ["batch_size must be a whole", ">= 1"]),
+        (lambda: TrainConfig(**TINY | dict(eval_batches=0)).check(), ["eval_batches must be a whole number"]),
+        (lambda: TrainConfig(**TINY | dict(steps=10**15)).check(), ["steps", "<= 1,000,000"]),
+        (lambda: TrainConfig(**TINY | dict(data_path=123)).check(), ["data_path must be a path", "got 123"]),
+    ],
+)
+def test_nonsense_the_probe_found_is_refused_naming_the_argument(call, words):
+    refused(call, words)
+
+
+def test_an_action_that_is_no_text_is_refused_as_unreadable():
+    with pytest.raises(ValueError, match="cannot read action None"):
+        Action.parse(None)
+
+
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        (b"", ["holds no site"]),
+        (bytes(range(256)), ["is not a sites table", "UTF-8", "UnicodeDecodeError"]),
+        (b"rank,action\n0,F0\n", ["is not a sites table", "name, country, lat, lon", "KeyError"]),
+        (b"name,country,lat,lon\nx,y,north,0\n", ["is not a sites table", "ValueError"]),
+    ],
+)
+def test_a_sites_file_that_is_no_sites_table_is_refused_naming_it(tmp_path, data, words):
+    path = tmp_path / "sites.csv"
+    path.write_bytes(data)
+    refused(lambda: load_sites(path), [str(path), *words])

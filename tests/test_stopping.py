@@ -33,7 +33,9 @@ def kernel():
         yield manager, client
     finally:
         client.stop_channels()
-        manager.shutdown_kernel(now=True)
+        # as JupyterLab's shutdown: the kernel exits, and its multiprocessing folder (pymp-*, the
+        # forkserver's socket) goes with it; now=True kills its process group, forkserver included
+        manager.shutdown_kernel()
 
 
 def run(

@@ -48,6 +48,7 @@ from matplotlib.path import Path
 from matplotlib.transforms import Affine2D, ScaledTranslation
 
 from course_lib.output_files import write_whole
+from course_lib.shelf.errors import real, require, shown, whole
 from course_lib.shelf.schedule import Kind
 from course_lib.shelf.timeline import Timeline
 
@@ -136,6 +137,9 @@ def plot_timeline(
     Micro-batch numbers are written inside boxes wide enough to hold them (at most `max_labels`);
     grey shows through where a device is idle. `show_transfers` draws each message as a thin line
     from sender (when it left) to receiver (when it arrived)."""
+    require(isinstance(tl, Timeline), f"tl must be a Timeline (simulate's or a run's), got {shown(tl)}")
+    max_labels = whole("max_labels", max_labels, low=0)
+    extent_s = None if extent_s is None else real("extent_s", extent_s)  # 0: a step of no time
     ax = new_axes(ax, gantt_figsize(tl.n_devices))
     key = _draw_chart(tl, ax, show_transfers, title, max_labels, extent_s)
     ax.set(yticks=range(tl.n_devices), yticklabels=key.rows)

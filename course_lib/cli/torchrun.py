@@ -261,7 +261,7 @@ def _run_folder() -> Iterator[str]:
     """A TMPDIR for this run alone, removed when it ends however it ends: torchrun's agent writes its
     logs to a new torchelastic_* folder there, and the ranks (which inherit TMPDIR) their pymp-* ones;
     without it, both piled up in the user's temp folder, one per run."""
-    before = os.environ.get("TMPDIR")
+    before, tempdir_before = os.environ.get("TMPDIR"), tempfile.tempdir  # a caller's own tempdir, kept
     with tempfile.TemporaryDirectory(prefix=RUN_FOLDER_PREFIX) as folder:
         os.environ["TMPDIR"], tempfile.tempdir = folder, None  # None: gettempdir reads TMPDIR again
         try:
@@ -271,7 +271,7 @@ def _run_folder() -> Iterator[str]:
                 os.environ.pop("TMPDIR", None)
             else:
                 os.environ["TMPDIR"] = before
-            tempfile.tempdir = None
+            tempfile.tempdir = tempdir_before  # not None: that lost a tempdir set in code (the suite's)
 
 
 def end_rank(code: int) -> None:

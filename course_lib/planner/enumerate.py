@@ -170,6 +170,7 @@ def plan(
     `overlap`: what the costs let communication hide (``step_time.Overlap``; Megatron-LM's by default).
     `layout`: a Megatron-core layout string (``course_lib/stage_layout.py``) fixing the stages and their
     blocks: only layouts with p x v = its stages are ranked, each costed by its busiest stage and GPU."""
+    simulate_top = whole("simulate_top", simulate_top, low=0)
     shape = model(shape) if isinstance(shape, str) else shape
     cl = cluster(cluster_) if isinstance(cluster_, str) else cluster_
     require(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from course_lib.shelf.errors import require
+from course_lib.shelf.errors import require, whole
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,13 @@ class Layout:
     # blocks in each of the p*v stages, from a Megatron layout string (plan(..., layout=...)); None: the
     # layers spread as evenly as they go, ceil(layers / (p*v)) on the busiest stage
     stage_blocks: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        """Each count a whole number >= 1 (numpy's too): Layout(0, 1, 1, 1) was a layout of 0 GPUs."""
+        for name in ("t", "p", "d", "b", "v"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:  # the planner's own are ints >= 1: no cost there
+                object.__setattr__(self, name, whole(name, value))
 
     @property
     def gpus(self) -> int:

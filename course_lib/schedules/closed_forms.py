@@ -30,7 +30,7 @@ from typing import Protocol
 
 from course_lib.schedules.interleaved import rounds_of
 from course_lib.schedules.zero_bubble import zb_2p_keeps_h1
-from course_lib.shelf.errors import require
+from course_lib.shelf.errors import real, require, whole
 
 
 class CostsLike(Protocol):  # what the spine reads of a costs.StageCosts (it imports nothing above it)
@@ -101,6 +101,8 @@ def gpipe_bubble(p: int, m: int, v: int = 1, convention: str = "gpipe") -> float
 
     convention "gpipe": idle share of the step, (p-1)/(v*m + p-1) (GPipe's (p-1)/(m+p-1) at v=1);
     convention "megatron": bubble time over ideal compute time, (p-1)/(v*m) (Megatron's (p-1)/m)."""
+    # gpipe_bubble(0, 4) was a bubble of -inf; m may be fractional (charts draw the formula as a curve)
+    p, m, v = whole("p", p), real("m", m, above=True), whole("v", v)
     require(
         convention in ("gpipe", "megatron"), f"convention must be 'gpipe' or 'megatron', got {convention!r}"
     )

@@ -22,7 +22,8 @@ the group's timeout (`timeout_s`) in its peers; a stopped (SIGSTOP) or frozen on
 silent for STALL_S. After the first failure the others get GRACE_S (at most `timeout_s`); the launcher
 kills what is left and raises DistributedError naming the rank that failed first (never one that only
 saw a peer go) and the log. No rank outlives ``spawn``, nor the forkserver its launcher (the server keeps
-course_lib as first imported: restart after editing it); a wait for a failed peer raises PeerFailure."""
+course_lib as first imported: restart after editing it), nor the launcher's pymp-* folder the server; a
+wait for a failed peer raises PeerFailure."""
 
 from __future__ import annotations
 
@@ -53,8 +54,10 @@ from course_lib.shelf.errors import check_timeout, require, whole
 _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")  # gloo: a peer went
 # what each rank would import on its own (the optimizer's first construction imports torch._dynamo): the
 # forkserver imports them once and never runs a torch op, so it stays single-threaded and safe to fork
+# (and course_lib.forkserver_folder, the fault machinery that removes the launcher's pymp-* folder when the
+# server ends: a room beside the shelf, named here and never imported by it)
 PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "course_lib.shelf.launcher",
-           "course_lib.shelf.rank_loop"]  # fmt: skip
+           "course_lib.shelf.rank_loop", "course_lib.forkserver_folder"]  # fmt: skip
 STALL_S = 10.0  # a rank silent this long (no heartbeat: its process is stopped or frozen) has failed
 GRACE_S = 5.0  # after the first failure, the others' time to stop by themselves (peers notice in < 1 s)
 
@@ -172,8 +175,8 @@ def spawn(
 def _start_context(guard: Guard | None = None) -> multiprocessing.context.BaseContext:
     """Forkserver with PRELOAD (a rank starts in a fraction of spawn's CPU), else spawn. The preload
     is read when the server starts, once per launching process; it ends with that process."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():  # Windows
-        require(guard is None, "a guarded run needs a fork server (Linux or macOS)")
+    if "forkserver" not in multiprocessing.get_all_start_methods() or not _socket_name_fits():  # Windows
+        require(guard is None, "a guarded run needs a fork server (Linux or macOS, a short TMPDIR)")
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
@@ -182,10 +185,24 @@ def _start_context(guard: Guard | None = None) -> multiprocessing.context.BaseCo
     return ctx
 
 
+SOCKET_NAME_MAX = 103  # bytes in an AF_UNIX socket's path: 108 on Linux and 104 on macOS, with its NUL
+
+
+def _socket_name_fits() -> bool:
+    """Whether the forkserver's socket, listener-XXXXXXXX in this process's multiprocessing folder
+    (pymp-* in the temp folder), has a path short enough to bind: under a long TMPDIR it has not, and
+    the forkserver would fail with "AF_UNIX path too long"; spawn needs no socket. Asked without making
+    the folder: one made for nothing would stay where a launcher is killed (kill -9) between runs."""
+    folder = multiprocessing.process.current_process()._config.get("tempdir")  # made, if it is
+    folder = folder or os.path.join(tempfile.gettempdir(), "pymp-XXXXXXXX")
+    return len(os.fsencode(os.path.join(folder, "listener-XXXXXXXX"))) <= SOCKET_NAME_MAX
+
+
 # ---- inside a spawned rank -------------------------------------------------------------------------
 def _rank_main(rank: int, group: _Group, listener, target, args: tuple, results) -> None:
     """Entry point of one spawned process: join the group, run the target, report, never hang."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server's handler is not a rank's
     os.environ.clear()  # a student's NCCL_/GLOO_ variables set after the forkserver started count
     os.environ.update(group.env)
     tempfile.tempdir = None  # read TMPDIR again: the run's own folder, not the forkserver's cached one

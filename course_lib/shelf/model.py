@@ -174,6 +174,7 @@ def init_weights(model: ToyGPT, seed: int) -> None:
 
 def build_model(cfg: ModelConfig | None = None, seed: int = 0) -> ToyGPT:
     """A fresh model; the same `cfg` and `seed` give bit-identical weights on every machine."""
+    require(cfg is None or isinstance(cfg, ModelConfig), f"cfg must be a ModelConfig, got {shown(cfg)}")
     model = ToyGPT(cfg or ModelConfig())
     init_weights(model, seed)
     return model

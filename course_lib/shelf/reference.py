@@ -44,6 +44,7 @@ One file of about 400 lines, read whole: the ground truth and what engines compa
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -109,7 +110,13 @@ class TrainConfig:
             elif f.type == "float":
                 value = getattr(self, f.name)
                 require(is_number(value), f"{f.name} must be a number, got {shown(value)}")
-        require(self.steps >= 0, f"steps must be >= 0, got {self.steps}")
+        # a batch of 0 was accepted, and 10**15 steps (the command line's --steps has the same bound);
+        # sizes too large for memory are the memory check's, which says by how much (check_fits)
+        whole("steps", self.steps, low=0, high=LIMITS["steps"])
+        whole("batch_size", self.batch_size)
+        whole("eval_batches", self.eval_batches, high=LIMITS["batch"])
+        path, what = self.data_path, "data_path must be a path (str or pathlib.Path) or None"
+        require(path is None or isinstance(path, str | os.PathLike), f"{what}, got {shown(path)}")
         require(0 < self.lr <= LIMITS["lr"], f"learning rate must be in (0, {LIMITS['lr']:g}], got {self.lr}")
         require(self.warmup_steps >= 0, f"warmup steps must be >= 0, got {self.warmup_steps}")
         require(0 <= self.seed <= LIMITS["seed"], f"seed must be in 0..2**63-1, got {self.seed}")

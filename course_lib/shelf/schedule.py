@@ -49,7 +49,7 @@ class Action:
     @classmethod
     def parse(cls, text: str) -> Action:
         """Parse PyTorch's notation, e.g. ``"2F0"`` or ``"1W3"``."""
-        match = _ACTION_RE.match(text)
+        match = _ACTION_RE.match(text) if isinstance(text, str) else None
         if not match:
             raise ValueError(
                 f"cannot read action {text!r}: expected <stage><kind><micro-batch> with kind one of "

@@ -77,3 +77,15 @@ def test_the_module_torchrun_runs_is_this_entry_point(module):
     )  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: --stages 3 but torchrun started 1 ranks")
+
+
+def test_a_run_folder_gives_back_the_temp_folder_set_in_code(tmp_path, monkeypatch):
+    """The run's own TMPDIR is the run's only: a tempdir set in code before it (the test suite's, in
+    tests/conftest.py) is the temp folder again after it. It was reset to TMPDIR's, so a later failed
+    run in the same process kept its ranks' log in /tmp."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with torchrun._run_folder() as folder:
+        assert tempfile.gettempdir() == folder
+    assert tempfile.gettempdir() == str(tmp_path) and not os.path.exists(folder)

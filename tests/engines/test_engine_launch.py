@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 import torch.distributed as dist
@@ -213,3 +215,65 @@ def test_ctrl_c_while_the_ranks_start_ends_those_started_and_says_so(tmp_path, m
     assert not started[0].is_alive() and multiprocessing.active_children() == []
     left = [p.name for p in tmp_path.iterdir() if not p.name.startswith("pymp-")]  # (this process's own)
     assert left == []  # neither the log nor the ranks' TMPDIR
+
+
+RUN_THEN_WAIT = """
+import sys, time
+from course_lib.shelf.launcher import spawn
+
+def rank_of(ctx):
+    return ctx.rank
+
+if __name__ == "__main__":
+    print(spawn(rank_of, 2, timeout_s=60), flush=True)
+    if sys.argv[1:] == ["wait"]:
+        time.sleep(600)
+"""
+
+
+def _launch(tmp_path, temp: Path, *args: str, session: bool = False) -> subprocess.Popen:
+    script = tmp_path / "run_then_wait.py"
+    script.write_text(textwrap.dedent(RUN_THEN_WAIT))
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(sys.path), "TMPDIR": str(temp)}
+    argv = [sys.executable, str(script), *args]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True, start_new_session=session)
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("how", ["SIGKILL to the launcher", "SIGTERM to its process group"])
+def test_a_launcher_killed_between_runs_leaves_no_multiprocessing_folder(tmp_path, how):
+    """A launcher killed after a run: no rank is left to remove its pymp-* folder (the forkserver's
+    socket is in it); the forkserver, which ends with its launcher, does. Jupyter's shutdown of a kernel
+    slow to exit (one that ran the ranks: 2.5 s) SIGTERMs the kernel's process group, server included.
+    The temp folder is a short path: under pytest's long one the launcher uses spawn (no forkserver)."""
+    temp = Path(tempfile.mkdtemp(prefix="launch-", dir="/tmp"))
+    launcher = _launch(tmp_path, temp, "wait", session=True)
+    try:
+        assert launcher.stdout.readline().strip() == "[0, 1]"
+        assert [p.name for p in temp.glob("pymp-*")] != []  # the launcher's, while it lives
+        if how.startswith("SIGTERM"):
+            os.killpg(launcher.pid, signal.SIGTERM)
+        launcher.kill()
+        launcher.wait(30)
+        deadline = time.monotonic() + 20
+        while list(temp.glob("pymp-*")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [p.name for p in temp.glob("pymp-*")] == []
+    finally:
+        launcher.kill()
+        launcher.communicate()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(180)
+def test_a_long_temp_folder_path_runs_with_spawn_instead_of_failing_to_bind_the_forkservers_socket(tmp_path):
+    """The forkserver's socket lives in the temp folder, and an AF_UNIX path has at most 107 bytes: under
+    a long TMPDIR the forkserver failed with "OSError: AF_UNIX path too long"."""
+    temp = tmp_path / ("long" * 25)
+    temp.mkdir()
+    launcher = _launch(tmp_path, temp)
+    out, _ = launcher.communicate(timeout=150)
+    assert (launcher.returncode, out.strip()) == (0, "[0, 1]")
+    assert list(temp.iterdir()) == []

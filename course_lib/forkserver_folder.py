@@ -1,0 +1,47 @@
+"""The forkserver's pymp-* folder, removed when the server ends (fault machinery beside the shelf's launcher).
+
+The launcher (``course_lib/shelf/launcher.py``) starts its ranks from a forkserver, whose socket lives in
+the launching process's multiprocessing folder, ``pymp-*`` in the temp folder. The launcher removes that
+folder when it exits normally. A launcher killed between runs (a Jupyter kernel shut down at once, kill -9)
+never does, and no rank is left to do it. The server outlives it by a moment, so the server does it: the
+launcher's PRELOAD names this module, the server imports it first thing, and here it registers the
+clean-up and turns SIGTERM (Jupyter's way of ending a kernel's process group) into a normal exit.
+Imported anywhere else, it does nothing. Tests: tests/test_stopping.py, tests/engines/test_engine_launch.py.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import sys
+
+
+def _remove_launchers_folder() -> None:
+    """At the forkserver's exit, which follows its launcher's, however that died: remove the launcher's
+    multiprocessing folder, where the server's socket is. A launcher killed between runs (a kernel shut
+    down at once, kill -9) has no rank left to remove it, and its own clean-up never ran."""
+    address = getattr(sys.modules["multiprocessing.forkserver"]._forkserver, "_forkserver_address", None)
+    folder = os.path.dirname(address) if isinstance(address, str) else ""
+    if os.path.basename(folder).startswith("pymp-"):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _in_forkserver() -> bool:
+    """Whether this module is being preloaded by the forkserver (its ``main`` is on the stack)."""
+    server = sys.modules.get("multiprocessing.forkserver")
+    frame = sys._getframe()
+    while server is not None and frame is not None and frame.f_code is not server.main.__code__:
+        frame = frame.f_back
+    return server is not None and frame is not None
+
+
+def _end_server(signum: int, frame: object) -> None:
+    raise SystemExit(0)  # the server's loop ends, and atexit runs (a signal's default would skip it)
+
+
+if _in_forkserver():  # its forked ranks end with os._exit: this runs in the server alone
+    atexit.register(_remove_launchers_folder)
+    # Jupyter's shutdown of a kernel that is slow to exit SIGTERMs its process group, server included
+    signal.signal(signal.SIGTERM, _end_server)
