@@ -26,7 +26,6 @@ import ctypes
 import io
 import multiprocessing.forkserver
 import multiprocessing.queues
-import multiprocessing.util
 import os
 import pickle
 import queue
@@ -146,9 +145,6 @@ class RankGuard:
         running = server._forkserver_pid
         if running is not None and running not in _CLOSED_SERVER:
             server._stop()
-            # the server removed this process's multiprocessing folder as it ended (it cannot tell a
-            # stop from its launcher's death: course_lib/forkserver_folder.py); the new one needs it
-            os.makedirs(multiprocessing.util.get_temp_dir(), mode=0o700, exist_ok=True)
         elif running is not None and not _alive(running):
             raise DistributedError("the run's fork server ended (a rank ended it)", None, "fork server", {})
         ctx.set_forkserver_preload([CLOSED_PRELOAD, *PRELOAD])

@@ -22,10 +22,30 @@ def _remove_launchers_folder() -> None:
     """At the forkserver's exit, which follows its launcher's, however that died: remove the launcher's
     multiprocessing folder, where the server's socket is. A launcher killed between runs (a kernel shut
     down at once, kill -9) has no rank left to remove it, and its own clean-up never ran."""
+    if not _launcher_gone():  # stopped by a launcher that goes on (and will unlink its socket itself)
+        return
     address = getattr(sys.modules["multiprocessing.forkserver"]._forkserver, "_forkserver_address", None)
     folder = os.path.dirname(address) if isinstance(address, str) else ""
     if os.path.basename(folder).startswith("pymp-"):
         shutil.rmtree(folder, ignore_errors=True)
+
+
+_LAUNCHER = os.getppid()  # the server's parent: the launcher that started it
+PF_EXITING = 0x4  # a task's flag (/proc/<pid>/stat, field 9) from the moment it starts to exit
+
+
+def _launcher_gone() -> bool:
+    """Whether the launcher has died or is dying. The server's alive-pipe closes early in the launcher's
+    exit, before it becomes a zombie or the server is handed to another parent, so its exiting flag is
+    read too; a launcher that stopped the server on purpose waits for it, alive and not exiting."""
+    if os.getppid() != _LAUNCHER:
+        return True
+    try:
+        with open(f"/proc/{_LAUNCHER}/stat") as file:
+            fields = file.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return sys.platform == "linux"  # no /proc elsewhere: keep the old behaviour, the folder stays
+    return fields[0] in ("Z", "X") or int(fields[6]) & PF_EXITING != 0
 
 
 def _in_forkserver() -> bool:
