@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import signal
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -92,6 +96,39 @@ def pytest_collection_modifyitems(config, items):
     rank = {group: _rank(group, members) for group, members in groups.items()}
     # a stable sort: within a group (a file, a notebook) the tests keep pytest's order
     items.sort(key=lambda item: rank[_group(item.nodeid)])
+
+
+# One temp folder for everything the suite starts (kernels, ranks, torchrun, JupyterLab), made by the first
+# pytest process (xdist's controller, whose workers inherit it) and removed when that process ends. A
+# process a test kills with SIGKILL (nbval ends each notebook's kernel so) runs no clean-up of its own: its
+# pymp-* folder or a lesson's temp files would otherwise stay in /tmp after every run. What is left is
+# listed at the end, so a leftover of the library's own still shows (tests/test_stopping.py and
+# tests/cli/test_cli_leftovers.py hold the library to leaving nothing).
+SUITE_TMP = "COURSE_TESTS_TMPDIR"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get(SUITE_TMP):
+        return  # an xdist worker: its controller made it
+    folder = tempfile.mkdtemp(prefix="cl-tests-")  # short: a forkserver's socket path must fit 103 bytes
+    os.chmod(folder, 0o1777)  # as /tmp: the guide's test runs nbgrader as another user
+    os.environ[SUITE_TMP] = os.environ["TMPDIR"] = folder
+    tempfile.tempdir = None  # read TMPDIR again
+    config.stash[_MADE_TMP] = folder
+
+
+_MADE_TMP = pytest.StashKey[str]()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(_MADE_TMP, None)
+    if folder is None:
+        return
+    left = sorted(n for n in os.listdir(folder) if not n.startswith("pytest-of-"))
+    if left:
+        kinds = sorted({re.split(r"[-_.]", n)[0] for n in left})
+        print(f"\nthe suite's temp folder held {len(left)} entries at the end ({', '.join(kinds)}); removed")
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
