@@ -12,8 +12,8 @@ Imported anywhere else, it does nothing. Tests: tests/test_stopping.py, tests/en
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
-import shutil
 import signal
 import sys
 
@@ -22,12 +22,17 @@ def _remove_launchers_folder() -> None:
     """At the forkserver's exit, which follows its launcher's, however that died: remove the launcher's
     multiprocessing folder, where the server's socket is. A launcher killed between runs (a kernel shut
     down at once, kill -9) has no rank left to remove it, and its own clean-up never ran."""
-    if not _launcher_gone():  # stopped by a launcher that goes on (and will unlink its socket itself)
-        return
+    if not (_ENDED_BY_SIGNAL or _launcher_gone()):  # stopped by a launcher that goes on (it unlinks its
+        return  # socket itself); a SIGTERM is to the whole group, the launcher included, ending at once
     address = getattr(sys.modules["multiprocessing.forkserver"]._forkserver, "_forkserver_address", None)
     folder = os.path.dirname(address) if isinstance(address, str) else ""
     if os.path.basename(folder).startswith("pymp-"):
-        shutil.rmtree(folder, ignore_errors=True)
+        # its own socket, then the folder only if that leaves it empty: a process forked from the launcher
+        # shares its folder (multiprocessing caches the path), and may have started a server of its own
+        with contextlib.suppress(OSError):
+            os.unlink(address)
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
 
 
 _LAUNCHER = os.getppid()  # the server's parent: the launcher that started it
@@ -43,8 +48,8 @@ def _launcher_gone() -> bool:
     try:
         with open(f"/proc/{_LAUNCHER}/stat") as file:
             fields = file.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return sys.platform == "linux"  # no /proc elsewhere: keep the old behaviour, the folder stays
+    except (OSError, IndexError):  # unreadable (a non-dumpable launcher) or no /proc: it may live
+        return False
     return fields[0] in ("Z", "X") or int(fields[6]) & PF_EXITING != 0
 
 
@@ -57,7 +62,12 @@ def _in_forkserver() -> bool:
     return server is not None and frame is not None
 
 
+_ENDED_BY_SIGNAL = False
+
+
 def _end_server(signum: int, frame: object) -> None:
+    global _ENDED_BY_SIGNAL
+    _ENDED_BY_SIGNAL = True
     raise SystemExit(0)  # the server's loop ends, and atexit runs (a signal's default would skip it)
 
 

@@ -7,6 +7,7 @@ import re
 import shutil
 import signal
 import tempfile
+from multiprocessing.util import Finalize
 from pathlib import Path
 
 import pytest
@@ -128,7 +129,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if left:
         kinds = sorted({re.split(r"[-_.]", n)[0] for n in left})
         print(f"\nthe suite's temp folder held {len(left)} entries at the end ({', '.join(kinds)}); removed")
-    shutil.rmtree(folder, ignore_errors=True)
+    # removed after multiprocessing's own clean-up at exit, which removes this process's pymp-* folder
+    # (made in the folder) and would print a traceback if the folder were gone already
+    Finalize(None, shutil.rmtree, args=(folder,), kwargs={"ignore_errors": True}, exitpriority=-200)
 
 
 @pytest.fixture(scope="session")
