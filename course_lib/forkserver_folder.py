@@ -48,7 +48,9 @@ def _launcher_gone() -> bool:
     try:
         with open(f"/proc/{_LAUNCHER}/stat") as file:
             fields = file.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):  # unreadable (a non-dumpable launcher) or no /proc: it may live
+    except FileNotFoundError:  # reaped already; or no /proc (not Linux): keep the folder there
+        return sys.platform == "linux"
+    except (OSError, IndexError):  # unreadable: it may live
         return False
     return fields[0] in ("Z", "X") or int(fields[6]) & PF_EXITING != 0
 

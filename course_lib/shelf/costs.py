@@ -1,4 +1,4 @@
-"""What the simulator is given (lessons 03-04, 06): each action's cost, the links between stages, the sends.
+"""What the simulator is given: each action's cost, the links between stages, the sends (lessons 03-04, 06).
 
 Costs: how long each action takes on each stage, given by hand or read off measured runs. The fields
 are named after the action letters: ``f`` for F (forward), ``i`` for I (input gradient) and ``w`` for

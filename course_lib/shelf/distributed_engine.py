@@ -1,6 +1,8 @@
-"""The distributed engine, the parent's side (lessons 04 and 08): check a run (``make_spec``) and spawn
-one process per pipeline rank (``launch``); real sends and receives, measured wall clock. What each rank
-does, from joining the group to handing rank 0 its record, is ``rank_loop.py``::
+"""The distributed engine, the parent's side: check a run, spawn its ranks (lessons 04c, 08).
+
+``make_spec`` checks a run and ``launch`` spawns one process per pipeline rank: real sends and
+receives, measured wall clock. What each rank does, from joining the group to handing rank 0 its
+record, is ``rank_loop.py``::
 
     from course_lib.shelf.reference import TrainConfig
     from course_lib.shelf.distributed_engine import run_distributed

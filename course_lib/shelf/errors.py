@@ -1,4 +1,4 @@
-"""The course's one error for bad input, and the checks every door runs before any work (lessons 02-04).
+"""The course's one error for bad input, and the checks every door runs before any work (all lessons).
 
 Every message names the value that was given and what is allowed, so that a student reading it knows
 what to change. :class:`CourseError` subclasses ValueError, so ordinary ``except ValueError`` code works.

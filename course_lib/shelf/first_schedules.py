@@ -75,7 +75,7 @@ def gpipe(n_devices: int, n_microbatches: int) -> Schedule:
 
 
 def one_f_one_b(n_devices: int, n_microbatches: int, warmup: Sequence[int] | None = None) -> Schedule:
-    """1F1B, also called PipeDream-Flush (Narayanan et al. 2021): same bubble as GPipe, less memory.
+    """1F1B, also called PipeDream-Flush (Narayanan et al. 2021): GPipe's bubble on equal stages, less memory.
 
     Device d (of p) works in three phases:
 
@@ -207,8 +207,8 @@ register(
 register(
     ScheduleInfo(
         "1f1b", one_f_one_b,
-        "PipeDream-Flush: warm-up, one forward / one backward, cool-down; same bubble as GPipe, "
-        "at most p micro-batches held",
+        "PipeDream-Flush: warm-up, one forward / one backward, cool-down; on equal stages the same bubble "
+        "as GPipe (no larger on uneven ones), at most p micro-batches held",
         _ANY_SIZES, None, None,
         "PipeDream-Flush (Narayanan et al. 2021, arXiv 2104.04473 sec 2.2.1)", torch_class="Schedule1F1B",
     ),

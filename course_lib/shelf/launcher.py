@@ -1,6 +1,7 @@
-"""The one launcher for every multi-process run: the distributed engine, torch.distributed.pipelining,
-tensor parallelism and the benchmarks (lesson 08). One idea, read whole: start the ranks, watch them,
-and when one fails, say which one failed first (``diagnose``) and leave nothing behind.
+"""The one launcher for every multi-process run: start, watch, leave nothing (lessons 04c, 08).
+
+It serves the distributed engine, torch.distributed.pipelining, tensor parallelism and the
+benchmarks. One idea, read whole: when a rank fails, say which one failed first (``diagnose``).
 
     from course_lib.shelf.launcher import spawn
     values = spawn(my_target, world=2, args=(job,), timeout_s=60)   # [rank 0's value, rank 1's]

@@ -1,5 +1,4 @@
-"""The local engine (lessons 02-04): one process runs every pipeline stage, in the order a schedule
-says, and really trains.
+"""The local engine: one process runs every stage in a schedule's order, and trains (lessons 02-05).
 
     from course_lib.shelf.reference import TrainConfig
     from course_lib.shelf.local_engine import LocalPipelineTrainer

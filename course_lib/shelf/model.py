@@ -1,4 +1,4 @@
-"""The toy transformer, what it trains on, and where a pipeline cuts it (lessons 02-04).
+"""The toy transformer, what it trains on, and where a pipeline cuts it (lessons 00, 02, 05).
 
     from course_lib.shelf.model import ModelConfig, build_model, load_corpus, uniform
     model = build_model(ModelConfig(n_layers=80), seed=0)   # 80 blocks, about 1M parameters

@@ -1,4 +1,4 @@
-"""Point-to-point messages between pipeline ranks: one rank's sends and receives (lessons 04, 06, 08).
+"""Point-to-point messages between pipeline ranks: one rank's sends and receives (lessons 04c, 06, 08).
 
 The rank loop (``rank_loop.run_schedule``) calls four of them by name: ``recv_activation`` and
 ``send_activation`` (a forward's output, stage s -> s+1), ``recv_grad`` and ``send_grad`` (a backward's

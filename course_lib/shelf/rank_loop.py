@@ -1,4 +1,4 @@
-"""The rank loop: what one rank of the distributed engine does (lessons 04 and 08), read top to bottom.
+"""The rank loop: what one rank of the distributed engine does, read top to bottom (lessons 04c, 08).
 
 Every rank builds the *same* model from the seed (so no weights need to travel), keeps only the
 stages the schedule places on it (several with interleaving: stage s on rank s % p), and for every

@@ -1,4 +1,4 @@
-"""The reference trainer (lessons 02-04): one device, the whole model, gradients summed over m micro-batches.
+"""The reference trainer: one device, the whole model, gradients summed over m (lessons 00, 02-04, 08).
 
 This is the ground truth. Every pipeline engine and every schedule must give the same loss and the
 same gradients as ``accumulate_gradients`` here (the tests check it).

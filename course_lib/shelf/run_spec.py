@@ -1,6 +1,7 @@
-"""What goes into a distributed run and what comes back (lessons 04 and 08): the RunSpec every rank
-gets (checked by ``distributed_engine.make_spec``), and the result: losses, step times, memory, one
-measured Timeline per step.
+"""What goes into a distributed run (the RunSpec every rank gets) and what comes back (lessons 04c, 08).
+
+The spec is checked by ``distributed_engine.make_spec``; the result holds the losses, step times,
+memory and one measured Timeline per step.
 
 The spec holds the pipeline's fields. A room widens a run where it asks for it: TP and DP
 (``course_lib/tp/mesh.py``), an injected fault, torch's own runtime, injected links, paced ops, the

@@ -1,4 +1,4 @@
-"""The simulator (lessons 02-04, 06): turn a Schedule plus costs and links into a Timeline.
+"""The simulator: turn a Schedule plus costs and links into a Timeline (lessons 02-04, 06).
 
 Rules, the same ones a real pipeline obeys:
 

@@ -1,4 +1,4 @@
-"""One pipeline stage at work (lessons 02-04): its device, its forward and backward, and what it holds.
+"""One pipeline stage at work: its device, its forward and backward, and what it holds (lessons 04, 11).
 
 Both engines (local and distributed) run a stage through ``StageRuntime``; only the way tensors
 travel between stages differs. Try it::

@@ -1,4 +1,4 @@
-"""Timeline: what each device did, and when (lessons 02-04, 08). Every chart and bubble figure reads one.
+"""Timeline: what each device did, and when; every chart and bubble figure reads one (lessons 02-04, 08).
 
 A Timeline is made by the simulator (cost model only), by the local engine (measured compute times,
 simulated concurrency and links) or by the distributed engine (wall clock of real processes). It

@@ -239,3 +239,15 @@ def test_03_gpipes_bubble_on_unequal_stages_is_never_below_the_formula():
         assert bubble >= gpipe_bubble(p, m) - 1e-12, (p, m, f, b)
     equal = simulate(build_schedule("gpipe", 4, 16), StageCosts.fused(f=1.0, b=2.0)).bubble_fraction
     assert equal == pytest.approx(gpipe_bubble(4, 16))
+
+
+def test_the_librarys_own_words_say_the_same_bubble_only_on_equal_stages():
+    """The registry's descriptions (printed by ``python -m course_lib schedules``) and docstrings hold to
+    the lessons' condition too: on uneven stages GPipe's bubble and 1F1B's differ (lesson 04)."""
+    library = NOTEBOOKS.parent / "course_lib"
+    for path in library.rglob("*.py"):
+        words = " ".join(path.read_text().replace('"\n', " ").split())
+        for said in ("same bubble as GPipe", "same bubble as 1F1B", "GPipe's bubble"):
+            for at in [k for k in range(len(words)) if words.startswith(said, k)]:
+                near = words[at - 40 : at + len(said) + 40]
+                assert "equal stages" in near, (path, near)
