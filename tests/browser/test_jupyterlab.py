@@ -10,6 +10,7 @@ Try it:  .venv/bin/pytest -q tests/browser        (needs /usr/bin/chromium: test
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from pathlib import Path
@@ -204,11 +205,15 @@ def test_a_saved_lesson_reopens_with_its_dashboards_stand_in_not_a_widget_error(
     assert_no_traceback(page)
     DashboardView(page).image.wait_for(timeout=WIDGET_TIMEOUT_MS)  # live, in the page
     menu(page, "File", "Save Notebook")
-    for _ in range(100):
+    saved = None
+    for _ in range(200):  # the server writes the file in place (its "atomic" writing keeps a backup), so a
+        # read may meet it changed but not whole yet: wait for a whole notebook
         if path.stat().st_mtime_ns != committed:
-            break
+            with contextlib.suppress(json.JSONDecodeError):
+                saved = json.loads(path.read_text())
+                break
         page.wait_for_timeout(100)
-    saved = json.loads(path.read_text())
+    assert saved is not None, "the lesson was not saved within 20 s"
     assert all(c.get("execution_count") for c in saved["cells"] if c["cell_type"] == "code"), "not saved"
     assert WIDGET_VIEW not in path.read_text() and "widgets" not in saved["metadata"]
 

@@ -30,6 +30,7 @@ MEASURED = {
     "02_naive_pipeline": ["m_tl, s_tl = run.measured, run.simulated"],
     "03_gpipe": ['run = train_pipeline("gpipe"'],
     "04_1f1b": ['gap = Effect.between("1F1B - GPipe"'],
+    "04c_write_the_pipeline": ["spent = {sync: Spread(tuple(r.sync_seconds()))"],
     "06_pipelines_across_wans": ["for x in wan.effects()"],
     "07a_interleaving": ['print("illustrative: one timed run'],
     "07b_zero_bubble": ['gap = Effect.between("ZB-H1 - 1F1B"'],
