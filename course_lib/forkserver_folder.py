@@ -16,14 +16,19 @@ import contextlib
 import os
 import signal
 import sys
+import time
 
 
 def _remove_launchers_folder() -> None:
     """At the forkserver's exit, which follows its launcher's, however that died: remove the launcher's
     multiprocessing folder, where the server's socket is. A launcher killed between runs (a kernel shut
     down at once, kill -9) has no rank left to remove it, and its own clean-up never ran."""
-    if not (_ENDED_BY_SIGNAL or _launcher_gone()):  # stopped by a launcher that goes on (it unlinks its
-        return  # socket itself); a SIGTERM is to the whole group, the launcher included, ending at once
+    if _ENDED_BY_SIGNAL:  # a SIGTERM to the whole group ends the launcher too, a moment after the server
+        deadline = time.monotonic() + SIGNAL_WAIT_S
+        while not _launcher_gone() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    if not _launcher_gone():  # stopped by a launcher that goes on, or signalled alone beside one: the
+        return  # launcher unlinks its socket itself, and may start a new server in the same folder
     address = getattr(sys.modules["multiprocessing.forkserver"]._forkserver, "_forkserver_address", None)
     folder = os.path.dirname(address) if isinstance(address, str) else ""
     if os.path.basename(folder).startswith("pymp-"):
@@ -65,6 +70,7 @@ def _in_forkserver() -> bool:
 
 
 _ENDED_BY_SIGNAL = False
+SIGNAL_WAIT_S = 2.0  # how long a signalled server waits for its launcher to go before it leaves the folder
 
 
 def _end_server(signum: int, frame: object) -> None:

@@ -19,7 +19,7 @@ from course_lib.shelf.model import load_corpus
 
 torch.set_num_threads(1)  # 2-core CI: one thread per test process is faster and deterministic
 
-# `make unit` runs the suite two at a time (pytest-xdist), except these files, which it runs alone
+# `make unit` runs the suite three at a time (pytest-xdist), except these files, which it runs alone
 # afterwards (-m serial): what they check would be disturbed by another test beside them
 SERIAL = {
     "lessons/test_wan_measured.py": "measures steps against the formula: another test's load is noise in it",
@@ -35,7 +35,7 @@ SERIAL = {
 ONE_GROUP: dict[str, tuple[str, ...]] = {
     "tests/browser/": ("tests/browser/",),
 }
-# The order the workers take the groups in, so that neither runs on alone at the end: the files that
+# The order the workers take the groups in, so that none runs on alone at the end: the files that
 # take longest on one worker first (make test's --durations summed per file, a fresh clone on 2 cores
 # under a load of 5-8), then the other files that start processes, the notebooks (each a kernel
 # running a lesson), and last the many short tests that start none (make test passes

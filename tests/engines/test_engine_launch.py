@@ -266,6 +266,44 @@ def test_a_launcher_killed_between_runs_leaves_no_multiprocessing_folder(tmp_pat
         shutil.rmtree(temp, ignore_errors=True)
 
 
+RUN_SIGNAL_SERVER_RUN = """
+import multiprocessing.forkserver, os, signal, time
+from course_lib.shelf.launcher import spawn
+
+def rank_of(ctx):
+    return ctx.rank
+
+if __name__ == "__main__":
+    print(spawn(rank_of, 2, timeout_s=60), flush=True)
+    server = multiprocessing.forkserver._forkserver._forkserver_pid
+    os.kill(server, signal.SIGTERM)  # the server alone: its launcher goes on
+    while open(f"/proc/{server}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":  # left for the
+        time.sleep(0.05)  # launcher to reap, as multiprocessing does when it next starts a server
+    print(spawn(rank_of, 2, timeout_s=60), flush=True)
+"""
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(180)
+def test_a_forkserver_signalled_alone_leaves_its_live_launchers_folder_for_the_next_run(tmp_path):
+    """A SIGTERM that reaches the server but not its launcher: the server waits a moment for the launcher
+    to go (as it does when the whole group is signalled), then leaves the folder, where the launcher's
+    next run starts a new server (multiprocessing keeps the folder's path)."""
+    temp = Path(tempfile.mkdtemp(prefix="launch-", dir="/tmp"))
+    script = tmp_path / "run_signal_server_run.py"
+    script.write_text(textwrap.dedent(RUN_SIGNAL_SERVER_RUN))
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(sys.path), "TMPDIR": str(temp)}
+    try:
+        argv = [sys.executable, str(script)]
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=150)
+        runs = done.stdout.split("\n")[:2]
+        assert (done.returncode, runs) == (0, ["[0, 1]", "[0, 1]"]), done.stderr[-2000:]
+        left = [p.name for p in temp.iterdir() if not p.name.startswith("torchinductor_")]  # torch's
+        assert left == []  # the launcher removed its folder at its exit
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
 @pytest.mark.processes
 @pytest.mark.timeout(180)
 def test_a_long_temp_folder_path_runs_with_spawn_instead_of_failing_to_bind_the_forkservers_socket(tmp_path):
