@@ -54,7 +54,7 @@ class ShelfFile:
     path: str  # relative to the repository root
     lines: int
     lessons: str
-    holds: str  # the first paragraph of the file's docstring, on one line
+    holds: str  # the docstring's first paragraph, on one line, without its "(lessons ...)"
 
 
 def shelf_files(shelf_dir: Path = SHELF_DIR, order: tuple[str, ...] = SHELF) -> list[ShelfFile]:

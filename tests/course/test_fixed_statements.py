@@ -5,6 +5,7 @@ read from the committed notebooks, whitespace folded, so a line break does not h
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -93,7 +94,6 @@ def test_15_names_the_vllm_versions_whose_documentation_it_quotes():
 
 # ---- issue 38, second read (lessons 01, 04, 05, 09, 15): sentences their own outputs contradicted ----
 def test_01_explains_why_tp_is_slower_than_pp_at_zero_latency_from_its_own_numbers():
-    import re
 
     lesson, printed = text("01_tensor_vs_pipeline"), outputs("01_tensor_vs_pipeline")
     match = re.search(r"at zero injected latency: TP's fastest step (\d+) ms, PP's (\d+) ms", printed)
@@ -102,7 +102,6 @@ def test_01_explains_why_tp_is_slower_than_pp_at_zero_latency_from_its_own_numbe
 
 
 def test_04_the_replay_ranks_1f1b_no_worse_with_its_condition_not_always_smaller():
-    import re
 
     lesson, printed = text("04_1f1b"), outputs("04_1f1b")
     assert "gives 1F1B a smaller bubble than GPipe on the same costs" not in lesson
@@ -120,7 +119,6 @@ def test_05_balancing_evens_stages_out_as_far_as_layers_allow_and_the_recap_is_t
 
 
 def test_09_t8_does_not_win_alone_its_lead_over_t4_is_under_1_percent():
-    import re
 
     lesson, printed = text("09_planning_a_real_run"), outputs("09_planning_a_real_run")
     assert "t = 8 wins" not in lesson and "t = 8 and t = 4 lead, within 1%" in lesson
@@ -143,7 +141,6 @@ def test_15_streams_approach_m_t_over_p_and_pay_fill_and_drain_once():
 
 
 def test_09_real_run_lands_within_25_percent_of_its_prediction_or_says_why_with_a_number():
-    import re
 
     printed = outputs("09_planning_a_real_run")
     ratio = float(re.search(r"measured / predicted: ([\d.]+)x for the charted step", printed)[1])
@@ -155,7 +152,6 @@ def test_09_real_run_lands_within_25_percent_of_its_prediction_or_says_why_with_
 
 
 def test_06_waiting_sends_cost_plain_1f1b_a_quarter_more_and_the_wire_figures_name_their_schedule():
-    import re
 
     lesson, printed = text("06_pipelines_across_wans"), outputs("06_pipelines_across_wans")
     assert "Plain 1F1B loses little" not in lesson and "a quarter more per ms of L" in lesson
@@ -168,13 +164,18 @@ def test_06_waiting_sends_cost_plain_1f1b_a_quarter_more_and_the_wire_figures_na
     assert round(la_1 / la_100) == 16 and "latency-aware 1F1B takes sixteen times its 100 Gb/s step" in lesson
 
 
+def around(words: str, said: tuple[str, ...], width: int = 40) -> list[str]:
+    """Each place `words` says one of `said`, with `width` characters either side."""
+    places = re.finditer("|".join(map(re.escape, said)), words)
+    return [words[max(0, m.start() - width) : m.end() + width] for m in places]
+
+
 @pytest.mark.parametrize("stem", ["07a_interleaving", "07c_v_shapes"])
 def test_07a_and_07c_say_gpipes_and_1f1bs_bubbles_agree_on_equal_stages(stem):
     lesson = text(stem)
     assert "of the step; it only saves memory" not in lesson
-    for said in ("same bubble as GPipe", "same bubble as 1F1B"):
-        for at in [k for k in range(len(lesson)) if lesson.startswith(said, k)]:
-            assert "equal stages" in lesson[at - 40 : at + len(said) + 40], lesson[at - 60 : at + 80]
+    for near in around(lesson, ("same bubble as GPipe", "same bubble as 1F1B")):
+        assert "equal stages" in near, near
 
 
 def test_10_holds_all_twelve_settings_of_the_zero_bubble_paper_and_says_what_agrees():
@@ -191,7 +192,6 @@ def test_10_holds_all_twelve_settings_of_the_zero_bubble_paper_and_says_what_agr
 # ---- issue 38, lessons 02 and 03: their one timed run is illustrative, and what it cannot do is said ----
 def blocks_per_stage(stem: str = "02_naive_pipeline") -> list[int]:
     """Blocks per stage, from lesson 02's printed cut ("stage 0: layers 0..20 (embedding ... block 19)")."""
-    import re
 
     found = re.findall(r"stage \d: layers\s+(\d+)\.\.\s*(\d+)\s+\((\w+)[^.]*\.\.\. (\w+)", outputs(stem))
     return [int(b) - int(a) + 1 - (first == "embedding") - (last == "head") for a, b, first, last in found]
@@ -206,7 +206,6 @@ def test_02_busy_shares_are_illustrative_and_the_stages_hold_the_blocks_the_cut_
 
 
 def test_03_the_measured_bubble_is_never_below_the_formula_and_how_much_above_is_illustrative():
-    import re
 
     lesson, printed = text("03_gpipe"), outputs("03_gpipe")
     assert "usually a little larger" not in lesson
@@ -244,10 +243,7 @@ def test_03_gpipes_bubble_on_unequal_stages_is_never_below_the_formula():
 def test_the_librarys_own_words_say_the_same_bubble_only_on_equal_stages():
     """The registry's descriptions (printed by ``python -m course_lib schedules``) and docstrings hold to
     the lessons' condition too: on uneven stages GPipe's bubble and 1F1B's differ (lesson 04)."""
-    library = NOTEBOOKS.parent / "course_lib"
-    for path in library.rglob("*.py"):
+    for path in (NOTEBOOKS.parent / "course_lib").rglob("*.py"):
         words = " ".join(path.read_text().replace('"\n', " ").split())
-        for said in ("same bubble as GPipe", "same bubble as 1F1B", "GPipe's bubble"):
-            for at in [k for k in range(len(words)) if words.startswith(said, k)]:
-                near = words[at - 40 : at + len(said) + 40]
-                assert "equal stages" in near, (path, near)
+        for near in around(words, ("same bubble as GPipe", "same bubble as 1F1B", "GPipe's bubble")):
+            assert "equal stages" in near, (path, near)
