@@ -131,9 +131,14 @@ def _frozen(path: Path, copy_root: Path, text: str, names: set[str]) -> str:
     return "".join(lines)
 
 
+def _data(sources: tuple[Path, ...]) -> Path:
+    """The data files the library reads from beside itself (the corpus, the sites)."""
+    return sources[0].parent / "data"
+
+
 def _key(sources: tuple[Path, ...], left_out: Mapping[str, str]) -> str:
     digest = hashlib.sha256(repr(sorted(left_out.items())).encode())
-    for source in sources:
+    for source in (*sources, _data(sources)):
         for path in sorted(source.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:
                 digest.update(str(path.relative_to(source.parent)).encode() + b"\0" + path.read_bytes())
@@ -144,7 +149,9 @@ def edition(left_out: Mapping[str, str], sources: tuple[Path, ...] = STUDENT_PAC
     """A copy of each package in `sources` (course_lib, course_assignments), side by side, with every
     definition `left_out` names ({name: why}) replaced by its stub, compiled for where the sandbox mounts
     it (the package's own path), readable by everyone and cached by content. Returns the copy of the first
-    package (course_lib); the others are beside it."""
+    package (course_lib); the others are beside it, and a copy of ``data/`` too. A copy, not a link: the
+    cache outlives the checkout that built it, and a link into a deleted clone (or one that two graders
+    make at once) is what broke a run before."""
     folder = cache()
     target = folder / _key(sources, left_out)
     if target.exists():
@@ -166,6 +173,8 @@ def edition(left_out: Mapping[str, str], sources: tuple[Path, ...] = STUDENT_PAC
             path.write_text(_replace(text, by_file.get(path, [])))
         # compiled ahead (the sandbox cannot write there), tracebacks naming the mounted path
         compileall.compile_dir(str(copy), ddir=str(source), quiet=2, workers=1)
+    if _data(sources).is_dir():
+        shutil.copytree(_data(sources), work / "data", ignore=shutil.ignore_patterns("__pycache__"))
     for dirpath, _dirs, files in os.walk(work):
         os.chmod(dirpath, 0o755)
         for name in files:

@@ -20,6 +20,13 @@ if ! command -v apt-get >/dev/null 2>&1; then
     echo "no grading sandbox: bwrap is missing and there is no apt-get here to install Debian's bubblewrap package"
     exit 1
 fi
+# One install at a time: test workers that start together each call this, and a second apt-get meets
+# the first one's lock ("Unable to lock directory /var/lib/apt/lists/") and would skip the sandbox tests.
+exec 9>/var/lock/course-ensure-sandbox.lock
+flock -w 600 9
+if command -v bwrap >/dev/null 2>&1; then
+    exit 0  # the caller before us installed it
+fi
 export DEBIAN_FRONTEND=noninteractive
 log="$(mktemp)"
 if timeout 300 apt-get update -qq >"$log" 2>&1 \

@@ -153,16 +153,6 @@ def bwrap_argv(library: Path | None = None) -> list[str]:
     return argv
 
 
-def _beside(library: Path) -> Path:
-    """Without bubblewrap nothing is mounted: the edition's folder goes first on the path, with the data
-    files beside it (the library finds them next to itself)."""
-    data = library.parent / "data"
-    if not data.exists():
-        with contextlib.suppress(OSError):
-            data.symlink_to(ROOT / "data")
-    return library.parent
-
-
 def _own_processes() -> int:
     """How many tasks this user has now (the process limit counts them all, not only the sandbox's)."""
     uid, count = os.getuid(), 0
@@ -221,7 +211,8 @@ class Sandbox:
         # -P: the sandbox's /tmp (the working folder, writable by the student's code) is not on the path
         worker = [str(python()), "-P", "-m", "course_grading.worker", str(reply_write)]
         argv = [*(bwrap_argv(self.library) if self.contained else []), *worker]
-        path = str(ROOT) if self.contained or self.library is None else f"{_beside(self.library)}:{ROOT}"
+        # without bubblewrap nothing is mounted: the edition's folder (which holds its own data/) goes first
+        path = str(ROOT) if self.contained or self.library is None else f"{self.library.parent}:{ROOT}"
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": path, "HOME": "/tmp", "MPLBACKEND": "Agg"}
         self._proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,

@@ -118,7 +118,6 @@ def test_the_edition_of_an_assignment_imports_and_its_answers_refuse():
         "try:\n    n.fiber_latency_s(100)\nexcept RuntimeError as err:\n    print(err)\n"
     )
     env = {"PYTHONPATH": f"{library.parent}:{REPO_ROOT}", "PATH": "/usr/bin:/bin"}
-    (library.parent / "data").exists() or (library.parent / "data").symlink_to(REPO_ROOT / "data")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/",
                           timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
@@ -126,6 +125,9 @@ def test_the_edition_of_an_assignment_imports_and_its_answers_refuse():
         "True", "fiber_latency_s is not available while grading: work it out from the distance and the speed "
         "of light",
     ]  # fmt: skip
+    copied = library.parent / "data"  # a copy: a link would outlive the clone it points into
+    assert not copied.is_symlink()
+    assert (copied / "corpus.txt").read_bytes() == (REPO_ROOT / "data" / "corpus.txt").read_bytes()
 
 
 def test_an_edition_cuts_an_answer_a_check_computes_too():
