@@ -1,6 +1,8 @@
 """The library's layout keeps its names meaning one thing: no file name twice in course_lib (``__init__.py``
 aside), no public name (a top-level def, class or assignment without a leading underscore) defined in two
-modules, and the shelf listed whole by ``python -m course_lib shelf`` and importing only itself.
+modules, and the shelf listed whole by ``python -m course_lib shelf`` and importing only itself, and
+lesson 04's calls reaching their answers through the shelf's files alone, within a stated number of files
+and lines (``pytest tests/test_layout.py -k reaches -s`` prints the files).
 
 (Circles and upward imports: tests/test_import_floors.py.)
 """
@@ -11,6 +13,7 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
 from test_import_floors import import_graph  # tests/ is on the path: pytest puts it there
 
 import course_lib
@@ -80,9 +83,25 @@ def test_the_checks_see_a_repeat() -> None:
     assert repeated_public_names(sources) == {"Plan": ["a.py", "b.py"]}
 
 
-# The shelf: these two fail while the shelf is being consolidated (other branches rename its files and cut
-# its imports of the rooms above it). They are not expected to fail after the merge: fix SHELF in
-# course_lib/cli/shelf_command.py, or the shelf's imports, until they pass.
+def reached(graph: dict[str, set[str]], starts: set[str], packages: bool = False) -> set[str]:
+    """The modules `starts` import, directly or not. With `packages`, also each package whose
+    ``__init__`` Python runs on the way (importing ``course_lib.shelf.simulator`` runs ``course_lib`` and
+    ``course_lib.shelf`` first): what a student opens to follow every import."""
+    closure, todo = set(starts), list(starts)
+    while todo:
+        module = todo.pop()
+        parts = module.split(".")
+        above = {".".join(parts[:n]) for n in range(len(parts))} if packages and module else set()
+        for target in graph[module] | above:
+            if target not in closure:
+                closure.add(target)
+                todo.append(target)
+    return closure
+
+
+def file_of(module: str) -> Path:
+    path = ROOT.joinpath(*module.split(".")) if module else ROOT
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
 def test_the_shelf_command_lists_every_shelf_file_once() -> None:
@@ -96,10 +115,33 @@ def test_the_shelf_command_lists_every_shelf_file_once() -> None:
 def test_the_shelf_imports_only_the_shelf() -> None:
     graph = import_graph()
     shelf = {m for m in graph if m == "shelf" or m.startswith("shelf.")}
-    closure, todo = set(shelf), list(shelf)
-    while todo:
-        for target in graph[todo.pop()]:
-            if target not in closure:
-                closure.add(target)
-                todo.append(target)
-    assert sorted(closure - shelf) == []
+    assert sorted(reached(graph, shelf) - shelf) == []
+
+
+# What a student reads to follow lesson 04 from its call to the code that answers it, every import
+# followed (the shelf issue, #37, started from 10 files and 1,445 lines to the bubble, 22 modules and
+# 2,932 lines counting imports; 41 modules and 6,503 lines to a distributed 1F1B). Run with -s to see them.
+READING_PATHS = {
+    # simulate(build_schedule("1f1b", p, m), costs).bubble_fraction
+    "the bubble": ({"shelf.simulator", "shelf.first_schedules"}, 10, 1_800),
+    # run_distributed(small, "1f1b", stages=2)
+    "a distributed 1F1B": ({"shelf.distributed_engine"}, 19, 4_800),
+}
+
+
+@pytest.mark.parametrize("name", READING_PATHS)
+def test_a_lesson_04_call_reaches_its_answer_through_the_shelf_alone(name: str) -> None:
+    starts, most_files, most_lines = READING_PATHS[name]
+    path = reached(import_graph(), starts, packages=True)
+    lines = sum(len(file_of(m).read_text(encoding="utf-8").splitlines()) for m in path)
+    files = sorted(file_of(m).relative_to(ROOT.parent).as_posix() for m in path)
+    print(f"{name}: {len(path)} files, {lines:,} lines: {', '.join(files)}")
+    # beside the shelf only the packages' own __init__ files, and the old import names they keep working
+    assert path - {m for m in path if m.startswith("shelf")} == {"", "moved_modules"}
+    assert len(path) <= most_files and lines <= most_lines, (name, len(path), lines)
+
+
+def test_reached_follows_imports_and_the_packages_python_runs_on_the_way() -> None:
+    graph = {"": set(), "a": set(), "a.b": {"c"}, "c": {"a.d"}, "a.d": set(), "e": set()}
+    assert reached(graph, {"a.b"}) == {"a.b", "c", "a.d"}
+    assert reached(graph, {"a.b"}, packages=True) == {"a.b", "c", "a.d", "a", ""}
