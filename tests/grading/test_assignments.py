@@ -44,8 +44,8 @@ nbgrader = pytest.importorskip("nbgrader", reason="nbgrader is in the dev extra:
 pytestmark = [
     pytest.mark.processes,  # nbgrader runs the notebooks in kernels
     # the graded course (tests/grading/conftest.py, made by the first test that asks): every assignment's
-    # honest submissions, each in a sandbox or three that import torch. Room for a slow machine: 430 s on
-    # 2 cores of one machine, 793 s and over 900 s on 2 cores half as fast (a Python loop takes 2x as long)
+    # honest submissions, each in a sandbox or three that import torch. Room for a slow machine: beside the
+    # suite it took 430 s on one machine's 2 cores, and 793-988 s on a slower one's (598 s alone)
     pytest.mark.timeout(2400),
     pytest.mark.filterwarnings("ignore:Object of type .* not in session"),  # nbgrader's own
 ]

@@ -20,8 +20,8 @@ from course_grading.intake import KEPT, NOTE
 nbgrader = pytest.importorskip("nbgrader", reason="nbgrader is in the dev extra: pip install -e '.[dev]'")
 pytestmark = [
     pytest.mark.processes,
-    # the tricks' graded course (tests/grading/conftest.py): 250 s on 2 cores of one machine, 466-499 s on
-    # 2 cores half as fast; room for a slower one still
+    # the tricks' graded course (tests/grading/conftest.py): beside the suite, 250 s on one machine's 2 cores
+    # and 466-584 s on a slower one's; room for a slower one still
     pytest.mark.timeout(2400),
     pytest.mark.filterwarnings("ignore:Object of type .* not in session"),  # nbgrader's own
 ]
