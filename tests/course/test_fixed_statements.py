@@ -94,7 +94,6 @@ def test_15_names_the_vllm_versions_whose_documentation_it_quotes():
 
 # ---- issue 38, second read (lessons 01, 04, 05, 09, 15): sentences their own outputs contradicted ----
 def test_01_explains_why_tp_is_slower_than_pp_at_zero_latency_from_its_own_numbers():
-
     lesson, printed = text("01_tensor_vs_pipeline"), outputs("01_tensor_vs_pipeline")
     match = re.search(r"at zero injected latency: TP's fastest step (\d+) ms, PP's (\d+) ms", printed)
     assert match and int(match[1]) > int(match[2]), "the cell prints both steps at zero injected latency"
@@ -102,7 +101,6 @@ def test_01_explains_why_tp_is_slower_than_pp_at_zero_latency_from_its_own_numbe
 
 
 def test_04_the_replay_ranks_1f1b_no_worse_with_its_condition_not_always_smaller():
-
     lesson, printed = text("04_1f1b"), outputs("04_1f1b")
     assert "gives 1F1B a smaller bubble than GPipe on the same costs" not in lesson
     assert "no larger than GPipe's" in lesson and "the same when one stage is slowest at both" in lesson
@@ -119,7 +117,6 @@ def test_05_balancing_evens_stages_out_as_far_as_layers_allow_and_the_recap_is_t
 
 
 def test_09_t8_does_not_win_alone_its_lead_over_t4_is_under_1_percent():
-
     lesson, printed = text("09_planning_a_real_run"), outputs("09_planning_a_real_run")
     assert "t = 8 wins" not in lesson and "t = 8 and t = 4 lead, within 1%" in lesson
     row = r"\(t, p, d\) = \(\s*(\d+),\s*\d+,\s*\d+\):\s+([\d.]+) TFLOP"
@@ -141,7 +138,6 @@ def test_15_streams_approach_m_t_over_p_and_pay_fill_and_drain_once():
 
 
 def test_09_real_run_lands_within_25_percent_of_its_prediction_or_says_why_with_a_number():
-
     printed = outputs("09_planning_a_real_run")
     ratio = float(re.search(r"measured / predicted: ([\d.]+)x for the charted step", printed)[1])
     if abs(ratio - 1) > 0.25:
@@ -152,7 +148,6 @@ def test_09_real_run_lands_within_25_percent_of_its_prediction_or_says_why_with_
 
 
 def test_06_waiting_sends_cost_plain_1f1b_a_quarter_more_and_the_wire_figures_name_their_schedule():
-
     lesson, printed = text("06_pipelines_across_wans"), outputs("06_pipelines_across_wans")
     assert "Plain 1F1B loses little" not in lesson and "a quarter more per ms of L" in lesson
     slopes = dict(re.findall(r"([\w -]+?1F1B (?:overlapped|blocking)): (\d+)", printed))
@@ -192,7 +187,6 @@ def test_10_holds_all_twelve_settings_of_the_zero_bubble_paper_and_says_what_agr
 # ---- issue 38, lessons 02 and 03: their one timed run is illustrative, and what it cannot do is said ----
 def blocks_per_stage(stem: str = "02_naive_pipeline") -> list[int]:
     """Blocks per stage, from lesson 02's printed cut ("stage 0: layers 0..20 (embedding ... block 19)")."""
-
     found = re.findall(r"stage \d: layers\s+(\d+)\.\.\s*(\d+)\s+\((\w+)[^.]*\.\.\. (\w+)", outputs(stem))
     return [int(b) - int(a) + 1 - (first == "embedding") - (last == "head") for a, b, first, last in found]
 
@@ -206,7 +200,6 @@ def test_02_busy_shares_are_illustrative_and_the_stages_hold_the_blocks_the_cut_
 
 
 def test_03_the_measured_bubble_is_never_below_the_formula_and_how_much_above_is_illustrative():
-
     lesson, printed = text("03_gpipe"), outputs("03_gpipe")
     assert "usually a little larger" not in lesson
     assert "matches the formula up to stage imbalance" not in lesson
